@@ -1,0 +1,22 @@
+/**
+ * The gateway's environment (DECISIONS "Configuration"). One schema gives the
+ * config type, the validation and the error messages.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+
+const Integer = (min: number, max: number, description: string, dflt: number) =>
+  Type.Integer({ minimum: min, maximum: max, default: dflt, description })
+
+export const Env = Type.Object({
+  NODE_ENV: Type.String({ default: 'development', description: "'production' refuses to start without a JWT key" }),
+  PORT: Integer(0, 65535, 'listen port', 3000),
+  HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'listen address' }),
+  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)), { default: 'info', description: 'pino level' }),
+  JWT_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'HS256 secret, at least 32 characters' })),
+  JWT_PUBLIC_KEY: Type.Optional(Type.String({ minLength: 1, description: 'PEM public key for RS256 or ES256' })),
+  JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, description: 'required iss claim' })),
+  JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, description: 'required aud claim' })),
+  UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#]+/?$', description: 'base URL of the engine, http(s)://host:port with no path' })),
+  UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000)
+})
+export type Env = Static<typeof Env>

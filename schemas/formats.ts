@@ -1,0 +1,52 @@
+/**
+ * String formats that JSON Schema does not know. Each is registered with Ajv
+ * (client requests, via Fastify) and with TypeBox (engine-side checks), so both
+ * validators agree on one definition.
+ */
+import { FormatRegistry } from '@sinclair/typebox'
+
+const BASE58_ALPHABET = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz'
+const BASE58_VALUE = new Int8Array(128).fill(-1)
+for (let i = 0; i < BASE58_ALPHABET.length; i++) BASE58_VALUE[BASE58_ALPHABET.charCodeAt(i)] = i
+
+/**
+ * Number of bytes `text` decodes to in base58 (Bitcoin alphabet), or -1 when it
+ * is not base58. Leading '1's are leading zero bytes, as in every base58 codec.
+ */
+export function base58DecodedLength (text: string): number {
+  const bytes: number[] = []
+  let zeros = 0
+  while (zeros < text.length && text.charCodeAt(zeros) === 49 /* '1' */) zeros++
+  for (let i = zeros; i < text.length; i++) {
+    const code = text.charCodeAt(i)
+    const digit = code < 128 ? BASE58_VALUE[code]! : -1
+    if (digit < 0) return -1
+    let carry = digit
+    for (let j = 0; j < bytes.length; j++) {
+      carry += bytes[j]! * 58
+      bytes[j] = carry & 0xff
+      carry >>= 8
+    }
+    while (carry > 0) {
+      bytes.push(carry & 0xff)
+      carry >>= 8
+    }
+  }
+  return zeros + bytes.length
+}
+
+/** DECISIONS 4: a Solana public key is base58 text that decodes to exactly 32 bytes. */
+export function isSolanaAddress (text: string): boolean {
+  // 32 bytes encode to 32..44 base58 characters; checking length first bounds the work.
+  return text.length >= 32 && text.length <= 44 && base58DecodedLength(text) === 32
+}
+
+export const SOLANA_ADDRESS_FORMAT = 'solana-address'
+
+FormatRegistry.Set(SOLANA_ADDRESS_FORMAT, isSolanaAddress)
+
+/** Ajv plugin for Fastify's `ajv.plugins` option. */
+export function ajvFormats<T extends { addFormat: (name: string, format: { type: 'string', validate: (s: string) => boolean }) => unknown }> (ajv: T): T {
+  ajv.addFormat(SOLANA_ADDRESS_FORMAT, { type: 'string', validate: isSolanaAddress })
+  return ajv
+}

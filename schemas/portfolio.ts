@@ -1,0 +1,63 @@
+/**
+ * The client contract for portfolios (spec "Resources", "Endpoints", "Limits";
+ * DECISIONS 1-7). Route validation, the engine and the docs read these.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+import { SOLANA_ADDRESS_FORMAT } from './formats.js'
+
+export const LIMITS = Object.freeze({
+  nameMin: 1,
+  nameMax: 30,
+  descriptionMax: 500,
+  walletMin: 32,
+  walletMax: 44,
+  /** DECISIONS 5: "10MB" is 10 MiB. */
+  imageMaxBytes: 10 * 1024 * 1024,
+  targetPositionsMin: 1,
+  targetPositionsMax: 100,
+  /** Allowed distance of the allocation sum from 1 (floating-point error, DECISIONS 3). */
+  allocationSumTolerance: 1e-9,
+  /** 100 positions of two 44-char fields fit in ~10 KiB; anything far larger is not an update. */
+  updateBodyMaxBytes: 64 * 1024
+})
+
+export const SolanaAddress = Type.String({ format: SOLANA_ADDRESS_FORMAT, minLength: LIMITS.walletMin, maxLength: LIMITS.walletMax })
+
+export const PortfolioType = Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')])
+export type PortfolioType = Static<typeof PortfolioType>
+export const PORTFOLIO_TYPES: readonly PortfolioType[] = ['PORTFOLIO', 'INDEX_PORTFOLIO']
+
+/** A portfolio id as the client sends it: DECISIONS 1, "missing, empty, not a string" is 400. */
+export const PortfolioId = Type.String({ minLength: 1, maxLength: 128 })
+
+export const TargetPosition = Type.Object({
+  mint: SolanaAddress,
+  allocation: Type.Number({ minimum: 0, maximum: 1 })
+}, { additionalProperties: false })
+export type TargetPosition = Static<typeof TargetPosition>
+
+export const UpdatePortfolioBody = Type.Object({
+  portfolio_id: PortfolioId,
+  target_positions: Type.Array(TargetPosition, { minItems: LIMITS.targetPositionsMin, maxItems: LIMITS.targetPositionsMax })
+}, { $id: 'UpdatePortfolioBody', additionalProperties: false })
+export type UpdatePortfolioBody = Static<typeof UpdatePortfolioBody>
+
+export const UpdatePortfolioResponse = Type.Object({
+  success: Type.Literal(true),
+  message: Type.String()
+}, { $id: 'UpdatePortfolioResponse', additionalProperties: false })
+export type UpdatePortfolioResponse = Static<typeof UpdatePortfolioResponse>
+
+/** The text fields of the create form (the image is a file part, checked as it streams). */
+export const CreatePortfolioFields = Type.Object({
+  name: Type.String({ minLength: LIMITS.nameMin, maxLength: LIMITS.nameMax }),
+  type: Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')]),
+  beneficiary_wallet: Type.Optional(SolanaAddress),
+  description: Type.Optional(Type.String({ maxLength: LIMITS.descriptionMax }))
+}, { $id: 'CreatePortfolioFields', additionalProperties: false })
+export type CreatePortfolioFields = Static<typeof CreatePortfolioFields>
+
+export const CreatePortfolioResponse = Type.Object({
+  portfolio_id: Type.String({ minLength: 1 })
+}, { $id: 'CreatePortfolioResponse', additionalProperties: false })
+export type CreatePortfolioResponse = Static<typeof CreatePortfolioResponse>

@@ -1,0 +1,105 @@
+/**
+ * Environment -> validated, frozen configuration. Nothing here reads
+ * `process.env` itself: the caller passes the environment in, so tests can too.
+ */
+import { createPublicKey, randomBytes } from 'node:crypto'
+import { Value } from '@sinclair/typebox/value'
+import { Env } from '../schemas/env.js'
+
+export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
+
+export interface JwtConfig {
+  /** HS256 secret or PEM public key. */
+  readonly key: string
+  /** The only algorithm accepted: pinned, never taken from the token. */
+  readonly algorithm: JwtAlgorithm
+  readonly issuer?: string
+  readonly audience?: string
+  /** True when no key was configured and a development secret was generated. */
+  readonly generated: boolean
+}
+
+export interface GatewayConfig {
+  readonly production: boolean
+  readonly port: number
+  readonly host: string
+  readonly logLevel: string
+  readonly jwt: JwtConfig
+  /** Unset: the gateway starts the embedded reference engine. */
+  readonly upstreamUrl?: string
+  readonly upstreamTimeoutMs: number
+}
+
+/** A configuration error: its message is one line that names the variable and the fix. */
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+function describe (name: string): string {
+  const schema = (Env.properties as Record<string, { description?: string }>)[name]
+  return schema?.description ?? ''
+}
+
+/** Parse and check the environment. Throws ConfigError on the first bad value. */
+export function loadConfig (env: Record<string, string | undefined>): GatewayConfig {
+  const raw: Record<string, string> = {}
+  for (const name of Object.keys(Env.properties)) {
+    const value = env[name]
+    // An empty variable counts as unset: `FOO= node ...` is a common way to clear one.
+    if (value !== undefined && value !== '') raw[name] = value
+  }
+  const candidate = Value.Default(Env, Value.Convert(Env, raw))
+  const first = Value.Errors(Env, candidate).First()
+  if (first !== undefined) {
+    const name = first.path.replace(/^\//, '')
+    const given = raw[name]
+    const shown = name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(given)
+    throw new ConfigError(`${name}=${shown} is invalid: ${first.message}; expected ${describe(name)}`)
+  }
+  const parsed = candidate as Env
+  const production = parsed.NODE_ENV === 'production'
+  return Object.freeze({
+    production,
+    port: parsed.PORT,
+    host: parsed.HOST,
+    logLevel: parsed.LOG_LEVEL,
+    jwt: Object.freeze(jwtConfig(parsed, production)),
+    ...(parsed.UPSTREAM_URL === undefined ? {} : { upstreamUrl: parsed.UPSTREAM_URL.replace(/\/$/, '') }),
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS
+  })
+}
+
+function jwtConfig (env: Env, production: boolean): JwtConfig {
+  const claims = {
+    ...(env.JWT_ISSUER === undefined ? {} : { issuer: env.JWT_ISSUER }),
+    ...(env.JWT_AUDIENCE === undefined ? {} : { audience: env.JWT_AUDIENCE })
+  }
+  if (env.JWT_SECRET !== undefined && env.JWT_PUBLIC_KEY !== undefined) {
+    throw new ConfigError('JWT_SECRET and JWT_PUBLIC_KEY are both set: set exactly one (HS256 secret or RS256/ES256 public key)')
+  }
+  if (env.JWT_PUBLIC_KEY !== undefined) {
+    // Container environments often carry a PEM on one line with literal "\n".
+    const pem = env.JWT_PUBLIC_KEY.replace(/\\n/g, '\n')
+    return { key: pem, algorithm: publicKeyAlgorithm(pem), generated: false, ...claims }
+  }
+  if (env.JWT_SECRET !== undefined) {
+    return { key: env.JWT_SECRET, algorithm: 'HS256', generated: false, ...claims }
+  }
+  if (production) {
+    throw new ConfigError('NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)')
+  }
+  return { key: randomBytes(32).toString('base64url'), algorithm: 'HS256', generated: true, ...claims }
+}
+
+/** The algorithm is pinned by the key's type: an RSA key only verifies RS256, a P-256 key only ES256. */
+function publicKeyAlgorithm (pem: string): JwtAlgorithm {
+  let key
+  try {
+    key = createPublicKey(pem)
+  } catch {
+    throw new ConfigError('JWT_PUBLIC_KEY is not a PEM public key: pass the text of the key, starting with -----BEGIN PUBLIC KEY-----')
+  }
+  if (key.asymmetricKeyType === 'rsa') return 'RS256'
+  if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') return 'ES256'
+  throw new ConfigError(`JWT_PUBLIC_KEY is a ${key.asymmetricKeyType ?? 'unknown'} key: use an RSA key (RS256) or a P-256 EC key (ES256)`)
+}
