@@ -1,0 +1,84 @@
+/**
+ * buildApp: the whole request path, registered in the order it runs.
+ *
+ *   request -> request id -> [bearer scope: JWT] -> schema -> handler -> engine pool
+ *   every failure -> error handler -> one of the interface's three shapes
+ */
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { ajvFormats } from '../schemas/formats.js'
+import type { GatewayConfig } from './config.js'
+import type { EngineClient } from './engine-client.js'
+import { registerAuth } from './plugins/auth.js'
+import { installErrorHandling } from './plugins/error-handler.js'
+import { requestIdFrom } from './request-id.js'
+import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
+import { portfolioRoutes } from './routes/portfolio.js'
+
+export interface AppDeps {
+  engine: EngineClient
+  lifecycle?: Lifecycle
+  /** pino options or false; server.ts passes the real logger options. */
+  logger?: FastifyServerOptions['logger']
+}
+
+/** Server-side limits (the client's side of "bounded time and memory"). */
+export const SERVER_LIMITS = Object.freeze({
+  /** Whole request, headers to last body byte: a phone uploading 10 MiB gets three minutes. */
+  requestTimeoutMs: 180_000,
+  /** Idle socket (no bytes either way). */
+  connectionTimeoutMs: 30_000,
+  /** Above common load balancer idle timeouts (60 s), so the balancer closes first. */
+  keepAliveTimeoutMs: 72_000,
+  bodyLimitBytes: 64 * 1024,
+  maxHeaderCount: 64
+})
+
+export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
+  const lifecycle = deps.lifecycle ?? { draining: false }
+  const app = Fastify({
+    logger: deps.logger ?? false,
+    genReqId: requestIdFrom,
+    requestIdHeader: false,
+    // One access line per request (onResponse below) instead of Fastify's two.
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
+    // Requests on open keep-alive sockets are still served while draining; /health says 500.
+    return503OnClosing: false,
+    requestTimeout: SERVER_LIMITS.requestTimeoutMs,
+    connectionTimeout: SERVER_LIMITS.connectionTimeoutMs,
+    keepAliveTimeout: SERVER_LIMITS.keepAliveTimeoutMs,
+    bodyLimit: SERVER_LIMITS.bodyLimitBytes,
+    ajv: {
+      // DECISIONS 6: no coercion ("0.5" is not a number), unknown fields are errors, not dropped.
+      customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false },
+      plugins: [ajvFormats]
+    }
+  })
+  app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
+
+  // 1. Every response, errors and 404s included, carries the request id.
+  app.decorateRequest('userId', '')
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id)
+    done()
+  })
+  app.addHook('onResponse', (request, reply, done) => {
+    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+    done()
+  })
+
+  // 2. Errors: one handler, one catalogue.
+  installErrorHandling(app)
+
+  // 3. Public routes.
+  await app.register(livenessRoutes, { lifecycle })
+
+  // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.
+  const authenticate = await registerAuth(app, { jwt: config.jwt })
+  await app.register(async function bearerScope (api) {
+    api.addHook('onRequest', authenticate)
+    await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
+    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine })
+  }, { prefix: '/api' })
+
+  return app
+}

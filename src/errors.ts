@@ -1,0 +1,79 @@
+/**
+ * The error catalogue and the one place that maps failures to the wire.
+ *
+ * Every error the gateway answers is a GatewayError with a code from CATALOGUE.
+ * The code decides the status and the shape (spec "Errors"): simple
+ * `{ error }`, or structured `{ success: false, error: { source, code, message, function } }`.
+ */
+import { errors as undiciErrors } from 'undici'
+import type { SimpleError, StructuredError } from '../schemas/errors.js'
+
+/** `error.source` of every structured error the gateway itself produces. */
+export const GATEWAY_SOURCE = 'portfolio-gateway'
+
+type Shape = 'simple' | 'structured'
+
+/** One line per error: status, wire shape, default message. */
+export const CATALOGUE = {
+  VALIDATION_ERROR: { status: 400, shape: 'structured', message: 'request is invalid' },
+  UNAUTHORIZED: { status: 401, shape: 'simple', message: 'missing or invalid token' },
+  ROUTE_NOT_FOUND: { status: 404, shape: 'simple', message: 'route not found' },
+  INTERNAL_ERROR: { status: 500, shape: 'structured', message: 'internal error' },
+  UPSTREAM_UNAVAILABLE: { status: 502, shape: 'simple', message: 'portfolio engine unavailable' },
+  UPSTREAM_BAD_RESPONSE: { status: 502, shape: 'simple', message: 'portfolio engine sent an invalid response' },
+  UPSTREAM_TIMEOUT: { status: 504, shape: 'simple', message: 'portfolio engine timed out' }
+} as const satisfies Record<string, { status: number, shape: Shape, message: string }>
+
+export type ErrorCode = keyof typeof CATALOGUE
+
+export class GatewayError extends Error {
+  override name = 'GatewayError'
+  readonly code: ErrorCode
+  readonly statusCode: number
+
+  constructor (code: ErrorCode, message: string = CATALOGUE[code].message, options?: { cause?: unknown }) {
+    super(message, options)
+    this.code = code
+    this.statusCode = CATALOGUE[code].status
+  }
+}
+
+export const validationError = (message: string): GatewayError => new GatewayError('VALIDATION_ERROR', message)
+export const unauthorized = (message: string): GatewayError => new GatewayError('UNAUTHORIZED', message)
+
+/**
+ * The body for an error. Structured errors need the failing handler's name
+ * (`function`); a route without one (health, ping) answers the simple shape,
+ * which the spec uses for every non-portfolio error.
+ */
+export function wireBody (err: GatewayError, handler: string | undefined): SimpleError | StructuredError {
+  if (CATALOGUE[err.code].shape === 'structured' && handler !== undefined) {
+    return { success: false, error: { source: GATEWAY_SOURCE, code: err.code, message: err.message, function: handler } }
+  }
+  return { error: err.message }
+}
+
+/**
+ * undici and socket error codes, grouped by what they mean for the client
+ * (DECISIONS 8). undici's advice: match on `err.code`, never on the class or message.
+ */
+const UNREACHABLE = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT',
+  'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'UND_ERR_DESTROYED'
+])
+const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+
+/** Map any failure of an engine call to the error the client gets; the original stays as `cause`. */
+export function upstreamError (err: unknown): GatewayError {
+  if (err instanceof GatewayError) return err
+  const code = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
+  if (TIMED_OUT.has(code)) return new GatewayError('UPSTREAM_TIMEOUT', undefined, { cause: err })
+  if (UNREACHABLE.has(code)) return new GatewayError('UPSTREAM_UNAVAILABLE', undefined, { cause: err })
+  // llhttp parse errors (an HTTPParserError carries no code when the bytes are
+  // not HTTP at all), length mismatches and anything else the engine caused:
+  // the engine answered, but not HTTP we can trust.
+  if (err instanceof undiciErrors.HTTPParserError || code.startsWith('HPE_') || code.startsWith('UND_ERR_')) {
+    return new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: err })
+  }
+  return new GatewayError('UPSTREAM_UNAVAILABLE', undefined, { cause: err })
+}

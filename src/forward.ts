@@ -1,0 +1,45 @@
+/**
+ * Reading the engine's answers against the upstream contract (DECISIONS 8):
+ * the agreed 2xx body goes to the client as the engine sent it, the engine's
+ * own structured errors pass through unchanged, and anything else is a 502.
+ */
+import type { FastifyReply } from 'fastify'
+import { isEngineError } from '../schemas/upstream.js'
+import type { EngineResponse } from './engine-client.js'
+import { GatewayError } from './errors.js'
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+
+function parseJson (answer: EngineResponse): unknown {
+  if (!answer.contentType.startsWith('application/json')) return undefined
+  try {
+    return JSON.parse(answer.body.toString('utf8'))
+  } catch {
+    return undefined
+  }
+}
+
+function badResponse (answer: EngineResponse, expected: string): GatewayError {
+  return new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, {
+    cause: new Error(`engine answered ${answer.status} ${answer.contentType || '(no content-type)'}, expected ${expected}`)
+  })
+}
+
+/**
+ * Send a JSON answer of the engine to the client. `isAgreed` checks the 200
+ * body. The engine's bytes are sent as they are: checked, never re-encoded.
+ */
+export function sendEngineJson (reply: FastifyReply, answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string): FastifyReply {
+  const payload = parseJson(answer)
+  const ok = answer.status === 200 ? isAgreed(payload) : answer.status >= 400 && isEngineError.Check(payload)
+  if (!ok) throw badResponse(answer, expected)
+  return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
+}
+
+/** The ping answer is text: 200 `pong`, or the engine's structured error. */
+export function sendEnginePong (reply: FastifyReply, answer: EngineResponse): FastifyReply {
+  if (answer.status === 200 && answer.contentType.startsWith('text/plain') && answer.body.toString('latin1') === 'pong') {
+    return reply.code(200).type('text/plain; charset=utf-8').send('pong')
+  }
+  return sendEngineJson(reply, answer, () => false, '200 text/plain pong')
+}

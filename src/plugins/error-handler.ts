@@ -1,0 +1,57 @@
+/**
+ * The one error handler: every failure leaves as one of the interface's
+ * shapes, and no 5xx carries internals (stack, message of a bug, engine text).
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { GatewayError, validationError, wireBody } from '../errors.js'
+import { describeIssue, type SchemaIssue } from '../validation.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Handler name for `error.function` in structured errors; unset: simple errors. */
+    handler?: string
+  }
+}
+
+/** Fastify's own client errors, rewritten as VALIDATION_ERROR messages a client can act on. */
+const FASTIFY_CLIENT_ERRORS: Record<string, (err: FastifyError) => string> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: () => 'body is larger than this endpoint accepts',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: () => 'content-type is not accepted by this endpoint',
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => 'body must not be empty',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => 'content-length does not match the body',
+  FST_ERR_CTP_INVALID_JSON_BODY: () => 'body is not valid JSON'
+}
+
+/** Turn whatever was thrown into a GatewayError. */
+export function toGatewayError (err: FastifyError | Error): GatewayError {
+  if (err instanceof GatewayError) return err
+  const fe = err as FastifyError
+  if (fe.validation !== undefined && fe.validation.length > 0) {
+    return validationError(describeIssue(fe.validation[0] as unknown as SchemaIssue, fe.validationContext ?? 'body'))
+  }
+  const rewrite = fe.code === undefined ? undefined : FASTIFY_CLIENT_ERRORS[fe.code]
+  if (rewrite !== undefined) return validationError(rewrite(fe))
+  // secure-json-parse throws a SyntaxError with statusCode 400 for malformed JSON.
+  if (err instanceof SyntaxError && fe.statusCode === 400) return validationError('body is not valid JSON')
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return validationError(fe.message)
+  }
+  return new GatewayError('INTERNAL_ERROR', undefined, { cause: err })
+}
+
+export function installErrorHandling (app: FastifyInstance): void {
+  app.setErrorHandler(function handleError (err: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+    const failure = toGatewayError(err)
+    if (failure.statusCode >= 500) {
+      request.log.error({ err: failure.cause ?? err, code: failure.code }, failure.message)
+    } else {
+      request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
+    }
+    return reply.code(failure.statusCode).send(wireBody(failure, request.routeOptions.config.handler))
+  })
+
+  app.setNotFoundHandler(function routeNotFound (request: FastifyRequest, reply: FastifyReply) {
+    const failure = new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)
+    return reply.code(404).send(wireBody(failure, undefined))
+  })
+}

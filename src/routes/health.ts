@@ -1,0 +1,62 @@
+/**
+ * Liveness and connectivity (spec "GET /health", "GET /ping", "GET /api/health";
+ * DECISIONS 11-12).
+ */
+import type { FastifyPluginAsync } from 'fastify'
+import { HealthError } from '../../schemas/errors.js'
+import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
+import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
+import type { EngineClient } from '../engine-client.js'
+
+/** Shared with server.ts, which sets `draining` when shutdown starts. */
+export interface Lifecycle {
+  draining: boolean
+}
+
+export interface LivenessOptions {
+  lifecycle: Lifecycle
+}
+
+/** GET /health and GET /ping: no authentication, no engine call. */
+export const livenessRoutes: FastifyPluginAsync<LivenessOptions> = async (app, { lifecycle }) => {
+  app.get('/health', { schema: { response: { 200: Liveness, 500: HealthError } } }, async (_request, reply) => {
+    // Load balancers stop routing to a 500, which is what a draining instance wants.
+    if (lifecycle.draining) return reply.code(500).send({ status: 'error', message: 'shutting down' })
+    return { status: 'ok', timestamp: new Date().toISOString(), uptime: process.uptime() }
+  })
+
+  app.get('/ping', { schema: { response: { 200: Pong } } }, async () => ({ message: 'pong' }))
+}
+
+export interface EngineHealthOptions {
+  engine: EngineClient
+  /** How long the probe may take before the engine counts as disconnected. */
+  probeTimeoutMs: number
+}
+
+const DISCONNECTED = 'disconnected'
+
+/** GET /api/health: always 200; every value comes from probing the engine. */
+export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async (app, { engine, probeTimeoutMs }) => {
+  app.get('/health', { schema: { response: { 200: ApiHealth } } }, async (request) => {
+    let database = DISCONNECTED
+    let cache = DISCONNECTED
+    try {
+      const answer = await engine.call({
+        method: 'GET',
+        path: '/health',
+        requestId: request.id,
+        userId: request.userId,
+        headersTimeoutMs: probeTimeoutMs,
+        signal: AbortSignal.timeout(probeTimeoutMs)
+      })
+      const body: unknown = answer.status === 200 ? JSON.parse(answer.body.toString('utf8')) : undefined
+      if (isEngineHealth.Check(body)) ({ database, cache } = body.services)
+      else request.log.warn({ status: answer.status }, 'engine health answer is outside the contract')
+    } catch (err) {
+      request.log.warn({ err }, 'engine health probe failed')
+    }
+    const healthy = database === SERVICE_CONNECTED && cache === SERVICE_CONNECTED
+    return { status: healthy ? 'ok' : 'degraded', timestamp: new Date().toISOString(), services: { database, cache } }
+  })
+}

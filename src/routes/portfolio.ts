@@ -1,0 +1,41 @@
+/**
+ * Portfolio calls (spec "GET /api/portfolio/ping", "POST /api/portfolio/update").
+ * Thin: the schema validates, the rules look across positions, the engine answers.
+ */
+import type { FastifyPluginAsync } from 'fastify'
+import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
+import { isEngineUpdateResponse } from '../../schemas/upstream.js'
+import type { EngineClient } from '../engine-client.js'
+import { validationError } from '../errors.js'
+import { sendEngineJson, sendEnginePong } from '../forward.js'
+import { targetPositionsProblem } from '../portfolio-rules.js'
+
+export interface PortfolioRouteOptions {
+  engine: EngineClient
+}
+
+export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine }) => {
+  app.get('/ping', { config: { handler: 'pingPortfolio' } }, async function pingPortfolio (request, reply) {
+    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId: request.id, userId: request.userId })
+    return sendEnginePong(reply, answer)
+  })
+
+  app.post<{ Body: UpdatePortfolioBody }>('/update', {
+    bodyLimit: LIMITS.updateBodyMaxBytes,
+    config: { handler: 'updatePortfolio' },
+    schema: { body: UpdatePortfolioBody }
+  }, async function updatePortfolio (request, reply) {
+    const problem = targetPositionsProblem(request.body.target_positions)
+    if (problem !== undefined) throw validationError(problem)
+    const answer = await engine.call({
+      method: 'POST',
+      path: '/api/portfolio/update',
+      requestId: request.id,
+      userId: request.userId,
+      contentType: 'application/json',
+      // Re-encoded from the validated value: the engine sees exactly what was checked.
+      body: JSON.stringify(request.body)
+    })
+    return sendEngineJson(reply, answer, (v) => isEngineUpdateResponse.Check(v), '200 { success: true, message }')
+  })
+}

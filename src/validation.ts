@@ -1,0 +1,49 @@
+/**
+ * Validation messages that name the offending field (DECISIONS 7), e.g.
+ * `target_positions[2].allocation must be <= 1`.
+ */
+
+/** The subset of an Ajv error the messages need (Fastify passes Ajv's errors through). */
+export interface SchemaIssue {
+  keyword: string
+  instancePath: string
+  message?: string
+  params: Record<string, unknown>
+}
+
+/** `/target_positions/2/allocation` -> `target_positions[2].allocation` (RFC 6901 unescaping). */
+export function fieldPath (instancePath: string): string {
+  let out = ''
+  for (const raw of instancePath.split('/').slice(1)) {
+    const segment = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    out += /^\d+$/.test(segment) ? `[${segment}]` : (out === '' ? segment : `.${segment}`)
+  }
+  return out
+}
+
+function join (parent: string, child: string): string {
+  return parent === '' ? child : `${parent}.${child}`
+}
+
+/** One readable sentence for one schema failure. `root` names the whole body. */
+export function describeIssue (issue: SchemaIssue, root = 'body'): string {
+  const path = fieldPath(issue.instancePath)
+  const field = path === '' ? root : path
+  switch (issue.keyword) {
+    case 'required':
+      return `${join(path, String(issue.params.missingProperty))} is required`
+    case 'additionalProperties':
+      return `${join(path, String(issue.params.additionalProperty))} is not an accepted field`
+    case 'format':
+      return issue.params.format === 'solana-address'
+        ? `${field} must be a base58 Solana address (32 bytes)`
+        : `${field} must be a valid ${String(issue.params.format)}`
+    case 'const':
+      return `${field} must be ${JSON.stringify(issue.params.allowedValue)}`
+    case 'anyOf':
+      // TypeBox writes enums of literals as anyOf of const.
+      return `${field} has a value that is not allowed`
+    default:
+      return `${field} ${issue.message ?? 'is invalid'}`
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * build(t): a gateway for one test, closed in t.teardown. Tokens are minted
+ * here with node:crypto, independently of the code under test.
+ */
+import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
+import type { FastifyInstance } from 'fastify'
+import { buildApp } from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
+import { EngineClient } from '../../src/engine-client.js'
+import type { Lifecycle } from '../../src/routes/health.js'
+
+export const SECRET = 'test-secret-test-secret-test-secret-0123'
+
+interface Teardown { teardown: (fn: () => unknown) => void }
+
+export interface BuildOptions {
+  upstreamUrl?: string
+  env?: Record<string, string>
+  lifecycle?: Lifecycle
+}
+
+export interface Built {
+  app: FastifyInstance
+  engine: EngineClient
+  url: string
+}
+
+/** Build and listen on loopback (real sockets), closing everything when the test ends. */
+export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
+  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
+  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500 })
+  const app = await buildApp(config, { engine, ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }) })
+  t.teardown(async () => {
+    await app.close()
+    await engine.close()
+  })
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  return { app, engine, url }
+}
+
+const b64url = (value: unknown): string => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
+const now = (): number => Math.floor(Date.now() / 1000)
+
+export interface Claims { sub?: unknown, exp?: number, nbf?: number, iss?: string, aud?: string, [k: string]: unknown }
+
+/** HS256 token; `exp` one hour ahead unless given (pass exp: undefined via `omitExp`). */
+export function hs256 (claims: Claims = {}, secret = SECRET, header: Record<string, unknown> = { alg: 'HS256', typ: 'JWT' }): string {
+  const payload = { sub: 'alice', iat: now(), exp: now() + 3600, ...claims }
+  for (const k of Object.keys(payload)) if ((payload as Record<string, unknown>)[k] === undefined) delete (payload as Record<string, unknown>)[k]
+  const input = `${b64url(header)}.${b64url(payload)}`
+  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`
+}
+
+export function unsigned (claims: Claims = {}): string {
+  return `${b64url({ alg: 'none', typ: 'JWT' })}.${b64url({ sub: 'alice', exp: now() + 3600, ...claims })}.`
+}
+
+export function keyPair (type: 'rsa' | 'ec'): { publicKey: string, privateKey: string } {
+  return type === 'rsa'
+    ? generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+    : generateKeyPairSync('ec', { namedCurve: 'prime256v1', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+}
+
+export function signAsymmetric (alg: 'RS256' | 'ES256', privateKey: string, claims: Claims = {}): string {
+  const input = `${b64url({ alg, typ: 'JWT' })}.${b64url({ sub: 'alice', iat: now(), exp: now() + 3600, ...claims })}`
+  const signer = createSign('SHA256').update(input)
+  const signature = alg === 'RS256' ? signer.sign(privateKey) : signer.sign({ key: privateKey, dsaEncoding: 'ieee-p1363' })
+  return `${input}.${signature.toString('base64url')}`
+}
+
+export const bearer = (token = hs256()): Record<string, string> => ({ authorization: `Bearer ${token}` })
+
+/** Valid mints (base58, 32 bytes). */
+export const MINTS = [
+  'So11111111111111111111111111111111111111112',
+  'EPjFWvd5wDTHb2TN2oT7g1r4X6FAkLSs8hpsDu6VGnZC',
+  'Es9vMFrzaCERmJfrF4H2FYD4KCoNkY5kGxHe5J9Fq7wW',
+  'DezXAZ8z7PnrnRJjz3wXBoRgixCa6xjnB7YaB1pPB263'
+] as const
+
+export function validUpdate (): { portfolio_id: string, target_positions: Array<{ mint: string, allocation: number }> } {
+  return { portfolio_id: 'p-1', target_positions: [{ mint: MINTS[0], allocation: 0.6 }, { mint: MINTS[1], allocation: 0.4 }] }
+}
