@@ -1,0 +1,63 @@
+/**
+ * autocannon 8 ships no type declarations. This covers only the part of its
+ * programmatic API the harness uses (README "API"), so the bench stays strict.
+ */
+declare module 'autocannon' {
+  namespace autocannon {
+    interface Options {
+      url: string
+      connections?: number
+      /** Seconds; fractions are allowed. */
+      duration?: number
+      /** Seconds to wait for a response before counting a timeout. */
+      timeout?: number
+      pipelining?: number
+      method?: string
+      headers?: Record<string, string>
+      body?: string | Buffer
+      title?: string
+    }
+
+    /** A histogram summary: values are ms for latency, per second for requests. */
+    interface Histogram {
+      average: number
+      mean: number
+      stddev: number
+      min: number
+      max: number
+      total: number
+      p50: number
+      p90: number
+      p99: number
+      p99_9: number
+    }
+
+    interface Result {
+      title?: string
+      url: string
+      connections: number
+      /** Seconds. */
+      duration: number
+      latency: Histogram
+      requests: Histogram & { sent: number }
+      throughput: Histogram
+      errors: number
+      timeouts: number
+      mismatches: number
+      non2xx: number
+      resets: number
+      '2xx': number
+      statusCodeStats: Record<string, { count: number }>
+    }
+
+    interface Instance {
+      stop (): void
+      /** Every completed response; `responseTime` is in ms with sub-ms precision. */
+      on (event: 'response', listener: (client: unknown, statusCode: number, resBytes: number, responseTime: number) => void): Instance
+    }
+  }
+
+  function autocannon (options: autocannon.Options, callback: (err: Error | null, result: autocannon.Result) => void): autocannon.Instance
+
+  export default autocannon
+}

@@ -1,0 +1,286 @@
+/**
+ * The servers under test run as child processes, never in the harness: the
+ * harness process is busy generating load, and anything sharing its event
+ * loop would be measured together with autocannon's own overhead.
+ */
+import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+/** dist/, the parent of dist/bench/ where this module runs from. */
+const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+export const MOCK_SCRIPT = path.join(DIST, 'fixtures', 'mock-upstream.js')
+export const GATEWAY_SCRIPT = path.join(DIST, 'src', 'server.js')
+export const NGINX_BINARY = '/usr/sbin/nginx'
+
+export interface Server {
+  name: string
+  url: string
+  /** The process ids whose CPU time counts as this server's (nginx: master and worker). */
+  pids (): Promise<number[]>
+  stop (): Promise<void>
+}
+
+const running = new Set<ChildProcess>()
+
+/**
+ * Last resort on exit: 'exit' handlers cannot wait, so this only signals.
+ * SIGTERM rather than SIGKILL, because a SIGKILLed nginx master leaves its
+ * worker running.
+ */
+export function signalAll (): void {
+  for (const child of running) if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+}
+
+export async function stopAll (): Promise<void> {
+  await Promise.all([...running].map(async (child) => await stopChild(child)))
+}
+
+async function stopChild (child: ChildProcess, graceMs = 5000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  child.kill('SIGTERM')
+  // A gateway draining for shutdown may hold on to keep-alive sockets; do not wait forever.
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
+  await exited
+  clearTimeout(timer)
+}
+
+interface Launched {
+  child: ChildProcess
+  /** The last few KiB of the child's output, for error messages. */
+  tail (): string
+}
+
+function launch (command: string, args: string[], env: NodeJS.ProcessEnv, stdout: 'pipe' | 'ignore'): Launched {
+  const stdio: StdioOptions = ['ignore', stdout, 'pipe']
+  const child = spawn(command, args, { env, stdio })
+  running.add(child)
+  child.once('exit', () => running.delete(child))
+  let tail = ''
+  const keep = (chunk: Buffer): void => { tail = (tail + chunk.toString('utf8')).slice(-4096) }
+  child.stdout?.on('data', keep)
+  child.stderr?.on('data', keep)
+  return { child, tail: () => tail.trim() }
+}
+
+function exitedError (name: string, launched: Launched): Error {
+  const { exitCode, signalCode } = launched.child
+  return new Error(`${name} exited (${signalCode ?? `code ${String(exitCode)}`}) before it was ready:\n${launched.tail()}`)
+}
+
+export async function freePort (): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      const port = typeof address === 'object' && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+/** Poll `url` until it answers 200: the process may listen before it is ready. */
+export async function waitForOk (url: string, timeoutMs: number, launched?: Launched, name = url): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  let last = 'no answer'
+  while (Date.now() < deadline) {
+    if (launched !== undefined && (launched.child.exitCode !== null || launched.child.signalCode !== null)) {
+      throw exitedError(name, launched)
+    }
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(1000) })
+      await res.arrayBuffer()
+      if (res.status === 200) return
+      last = `HTTP ${res.status}`
+    } catch (err) {
+      last = err instanceof Error ? err.message : String(err)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`${name} not ready after ${timeoutMs} ms (last: ${last})${launched === undefined ? '' : `\n${launched.tail()}`}`)
+}
+
+function ownPids (child: ChildProcess): () => Promise<number[]> {
+  return async () => child.pid === undefined ? [] : [child.pid, ...await descendants(child.pid)]
+}
+
+/** Start fixtures/mock-upstream.js and wait for its `listening <url>` line. */
+export async function startMock (): Promise<Server> {
+  const launched = launch(process.execPath, [MOCK_SCRIPT, '--port', '0', '--host', '127.0.0.1'], process.env, 'pipe')
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`mock upstream silent after 10 s:\n${launched.tail()}`)), 10_000)
+    let seen = ''
+    launched.child.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('utf8')
+      const match = /listening (\S+)/.exec(seen)
+      if (match?.[1] !== undefined) {
+        clearTimeout(timer)
+        resolve(match[1])
+      }
+    })
+    launched.child.once('exit', () => {
+      clearTimeout(timer)
+      reject(exitedError('mock upstream', launched))
+    })
+  })
+  return { name: 'mock', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
+}
+
+export interface GatewayOptions {
+  upstreamUrl: string
+  jwtSecret: string
+  logLevel: string
+}
+
+/**
+ * Start `node dist/src/server.js` and wait for its liveness endpoint. With
+ * LOG_LEVEL=info the per-request log lines go to /dev/null (stdio 'ignore'):
+ * the gateway still formats and writes every line, as it would into a log
+ * shipper's pipe, but the harness spends no CPU reading them.
+ */
+export async function startGateway (options: GatewayOptions): Promise<Server> {
+  const port = await freePort()
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_ENV: 'production',
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    UPSTREAM_URL: options.upstreamUrl,
+    JWT_SECRET: options.jwtSecret,
+    LOG_LEVEL: options.logLevel
+  }
+  // Settings the operator's shell may carry would change what is measured.
+  delete env.JWT_PUBLIC_KEY
+  delete env.JWT_ISSUER
+  delete env.JWT_AUDIENCE
+  delete env.UPSTREAM_TIMEOUT_MS
+  delete env.NODE_OPTIONS
+  const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
+  const launched = launch(process.execPath, [GATEWAY_SCRIPT], env, stdout)
+  const url = `http://127.0.0.1:${port}`
+  const name = `gateway (LOG_LEVEL=${options.logLevel})`
+  await waitForOk(`${url}/health`, 20_000, launched, name)
+  return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
+}
+
+/**
+ * nginx with one worker proxying everything to the mock over a keep-alive
+ * upstream pool: the reference point for "a proxy hop done well".
+ * Client keep-alive is unlimited on both sides, as it is for the gateway
+ * (Node does not cap requests per socket), so neither pays for reconnects.
+ */
+export async function startNginx (upstreamUrl: string): Promise<Server> {
+  const upstream = new URL(upstreamUrl)
+  const port = await freePort()
+  const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
+  const conf = `
+worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  upstream mock {
+    server ${upstream.host};
+    keepalive 64;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    keepalive_requests 1000000;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`
+  const confPath = path.join(dir, 'nginx.conf')
+  await writeFile(confPath, conf)
+  // -e: without it nginx opens its default error log before reading the config.
+  const launched = launch(NGINX_BINARY, ['-p', dir, '-e', `${dir}/error.log`, '-c', confPath], process.env, 'pipe')
+  const url = `http://127.0.0.1:${port}`
+  try {
+    await waitForOk(`${url}/api/portfolio/ping`, 10_000, launched, 'nginx')
+  } catch (err) {
+    const log = await readFile(path.join(dir, 'error.log'), 'utf8').catch(() => '')
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${log}`)
+  }
+  return {
+    name: 'nginx',
+    url,
+    pids: ownPids(launched.child),
+    stop: async () => {
+      await stopChild(launched.child)
+      await rm(dir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** Linux: a process's parent id, from /proc/<pid>/stat (fields after the `(comm)`). */
+async function parentOf (pid: number): Promise<number | undefined> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return Number(fields[1])
+  } catch {
+    return undefined
+  }
+}
+
+async function descendants (root: number): Promise<number[]> {
+  let entries: string[]
+  try {
+    entries = (await readdir('/proc')).filter((e) => /^\d+$/.test(e))
+  } catch {
+    return []
+  }
+  const parents = new Map<number, number>()
+  await Promise.all(entries.map(async (e) => {
+    const parent = await parentOf(Number(e))
+    if (parent !== undefined) parents.set(Number(e), parent)
+  }))
+  const found: number[] = []
+  const queue = [root]
+  while (queue.length > 0) {
+    const current = queue.shift()
+    for (const [pid, parent] of parents) {
+      if (parent === current) {
+        found.push(pid)
+        queue.push(pid)
+      }
+    }
+  }
+  return found
+}
+
+/** Linux clock ticks per second for /proc times (USER_HZ, 100 on every mainstream kernel). */
+const USER_HZ = 100
+
+/** CPU seconds (user + system) used so far by these processes; NaN where /proc is unavailable. */
+export async function cpuSeconds (pids: number[]): Promise<number> {
+  let total = 0
+  for (const pid of pids) {
+    try {
+      const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      // utime and stime are fields 14 and 15 of stat(5); `fields` starts at field 3.
+      total += (Number(fields[11]) + Number(fields[12])) / USER_HZ
+    } catch {
+      return Number.NaN
+    }
+  }
+  return total
+}
