@@ -1,0 +1,101 @@
+/**
+ * The reference portfolio engine: an embeddable Fastify instance that
+ * implements the upstream contract v1 (DECISIONS "The upstream contract").
+ * No side effects: it reads no environment and does not listen; standalone.ts
+ * and the gateway do that.
+ */
+import { mkdir } from 'node:fs/promises'
+import fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import multipart from '@fastify/multipart'
+import { LIMITS } from '../../schemas/portfolio.js'
+import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
+import { EngineError, structuredError, toEngineError } from './errors.js'
+import { portfolioRoutes } from './portfolio-routes.js'
+import { PortfolioStore } from './store.js'
+
+export interface EngineOptions {
+  /** Where uploaded images are stored; created when missing. */
+  imageDir: string
+  /** The `source` of every structured error. */
+  serviceName?: string
+  logger?: FastifyServerOptions['logger']
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The engine's in-memory store (only set on instances made by buildEngine). */
+    portfolios: PortfolioStore
+  }
+  interface FastifyContextConfig {
+    /** The handler name an engine error reports as `function`. */
+    engineHandler?: string
+  }
+}
+
+export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
+
+/** The text fields of the create form; their values are checked against the schema afterwards. */
+const CREATE_FORM_FIELDS = 4
+
+/**
+ * Busboy counts fieldSize in bytes, the schema counts characters: one UTF-16
+ * code unit is at most 3 UTF-8 bytes, so a 500-character description can need
+ * 1,500 bytes. A smaller limit would cut valid non-ASCII descriptions.
+ */
+const FIELD_MAX_BYTES = LIMITS.descriptionMax * 3
+
+export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance> {
+  const serviceName = opts.serviceName ?? DEFAULT_SERVICE_NAME
+  await mkdir(opts.imageDir, { recursive: true })
+
+  const app = fastify({
+    logger: opts.logger ?? false,
+    // DECISIONS 10: the gateway sends its request id; log under that, not a new one.
+    requestIdHeader: REQUEST_ID_HEADER,
+    bodyLimit: LIMITS.updateBodyMaxBytes,
+    // Longer than the gateway pool's keep-alive, so the engine never closes a
+    // socket the pool is about to reuse.
+    keepAliveTimeout: 72_000,
+    // A 10 MiB image over a slow client still fits; a stalled one does not hold a socket forever.
+    requestTimeout: 120_000,
+    connectionTimeout: 0
+  })
+
+  const store = new PortfolioStore()
+  app.decorate('portfolios', store)
+
+  await app.register(multipart, {
+    // Every limit set here: busboy's defaults (Infinity for most) are not a policy.
+    limits: {
+      fileSize: LIMITS.imageMaxBytes,
+      files: 1,
+      fields: CREATE_FORM_FIELDS,
+      fieldSize: FIELD_MAX_BYTES,
+      fieldNameSize: 100,
+      parts: CREATE_FORM_FIELDS + 1,
+      headerPairs: 20
+    }
+  })
+
+  app.setErrorHandler(function engineErrorHandler (err, request, reply) {
+    const engineError = toEngineError(err)
+    if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
+    else request.log.info({ code: engineError.code, message: engineError.message }, 'engine request refused')
+    const fn = request.routeOptions.config.engineHandler ?? 'engine'
+    return reply.code(engineError.statusCode).send(structuredError(serviceName, fn, engineError.code, engineError.message))
+  })
+
+  app.setNotFoundHandler(function notFound (request, reply) {
+    const error = new EngineError('NOT_FOUND', `route ${request.method} ${request.url.split('?')[0] ?? ''} not found`)
+    return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
+  })
+
+  app.get('/health', { config: { engineHandler: 'health' } }, async function health (): Promise<EngineHealth> {
+    const services = store.state()
+    const ok = services.database === SERVICE_CONNECTED && services.cache === SERVICE_CONNECTED
+    return { status: ok ? 'ok' : 'degraded', services: { database: services.database, cache: services.cache } }
+  })
+
+  await app.register(portfolioRoutes, { store, imageDir: opts.imageDir })
+  return app
+}

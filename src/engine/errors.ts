@@ -1,0 +1,75 @@
+/**
+ * The engine's error catalogue: each code with its status, in one place, and
+ * the one wire shape they all take (schemas/errors.ts StructuredError).
+ */
+import type { StructuredError } from '../../schemas/errors.js'
+import { LIMITS } from '../../schemas/portfolio.js'
+
+export const ENGINE_ERRORS = Object.freeze({
+  VALIDATION_ERROR: 400,
+  UNAUTHORIZED: 401,
+  NOT_FOUND: 404,
+  INTERNAL_ERROR: 500
+})
+export type EngineErrorCode = keyof typeof ENGINE_ERRORS
+
+/** Shown for every 5xx: internals (paths, stack, driver messages) stay in the log. */
+export const INTERNAL_ERROR_MESSAGE = 'Internal error'
+
+/** An error the engine means to answer with; anything else is a 500. */
+export class EngineError extends Error {
+  override name = 'EngineError'
+  readonly code: EngineErrorCode
+  readonly statusCode: number
+
+  constructor (code: EngineErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.code = code
+    this.statusCode = ENGINE_ERRORS[code]
+  }
+}
+
+export function validationError (message: string, cause?: unknown): EngineError {
+  return new EngineError('VALIDATION_ERROR', message, cause === undefined ? undefined : { cause })
+}
+
+export function structuredError (source: string, fn: string, code: EngineErrorCode, message: string): StructuredError {
+  return { success: false, error: { source, code, message, function: fn } }
+}
+
+/**
+ * Messages for the client errors Fastify and @fastify/multipart raise, whose
+ * own wording ("reach fields limit") does not say what to change.
+ */
+const CLIENT_ERROR_MESSAGES: Readonly<Record<string, string>> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: `body must be at most ${LIMITS.updateBodyMaxBytes} bytes`,
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'content-type must be application/json (update) or multipart/form-data (create)',
+  FST_REQ_FILE_TOO_LARGE: 'image is too large',
+  FST_FILES_LIMIT: 'only one file (image) is allowed',
+  FST_FIELDS_LIMIT: 'too many fields: allowed are name, type, beneficiary_wallet, description',
+  FST_PARTS_LIMIT: 'too many parts in the multipart body',
+  FST_PROTO_VIOLATION: 'a field name is not allowed',
+  FST_INVALID_MULTIPART_CONTENT_TYPE: 'body must be multipart/form-data',
+  FST_MP_PREMATURE_CLOSE: 'the multipart body ended early'
+}
+
+interface ErrorLike { code?: unknown, statusCode?: unknown, message?: unknown }
+
+/**
+ * Turn whatever a handler or Fastify threw into the engine's catalogue.
+ * Client mistakes that Fastify or the multipart parser detect (bad JSON, body
+ * too large, wrong content type, too many parts) all become 400
+ * VALIDATION_ERROR: the contract knows no other 4xx for bad input. Anything
+ * without a 4xx status is a 500 whose message hides the cause.
+ */
+export function toEngineError (err: unknown): EngineError {
+  if (err instanceof EngineError) return err
+  const e: ErrorLike = typeof err === 'object' && err !== null ? err : {}
+  const status = typeof e.statusCode === 'number' ? e.statusCode : 500
+  if (status >= 400 && status < 500) {
+    const known = typeof e.code === 'string' ? CLIENT_ERROR_MESSAGES[e.code] : undefined
+    const message = known ?? (typeof e.message === 'string' && e.message !== '' ? e.message : 'invalid request')
+    return validationError(message, err)
+  }
+  return new EngineError('INTERNAL_ERROR', INTERNAL_ERROR_MESSAGE, { cause: err })
+}

@@ -1,0 +1,119 @@
+/**
+ * The engine's portfolio routes (DECISIONS "The upstream contract, v1"). Each
+ * route names its handler in `config.engineHandler`: the error handler reports
+ * it as the structured error's `function` (Fastify binds handlers, so the
+ * function's own name reads "bound ...").
+ */
+import { randomUUID } from 'node:crypto'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { LIMITS, type CreatePortfolioResponse, type UpdatePortfolioResponse } from '../../schemas/portfolio.js'
+import { USER_ID_HEADER } from '../../schemas/upstream.js'
+import { EngineError, validationError } from './errors.js'
+import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
+import type { PortfolioStore } from './store.js'
+import { parseCreateFields, parseUpdateBody } from './validation.js'
+
+export interface PortfolioRoutesOptions {
+  store: PortfolioStore
+  imageDir: string
+}
+
+const IMAGE_FIELD = 'image'
+
+/** DECISIONS 9: the gateway names the user in x-user-id; without it the engine serves nobody. */
+export function requireUserId (request: FastifyRequest): string {
+  const value = request.headers[USER_ID_HEADER]
+  if (typeof value !== 'string' || value.trim() === '') {
+    throw new EngineError('UNAUTHORIZED', `${USER_ID_HEADER} header is required`)
+  }
+  return value
+}
+
+export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRoutesOptions): Promise<void> {
+  const { store, imageDir } = opts
+
+  // onRequest, not preHandler: an unauthenticated upload is refused before its body is read.
+  app.addHook('onRequest', async (request) => { requireUserId(request) })
+
+  app.get('/api/portfolio/ping', { config: { engineHandler: 'pingPortfolio' } }, async function pingPortfolio (_request, reply) {
+    return reply.type('text/plain; charset=utf-8').send('pong')
+  })
+
+  app.post('/api/portfolio/create', { config: { engineHandler: 'createPortfolio' } }, async function createPortfolio (request): Promise<CreatePortfolioResponse> {
+    const owner = requireUserId(request)
+    const fields = new Map<string, string>()
+    // Files to delete if anything fails; emptied once the portfolio is recorded.
+    const leftovers: string[] = []
+    try {
+      let received: ReceivedImage | undefined
+      for await (const part of request.parts()) {
+        if (part.type === 'file') {
+          if (part.fieldname !== IMAGE_FIELD) {
+            part.file.resume()
+            throw validationError(`${part.fieldname} is not an allowed file field (only ${IMAGE_FIELD})`)
+          }
+          received = await receiveImage(part, imageDir, LIMITS.imageMaxBytes)
+          leftovers.push(received.tempPath)
+          continue
+        }
+        const name = part.fieldname
+        if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
+        if (part.valueTruncated) throw validationError(`${name} is too long`)
+        if (typeof part.value !== 'string') throw validationError(`${name} must be a plain text field`)
+        if (fields.has(name)) throw validationError(`${name} must appear only once`)
+        fields.set(name, part.value)
+      }
+      // The loop ends only once busboy has seen the end of the HTTP body, so the
+      // request is complete here; a client that hangs up earlier makes the loop
+      // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
+      const valid = parseCreateFields(Object.fromEntries(fields))
+
+      const id = randomUUID()
+      let image: StoredImage | undefined
+      if (received !== undefined) {
+        image = await storeImage(received, imageDir, id)
+        leftovers.push(image.path)
+      }
+      store.insert({
+        id,
+        owner,
+        name: valid.name,
+        type: valid.type,
+        ...(valid.beneficiary_wallet === undefined ? {} : { beneficiary_wallet: valid.beneficiary_wallet }),
+        ...(valid.description === undefined ? {} : { description: valid.description }),
+        ...(image === undefined ? {} : { image }),
+        status: 'DRAFT',
+        positions: [],
+        target_positions: []
+      })
+      leftovers.length = 0
+      request.log.info({ portfolioId: id, image: image?.bytes }, 'portfolio created')
+      return { portfolio_id: id }
+    } catch (err) {
+      await Promise.all(leftovers.map(discardFile))
+      throw malformedMultipart(err)
+    }
+  })
+
+  app.post('/api/portfolio/update', { config: { engineHandler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
+    const owner = requireUserId(request)
+    const body = parseUpdateBody(request.body)
+    if (!store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
+      // DECISIONS 1: unknown and foreign ids answer the same, so ids cannot be probed.
+      throw new EngineError('NOT_FOUND', 'portfolio_id does not name a portfolio of this user')
+    }
+    return { success: true, message: 'Target positions updated' }
+  })
+}
+
+/**
+ * busboy reports a broken body (no closing boundary, bad part header) as a
+ * bare Error with neither code nor status; that is the client's fault, a 400.
+ * Errors with a code (fs, streams, @fastify/multipart) go to toEngineError.
+ */
+function malformedMultipart (err: unknown): unknown {
+  if (err instanceof Error && err.constructor === Error && !('code' in err) && !('statusCode' in err)) {
+    return validationError(`multipart body is malformed: ${err.message}`, err)
+  }
+  return err
+}
