@@ -54,8 +54,26 @@ export const CreatePortfolioFields = Type.Object({
   type: Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')]),
   beneficiary_wallet: Type.Optional(SolanaAddress),
   description: Type.Optional(Type.String({ maxLength: LIMITS.descriptionMax }))
-}, { $id: 'CreatePortfolioFields', additionalProperties: false })
+}, { additionalProperties: false })
 export type CreatePortfolioFields = Static<typeof CreatePortfolioFields>
+
+/** One field on its own, as it arrives: checked before the next part is read. */
+export const CreatePortfolioField = Type.Partial(CreatePortfolioFields, { additionalProperties: false })
+
+/** The file part of the create form. */
+export const IMAGE_FIELD = 'image'
+
+/** Multipart limits for create (busboy's names); each breach is a 400 naming it. */
+export const CREATE_FORM_LIMITS = Object.freeze({
+  fieldNameSize: 64,
+  /** Bytes: 500 characters of UTF-8 take at most 2000. */
+  fieldSize: 2048,
+  fields: 4,
+  files: 1,
+  parts: 5,
+  fileSize: LIMITS.imageMaxBytes,
+  headerPairs: 16
+})
 
 export const CreatePortfolioResponse = Type.Object({
   portfolio_id: Type.String({ minLength: 1 })

@@ -12,11 +12,14 @@ import { registerAuth } from './plugins/auth.js'
 import { installErrorHandling } from './plugins/error-handler.js'
 import { requestIdFrom } from './request-id.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
+import { createPortfolioRoutes } from './routes/create-portfolio.js'
 import { portfolioRoutes } from './routes/portfolio.js'
 
 export interface AppDeps {
   engine: EngineClient
   lifecycle?: Lifecycle
+  /** How long the engine may stop reading an upload (tests shorten it). */
+  uploadStallTimeoutMs?: number
   /** pino options or false; server.ts passes the real logger options. */
   logger?: FastifyServerOptions['logger']
 }
@@ -30,6 +33,8 @@ export const SERVER_LIMITS = Object.freeze({
   /** Above common load balancer idle timeouts (60 s), so the balancer closes first. */
   keepAliveTimeoutMs: 72_000,
   bodyLimitBytes: 64 * 1024,
+  /** An engine that reads nothing of an upload for this long is given up on. */
+  uploadStallTimeoutMs: 30_000,
   maxHeaderCount: 64
 })
 
@@ -78,6 +83,13 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     api.addHook('onRequest', authenticate)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
     await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine })
+    await api.register(createPortfolioRoutes, {
+      prefix: '/portfolio',
+      engine: deps.engine,
+      responseTimeoutMs: config.upstreamTimeoutMs,
+      stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
+      callTimeoutMs: SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
+    })
   }, { prefix: '/api' })
 
   return app

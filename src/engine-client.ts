@@ -31,7 +31,8 @@ export interface EngineRequest {
   requestId: string
   userId?: string
   contentType?: string
-  body?: string | Buffer | Readable
+  /** Streams and async iterables are passed to undici as they are, never buffered. */
+  body?: string | Buffer | Readable | AsyncIterable<Buffer>
   /** Aborts the call; the reason (a GatewayError) is what the call rejects with. */
   signal?: AbortSignal
   /** Override the response headers deadline; 0 disables it (streamed uploads keep their own clock). */
@@ -87,7 +88,8 @@ export class EngineClient {
         method: req.method,
         path: req.path,
         headers,
-        body: req.body ?? null,
+        // undici documents AsyncIterable bodies for dispatch; its typings omit them.
+        body: (req.body ?? null) as Dispatcher.DispatchOptions['body'],
         headersTimeout: req.headersTimeoutMs ?? this.#timeoutMs
       }, {
         onRequestStart (c) {

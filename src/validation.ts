@@ -41,9 +41,25 @@ export function describeIssue (issue: SchemaIssue, root = 'body'): string {
     case 'const':
       return `${field} must be ${JSON.stringify(issue.params.allowedValue)}`
     case 'anyOf':
-      // TypeBox writes enums of literals as anyOf of const.
       return `${field} has a value that is not allowed`
     default:
       return `${field} ${issue.message ?? 'is invalid'}`
   }
+}
+
+/**
+ * The message for a failed validation: the first issue, except that a union
+ * of literals (TypeBox's enum: anyOf of const) is described as one list.
+ */
+export function describeIssues (issues: readonly SchemaIssue[], root = 'body'): string {
+  const first = issues[0]
+  if (first === undefined) return `${root} is invalid`
+  if (first.keyword === 'const') {
+    const sameField = issues.filter((i) => i.instancePath === first.instancePath)
+    if (sameField.some((i) => i.keyword === 'anyOf')) {
+      const allowed = sameField.filter((i) => i.keyword === 'const').map((i) => String(i.params.allowedValue))
+      return `${fieldPath(first.instancePath) || root} must be one of ${allowed.join(', ')}`
+    }
+  }
+  return describeIssue(first, root)
 }

@@ -3,8 +3,9 @@
  * shapes, and no 5xx carries internals (stack, message of a bug, engine text).
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { CREATE_FORM_LIMITS, IMAGE_FIELD } from '../../schemas/portfolio.js'
 import { GatewayError, validationError, wireBody } from '../errors.js'
-import { describeIssue, type SchemaIssue } from '../validation.js'
+import { describeIssues, type SchemaIssue } from '../validation.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -19,7 +20,15 @@ const FASTIFY_CLIENT_ERRORS: Record<string, (err: FastifyError) => string> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: () => 'content-type is not accepted by this endpoint',
   FST_ERR_CTP_EMPTY_JSON_BODY: () => 'body must not be empty',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => 'content-length does not match the body',
-  FST_ERR_CTP_INVALID_JSON_BODY: () => 'body is not valid JSON'
+  FST_ERR_CTP_INVALID_JSON_BODY: () => 'body is not valid JSON',
+  // @fastify/multipart
+  FST_INVALID_MULTIPART_CONTENT_TYPE: () => 'content-type must be multipart/form-data',
+  FST_PARTS_LIMIT: () => `form must have at most ${CREATE_FORM_LIMITS.parts} parts`,
+  FST_FIELDS_LIMIT: () => `form must have at most ${CREATE_FORM_LIMITS.fields} text fields`,
+  FST_FILES_LIMIT: () => `form must have at most ${CREATE_FORM_LIMITS.files} file (${IMAGE_FIELD})`,
+  FST_REQ_FILE_TOO_LARGE: () => `${IMAGE_FIELD} must be at most ${CREATE_FORM_LIMITS.fileSize} bytes`,
+  FST_PROTO_VIOLATION: () => 'form field names must not be prototype properties',
+  FST_MP_PREMATURE_CLOSE: () => 'multipart body ended before the form was complete'
 }
 
 /** Turn whatever was thrown into a GatewayError. */
@@ -27,7 +36,7 @@ export function toGatewayError (err: FastifyError | Error): GatewayError {
   if (err instanceof GatewayError) return err
   const fe = err as FastifyError
   if (fe.validation !== undefined && fe.validation.length > 0) {
-    return validationError(describeIssue(fe.validation[0] as unknown as SchemaIssue, fe.validationContext ?? 'body'))
+    return validationError(describeIssues(fe.validation as unknown as SchemaIssue[], fe.validationContext ?? 'body'))
   }
   const rewrite = fe.code === undefined ? undefined : FASTIFY_CLIENT_ERRORS[fe.code]
   if (rewrite !== undefined) return validationError(rewrite(fe))

@@ -1,0 +1,51 @@
+/**
+ * POST /api/portfolio/create: multipart, validated while it streams to the engine.
+ * The parsing and checks are in CreateUpload; this is the wiring.
+ */
+import fastifyMultipart from '@fastify/multipart'
+import type { FastifyPluginAsync } from 'fastify'
+import { CREATE_FORM_LIMITS } from '../../schemas/portfolio.js'
+import { isEngineCreateResponse } from '../../schemas/upstream.js'
+import { CreateUpload } from '../create-upload.js'
+import type { EngineClient } from '../engine-client.js'
+import { sendEngineJson } from '../forward.js'
+import { UploadClock } from '../upload-clock.js'
+
+export interface CreatePortfolioOptions {
+  engine: EngineClient
+  /** UPSTREAM_TIMEOUT_MS: from the last byte sent to the engine's response headers. */
+  responseTimeoutMs: number
+  /** How long the engine may stop reading an upload before the call is given up. */
+  stallTimeoutMs: number
+  /** Outer bound on the whole engine call, upload included. */
+  callTimeoutMs: number
+}
+
+export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
+  await app.register(fastifyMultipart, { limits: CREATE_FORM_LIMITS })
+
+  app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
+    const upload = new CreateUpload(request)
+    const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
+    try {
+      const image = await upload.readUntilImage()
+      const answer = await opts.engine.call({
+        method: 'POST',
+        path: '/api/portfolio/create',
+        requestId: request.id,
+        userId: request.userId,
+        contentType: upload.writer.contentType,
+        ...(image === undefined
+          ? { body: upload.bufferedBody() }
+          : { body: upload.streamBody(image, clock), signal: clock.signal, headersTimeoutMs: opts.callTimeoutMs })
+      })
+      return sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
+    } catch (err) {
+      // Stop reading a body we have refused: close the connection after the answer.
+      if (!request.raw.complete) reply.header('connection', 'close')
+      throw err
+    } finally {
+      clock.stop()
+    }
+  })
+}

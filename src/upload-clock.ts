@@ -1,0 +1,48 @@
+/**
+ * Timing a streamed upload (issue: the upstream timeout measures the engine,
+ * not the client). undici's headersTimeout starts at dispatch, which would cut
+ * off a phone still uploading, so streamed calls keep this clock instead:
+ * - UPSTREAM_TIMEOUT_MS counts from the moment the engine has the whole form;
+ * - a separate, generous stall limit covers an engine that stops reading mid-upload.
+ * Either fires by aborting the engine call with a 504 reason.
+ */
+import { GatewayError } from './errors.js'
+import type { UploadTiming } from './create-upload.js'
+
+export class UploadClock implements UploadTiming {
+  readonly #abort = new AbortController()
+  readonly #responseTimeoutMs: number
+  readonly #stallTimeoutMs: number
+  #timer: NodeJS.Timeout | undefined
+
+  constructor (responseTimeoutMs: number, stallTimeoutMs: number) {
+    this.#responseTimeoutMs = responseTimeoutMs
+    this.#stallTimeoutMs = stallTimeoutMs
+  }
+
+  get signal (): AbortSignal {
+    return this.#abort.signal
+  }
+
+  handedOver (): void {
+    this.#arm(this.#stallTimeoutMs, 'portfolio engine stopped reading the upload')
+  }
+
+  taken (): void {
+    this.stop()
+  }
+
+  bodySent (): void {
+    this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
+  }
+
+  stop (): void {
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+  }
+
+  #arm (ms: number, message: string): void {
+    clearTimeout(this.#timer)
+    this.#timer = setTimeout(() => this.#abort.abort(new GatewayError('UPSTREAM_TIMEOUT', message)), ms)
+  }
+}

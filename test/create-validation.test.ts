@@ -1,0 +1,95 @@
+/**
+ * POST /api/portfolio/create, bad input over real sockets: each is a 400
+ * VALIDATION_ERROR naming the field, and no form completes at the engine.
+ */
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { request } from 'undici'
+import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, MINTS } from './helpers/app.js'
+import { multipartBody, type MultipartPart } from './helpers/multipart.js'
+
+const PNG = readFileSync(PNG_IMAGE)
+const MiB = 1024 * 1024
+
+const err = (message: string): unknown => ({
+  success: false,
+  error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message, function: 'createPortfolio' }
+})
+
+const image = (data: Buffer, contentType = 'image/png', filename = 'a.png'): MultipartPart => ({ name: 'image', filename, contentType, data })
+const BASE: MultipartPart[] = [{ name: 'name', value: 'Blue chips' }, { name: 'type', value: 'PORTFOLIO' }]
+const without = (name: string): MultipartPart[] => BASE.filter((p) => p.name !== name)
+const withField = (name: string, value: string): MultipartPart[] => [...without(name), { name, value }]
+const bigPng = (size: number): Buffer => {
+  const data = Buffer.alloc(size, 0x42)
+  PNG.copy(data, 0, 0, 8)
+  return data
+}
+
+const CASES: Array<[string, MultipartPart[], string]> = [
+  ['name missing', without('name'), 'name is required'],
+  ['name empty', withField('name', ''), 'name must NOT have fewer than 1 characters'],
+  ['name of 31 characters', withField('name', 'n'.repeat(31)), 'name must NOT have more than 30 characters'],
+  ['type missing', without('type'), 'type is required'],
+  ['bad type', withField('type', 'HEDGE_FUND'), 'type must be one of PORTFOLIO, INDEX_PORTFOLIO'],
+  ['wallet too short', [...BASE, { name: 'beneficiary_wallet', value: 'So1111111111' }], 'beneficiary_wallet must NOT have fewer than 32 characters'],
+  ['wallet too long', [...BASE, { name: 'beneficiary_wallet', value: 'S'.repeat(45) }], 'beneficiary_wallet must NOT have more than 44 characters'],
+  ['wallet not base58', [...BASE, { name: 'beneficiary_wallet', value: '0OIl' + MINTS[1].slice(4) }], 'beneficiary_wallet must be a base58 Solana address (32 bytes)'],
+  ['description of 501 characters', [...BASE, { name: 'description', value: 'd'.repeat(501) }], 'description must NOT have more than 500 characters'],
+  ['description beyond the field size limit', [...BASE, { name: 'description', value: 'd'.repeat(5000) }], 'description must NOT have more than 500 characters'],
+  ['unknown field', [...BASE, { name: 'owner', value: 'mallory' }], 'owner is not an accepted field'],
+  ['a field twice', [...BASE, { name: 'name', value: 'Again' }], 'name must be given once'],
+  ['image as a text field', [...BASE, { name: 'image', value: 'not a file' }], 'image must be a file'],
+  ['a file under another name', [...BASE, { name: 'avatar', filename: 'a.png', contentType: 'image/png', data: PNG }], 'avatar is not an accepted file field (only image)'],
+  ['image of another format (GIF declared as PNG)', [...BASE, image(readFileSync(GIF_IMAGE))], 'image must be a PNG or JPEG file'],
+  ['empty image', [...BASE, image(Buffer.alloc(0))], 'image is empty'],
+  ['image shorter than any signature', [...BASE, image(PNG.subarray(0, 4))], 'image must be a PNG or JPEG file'],
+  ['image of 10 MiB plus one byte', [...BASE, image(bigPng(10 * MiB + 1))], 'image must be at most 10485760 bytes'],
+  ['two images', [...BASE, image(PNG), image(PNG)], 'form must have at most 1 file (image)'],
+  ['image first, then a bad name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }, { name: 'name', value: '' }], 'name must NOT have fewer than 1 characters'],
+  ['image first, then no name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }], 'name is required'],
+  ['six parts', [...BASE, { name: 'description', value: 'x' }, { name: 'beneficiary_wallet', value: MINTS[0] }, image(PNG), { name: 'x', value: 'y' }], 'form must have at most 5 parts']
+]
+
+t.test('each bad form is a 400 naming the field; nothing completes at the engine', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  for (const [name, parts, message] of CASES) {
+    const { body, contentType } = multipartBody(parts)
+    const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
+    t.equal(res.statusCode, 400, name)
+    t.same(await res.body.json(), err(message), `${name}: body`)
+  }
+  t.equal(stub.requests.length, 0, 'no form completed at the engine')
+})
+
+t.test('a body that is not multipart', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const asJson = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: '{"name":"x","type":"PORTFOLIO"}' })
+  t.equal(asJson.statusCode, 400)
+  t.same(await asJson.body.json(), err('content-type must be multipart/form-data'))
+  const asText = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': 'text/plain' }, body: 'name=x' })
+  t.equal(asText.statusCode, 400)
+  t.same(await asText.body.json(), err('content-type must be multipart/form-data'))
+  t.equal(stub.stats.started, 0)
+})
+
+t.test('a truncated multipart body', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  for (const [name, parts] of [['in the fields', BASE], ['in the image', [...BASE, image(bigPng(64 * 1024))]]] as const) {
+    const { body, contentType } = multipartBody([...parts])
+    // The body ends cleanly at the HTTP level, but the form never reaches its closing boundary.
+    const cut = body.subarray(0, body.length - 200)
+    const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body: cut })
+    t.equal(res.statusCode, 400, name)
+    t.same(await res.body.json(), err('multipart body is malformed or truncated'), `${name}: body`)
+  }
+  t.equal(stub.requests.length, 0, 'nothing completed at the engine')
+})
