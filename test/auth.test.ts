@@ -6,7 +6,8 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 const ROUTES = [
   { method: 'GET', url: '/api/health' },
   { method: 'GET', url: '/api/portfolio/ping' },
-  { method: 'POST', url: '/api/portfolio/update' }
+  { method: 'POST', url: '/api/portfolio/update' },
+  { method: 'POST', url: '/api/portfolio/create' }
 ] as const
 
 const now = (): number => Math.floor(Date.now() / 1000)

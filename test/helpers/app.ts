@@ -17,6 +17,7 @@ export interface BuildOptions {
   upstreamUrl?: string
   env?: Record<string, string>
   lifecycle?: Lifecycle
+  uploadStallTimeoutMs?: number
 }
 
 export interface Built {
@@ -29,7 +30,11 @@ export interface Built {
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
   const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500 })
-  const app = await buildApp(config, { engine, ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }) })
+  const app = await buildApp(config, {
+    engine,
+    ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
+    ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs })
+  })
   t.teardown(async () => {
     await app.close()
     await engine.close()
