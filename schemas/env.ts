@@ -4,6 +4,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox'
 
+/** src/env.ts accepts only plain digits for these: '40.5' and '4e3' are errors, not 40 and 4. */
 const Integer = (min: number, max: number, description: string, dflt: number) =>
   Type.Integer({ minimum: min, maximum: max, default: dflt, description })
 
@@ -12,7 +13,7 @@ export const Env = Type.Object({
   PORT: Integer(0, 65535, 'listen port', 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'listen address' }),
   LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)), { default: 'info', description: 'pino level' }),
-  JWT_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'HS256 secret, at least 32 characters' })),
+  JWT_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'HS256 secret, e.g. the output of openssl rand -hex 32' })),
   JWT_PUBLIC_KEY: Type.Optional(Type.String({ minLength: 1, description: 'PEM public key for RS256 or ES256' })),
   JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, description: 'required iss claim' })),
   JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, description: 'required aud claim' })),

@@ -3,8 +3,8 @@
  * `process.env` itself: the caller passes the environment in, so tests can too.
  */
 import { createPublicKey, randomBytes } from 'node:crypto'
-import { Value } from '@sinclair/typebox/value'
 import { Env } from '../schemas/env.js'
+import { readEnv } from './env.js'
 
 export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
 
@@ -35,28 +35,15 @@ export class ConfigError extends Error {
   override name = 'ConfigError'
 }
 
-function describe (name: string): string {
-  const schema = (Env.properties as Record<string, { description?: string }>)[name]
-  return schema?.description ?? ''
-}
-
-/** Parse and check the environment. Throws ConfigError on the first bad value. */
+/** Parse and check the environment. Throws ConfigError on the first bad value; `env` is never changed. */
 export function loadConfig (env: Record<string, string | undefined>): GatewayConfig {
-  const raw: Record<string, string> = {}
-  for (const name of Object.keys(Env.properties)) {
-    const value = env[name]
-    // An empty variable counts as unset: `FOO= node ...` is a common way to clear one.
-    if (value !== undefined && value !== '') raw[name] = value
+  const read = readEnv(Env, env)
+  if (!read.ok) {
+    // Keys and secrets never reach a log or a terminal, even when they are wrong.
+    const shown = read.name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(read.given)
+    throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
-  const candidate = Value.Default(Env, Value.Convert(Env, raw))
-  const first = Value.Errors(Env, candidate).First()
-  if (first !== undefined) {
-    const name = first.path.replace(/^\//, '')
-    const given = raw[name]
-    const shown = name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(given)
-    throw new ConfigError(`${name}=${shown} is invalid: ${first.message}; expected ${describe(name)}`)
-  }
-  const parsed = candidate as Env
+  const parsed = read.value
   const production = parsed.NODE_ENV === 'production'
   return Object.freeze({
     production,
@@ -101,5 +88,8 @@ function publicKeyAlgorithm (pem: string): JwtAlgorithm {
   }
   if (key.asymmetricKeyType === 'rsa') return 'RS256'
   if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') return 'ES256'
-  throw new ConfigError(`JWT_PUBLIC_KEY is a ${key.asymmetricKeyType ?? 'unknown'} key: use an RSA key (RS256) or a P-256 EC key (ES256)`)
+  const what = key.asymmetricKeyType === 'ec'
+    ? `an EC key on curve ${key.asymmetricKeyDetails?.namedCurve ?? 'unknown'}`
+    : `a key of type ${key.asymmetricKeyType ?? 'unknown'}`
+  throw new ConfigError(`JWT_PUBLIC_KEY is ${what}: use an RSA key (RS256) or a P-256 EC key (ES256)`)
 }

@@ -1,0 +1,142 @@
+/**
+ * The environment -> config contract (DECISIONS "Configuration"): defaults,
+ * every variable, and one exact, one-line message for every bad value.
+ */
+import { generateKeyPairSync } from 'node:crypto'
+import t from 'tap'
+import { ConfigError, loadConfig } from '../src/config.js'
+import { keyPair, SECRET } from './helpers/app.js'
+
+t.test('defaults: nothing set is a development gateway with the embedded engine', async (t) => {
+  const config = loadConfig({})
+  t.same({ ...config, jwt: undefined }, {
+    production: false,
+    port: 3000,
+    host: '0.0.0.0',
+    logLevel: 'info',
+    jwt: undefined,
+    upstreamTimeoutMs: 10_000
+  })
+  t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
+  t.ok(Object.isFrozen(config) && Object.isFrozen(config.jwt), 'frozen')
+})
+
+t.test('each variable is read', async (t) => {
+  const config = loadConfig({
+    NODE_ENV: 'production',
+    PORT: '8080',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'debug',
+    JWT_SECRET: SECRET,
+    JWT_ISSUER: 'https://issuer.example',
+    JWT_AUDIENCE: 'portfolio',
+    UPSTREAM_URL: 'http://engine:4000/',
+    UPSTREAM_TIMEOUT_MS: '2500'
+  })
+  t.same(config, {
+    production: true,
+    port: 8080,
+    host: '127.0.0.1',
+    logLevel: 'debug',
+    jwt: { key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
+    upstreamUrl: 'http://engine:4000',
+    upstreamTimeoutMs: 2500
+  })
+  t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
+  t.equal(loadConfig({ UPSTREAM_URL: 'https://engine.internal' }).upstreamUrl, 'https://engine.internal')
+})
+
+const BAD: Array<[Record<string, string>, string]> = [
+  [{ PORT: 'abc' }, 'PORT="abc" is invalid: must be a whole number; expected listen port'],
+  [{ PORT: '70000' }, 'PORT="70000" is invalid: must be between 0 and 65535; expected listen port'],
+  [{ PORT: '4e3' }, 'PORT="4e3" is invalid: must be a whole number; expected listen port'],
+  [{ PORT: '40.5' }, 'PORT="40.5" is invalid: must be a whole number; expected listen port'],
+  [{ PORT: '-1' }, 'PORT="-1" is invalid: must be a whole number; expected listen port'],
+  [{ PORT: ' 3000' }, 'PORT=" 3000" is invalid: must be a whole number; expected listen port'],
+  [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL="loud" is invalid: must be one of fatal, error, warn, info, debug, trace, silent; expected pino level'],
+  [{ UPSTREAM_URL: 'ftp://x' }, 'UPSTREAM_URL="ftp://x" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'],
+  [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'],
+  [{ UPSTREAM_TIMEOUT_MS: '0' }, 'UPSTREAM_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long to wait for the engine response headers, in ms'],
+  [{ UPSTREAM_TIMEOUT_MS: '1.5' }, 'UPSTREAM_TIMEOUT_MS="1.5" is invalid: must be a whole number; expected how long to wait for the engine response headers, in ms'],
+  [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
+]
+
+for (const [env, message] of BAD) {
+  t.test(`bad value ${JSON.stringify(env)}`, async (t) => {
+    const before = { ...env }
+    t.throws(() => loadConfig(env), new ConfigError(message))
+    t.throws(() => loadConfig(env), ConfigError)
+    t.notMatch(message, /\n/, 'one line')
+    t.same(env, before, 'the environment is not changed')
+  })
+}
+
+t.test('a short JWT_SECRET is never shown', async (t) => {
+  const secret = 'hunter2-hunter2'
+  const err = t.throws(() => loadConfig({ JWT_SECRET: secret, JWT_AUDIENCE: 'portfolio' }), ConfigError)
+  t.notMatch(String((err as Error).message), secret)
+})
+
+t.test('production without a key refuses to start', async (t) => {
+  t.throws(() => loadConfig({ NODE_ENV: 'production' }), new ConfigError(
+    'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)'
+  ))
+})
+
+t.test('development without a key generates a secret', async (t) => {
+  const a = loadConfig({})
+  const b = loadConfig({ NODE_ENV: 'development' })
+  t.equal(a.jwt.generated, true)
+  t.equal(a.jwt.algorithm, 'HS256')
+  t.ok(a.jwt.key.length >= 32, 'as long as a configured secret must be')
+  t.not(a.jwt.key, b.jwt.key, 'random each time')
+})
+
+t.test('JWT_SECRET and JWT_PUBLIC_KEY both set', async (t) => {
+  t.throws(() => loadConfig({ JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('rsa').publicKey }), new ConfigError(
+    'JWT_SECRET and JWT_PUBLIC_KEY are both set: set exactly one (HS256 secret or RS256/ES256 public key)'
+  ))
+})
+
+t.test('JWT_PUBLIC_KEY pins the algorithm by key type', async (t) => {
+  const rsa = keyPair('rsa').publicKey
+  const ec = keyPair('ec').publicKey
+  t.same(loadConfig({ JWT_PUBLIC_KEY: rsa }).jwt, { key: rsa, algorithm: 'RS256', generated: false })
+  t.same(loadConfig({ JWT_PUBLIC_KEY: ec }).jwt, { key: ec, algorithm: 'ES256', generated: false })
+
+  const ed25519 = generateKeyPairSync('ed25519', { publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } }).publicKey
+  t.throws(() => loadConfig({ JWT_PUBLIC_KEY: ed25519 }), new ConfigError(
+    'JWT_PUBLIC_KEY is a key of type ed25519: use an RSA key (RS256) or a P-256 EC key (ES256)'
+  ))
+  const p384 = generateKeyPairSync('ec', { namedCurve: 'secp384r1', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } }).publicKey
+  t.throws(() => loadConfig({ JWT_PUBLIC_KEY: p384 }), new ConfigError(
+    'JWT_PUBLIC_KEY is an EC key on curve secp384r1: use an RSA key (RS256) or a P-256 EC key (ES256)'
+  ), 'an EC key on another curve is refused too')
+
+  t.throws(() => loadConfig({ JWT_PUBLIC_KEY: 'not a key' }), new ConfigError(
+    'JWT_PUBLIC_KEY is not a PEM public key: pass the text of the key, starting with -----BEGIN PUBLIC KEY-----'
+  ))
+})
+
+t.test('a PEM on one line with literal \\n works', async (t) => {
+  const pem = keyPair('ec').publicKey
+  const oneLine = pem.replace(/\n/g, '\\n')
+  t.notMatch(oneLine, /\n/)
+  t.same(loadConfig({ JWT_PUBLIC_KEY: oneLine }).jwt, { key: pem, algorithm: 'ES256', generated: false })
+})
+
+t.test('an empty variable counts as unset', async (t) => {
+  const config = loadConfig({
+    NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
+    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: ''
+  })
+  t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
+    production: false,
+    port: 3000,
+    host: '0.0.0.0',
+    logLevel: 'info',
+    jwt: { key: undefined, algorithm: 'HS256', generated: true },
+    upstreamTimeoutMs: 10_000
+  })
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
+})
