@@ -1,11 +1,11 @@
 /**
  * The standalone engine's environment -> validated settings. Pure: the caller
- * passes the environment in, so tests can too (same approach as src/config.ts).
+ * passes the environment in, so tests can too (the same reader as src/config.ts, src/env.ts).
  */
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
+import { readEnv } from '../env.js'
 
 export const EngineEnv = Type.Object({
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),
@@ -30,22 +30,9 @@ export function defaultImageDir (): string {
 }
 
 export function loadEngineEnv (env: Record<string, string | undefined>): EngineSettings {
-  const raw: Record<string, string> = { ENGINE_IMAGE_DIR: defaultImageDir() }
-  for (const name of Object.keys(EngineEnv.properties)) {
-    const value = env[name]
-    // An empty variable counts as unset, as in the gateway's config.
-    if (value !== undefined && value !== '') raw[name] = value
-  }
-  const invalid = (name: string): EngineEnvError => {
-    const expected = (EngineEnv.properties as Record<string, { description?: string }>)[name]?.description ?? 'a valid value'
-    return new EngineEnvError(`${name}=${JSON.stringify(raw[name])} is invalid: expected ${expected}`)
-  }
-  // Value.Convert turns '40.5' into 40 and '4e3' into 4000; a port must be plain digits.
-  if (raw['ENGINE_PORT'] !== undefined && !/^\d+$/.test(raw['ENGINE_PORT'])) throw invalid('ENGINE_PORT')
-  // Convert and Default work on a copy: they mutate, and the error message quotes the raw text.
-  const candidate: unknown = Value.Default(EngineEnv, Value.Convert(EngineEnv, { ...raw }))
-  const first = Value.Errors(EngineEnv, candidate).First()
-  if (first !== undefined) throw invalid(first.path.replace(/^\//, ''))
-  const parsed = candidate as EngineEnv
+  // Empty counts as unset here too, so an empty ENGINE_IMAGE_DIR also gets the default.
+  const read = readEnv(EngineEnv, { ...env, ENGINE_IMAGE_DIR: env['ENGINE_IMAGE_DIR'] || defaultImageDir() })
+  if (!read.ok) throw new EngineEnvError(`${read.name}=${JSON.stringify(read.given)} is invalid: expected ${read.expected}`)
+  const parsed = read.value
   return Object.freeze({ port: parsed.ENGINE_PORT, host: parsed.ENGINE_HOST, imageDir: parsed.ENGINE_IMAGE_DIR })
 }
