@@ -1,0 +1,229 @@
+/**
+ * The gateway as a real process (src/server.ts, src/token.ts): refusing bad
+ * configuration with one line, the development path with the embedded engine,
+ * graceful shutdown with a request in flight, and the token CLI.
+ * Runs the compiled files in dist/, building them first when they are
+ * missing or older than the sources.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { createHmac } from 'node:crypto'
+import { once } from 'node:events'
+import { existsSync, readdirSync, statSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { Agent, request } from 'undici'
+import { contractHandler, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, MINTS, SECRET } from './helpers/app.js'
+import { multipartBody } from './helpers/multipart.js'
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
+const SERVER = join(ROOT, 'dist', 'src', 'server.js')
+const TOKEN_CLI = join(ROOT, 'dist', 'src', 'token.js')
+/** Upper bound for any one wait on a child process. */
+const WAIT_MS = 15_000
+
+function newestSource (dir: string): number {
+  let newest = 0
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path))
+    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs)
+  }
+  return newest
+}
+
+t.before(() => {
+  const built = existsSync(SERVER) && existsSync(TOKEN_CLI) ? statSync(SERVER).mtimeMs : 0
+  if (built < Math.max(newestSource(join(ROOT, 'src')), newestSource(join(ROOT, 'schemas')))) {
+    execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit', timeout: 120_000 })
+  }
+})
+
+interface Child {
+  proc: ChildProcess
+  /** Everything written so far. */
+  out: () => string
+  err: () => string
+  /** Resolves when stdout holds a match for `pattern`. */
+  waitForOutput: (pattern: RegExp) => Promise<RegExpMatchArray>
+  exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
+}
+
+/**
+ * A child with only PATH and `env`: nothing of the test's own environment
+ * (NODE_ENV, JWT_*) leaks in. Killed in teardown if it is still running.
+ */
+function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
+  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
+  proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => { err += chunk })
+  const exited = once(proc, 'exit').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }))
+  t.teardown(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL')
+      await exited
+    }
+  })
+  async function waitForOutput (pattern: RegExp): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + WAIT_MS
+    for (;;) {
+      const match = out.match(pattern)
+      if (match !== null) return match
+      if (proc.exitCode !== null || Date.now() > deadline) {
+        throw new Error(`no ${String(pattern)} in the output (exit ${String(proc.exitCode)}):\n${out}\n${err}`)
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
+  return { proc, out: () => out, err: () => err, waitForOutput, exited }
+}
+
+async function exitOf (child: Child): Promise<{ code: number | null, signal: NodeJS.Signals | null }> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error('the process did not exit in time')), WAIT_MS) })
+  try {
+    return await Promise.race([child.exited, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** The gateway's own "Server listening at" line (the embedded engine logs one too, under name "engine"). */
+async function gatewayUrl (child: Child): Promise<string> {
+  for (;;) {
+    for (const line of child.out().split('\n')) {
+      if (!line.startsWith('{')) continue
+      const entry = JSON.parse(line) as { msg?: string, name?: string }
+      const match = entry.name === undefined ? entry.msg?.match(/^Server listening at (http:\/\/\S+)$/) : undefined
+      if (match?.[1] !== undefined) return match[1]
+    }
+    await child.waitForOutput(/Server listening at/)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** A client whose sockets never outlive the test. */
+function client (t: Test): Agent {
+  const agent = new Agent({ keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })
+  t.teardown(() => agent.close())
+  return agent
+}
+
+const lines = (text: string): string[] => text.split('\n').filter((l) => l !== '')
+
+t.test('production without a JWT key exits 1 with one line', async (t) => {
+  const child = start(t, SERVER, { NODE_ENV: 'production', PORT: '0' })
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), [
+    'portfolio-gateway: NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)'
+  ])
+  t.equal(child.out(), '', 'nothing on stdout: it never started')
+})
+
+t.test('a malformed PORT exits 1 with one line naming it', async (t) => {
+  const child = start(t, SERVER, { PORT: 'abc', JWT_SECRET: SECRET })
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), ['portfolio-gateway: PORT="abc" is invalid: must be a whole number; expected listen port'])
+  t.equal(child.out(), '')
+})
+
+t.test('development with no key and no UPSTREAM_URL: embedded engine and a printed token', async (t) => {
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' })
+  const [, token] = await child.waitForOutput(/export TOKEN=(\S+)/) as [string, string]
+  const url = await gatewayUrl(child)
+  const dispatcher = client(t)
+  const auth = bearer(token)
+
+  const ping = await request(`${url}/api/portfolio/ping`, { dispatcher, headers: auth })
+  t.equal(ping.statusCode, 200)
+  t.equal(await ping.body.text(), 'pong')
+
+  const health = await request(`${url}/api/health`, { dispatcher, headers: auth })
+  t.equal(health.statusCode, 200)
+  t.match(await health.body.json(), { status: 'ok', services: { database: 'connected', cache: 'connected' } })
+
+  const form = multipartBody([{ name: 'name', value: 'Process test' }, { name: 'type', value: 'PORTFOLIO' }])
+  const created = await request(`${url}/api/portfolio/create`, { dispatcher, method: 'POST', headers: { ...auth, 'content-type': form.contentType }, body: form.body })
+  t.equal(created.statusCode, 200, 'create')
+  const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
+  t.type(id, 'string')
+
+  const updated = await request(`${url}/api/portfolio/update`, {
+    dispatcher,
+    method: 'POST',
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({ portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.25 }, { mint: MINTS[1], allocation: 0.75 }] })
+  })
+  t.equal(updated.statusCode, 200, 'update of the portfolio just created')
+  t.same(await updated.body.json(), { success: true, message: 'Target positions updated' })
+
+  child.proc.kill('SIGTERM')
+  t.same(await exitOf(child), { code: 0, signal: null }, 'SIGTERM closes gateway and engine cleanly')
+  t.equal(child.err(), '', 'nothing on stderr')
+})
+
+t.test('SIGTERM with a request in flight: it is answered, then exit 0, and no token in the logs', async (t) => {
+  const stub = await startStubUpstream((req, res, body) => {
+    if (req.url !== '/api/portfolio/ping') return contractHandler(req, res, body)
+    setTimeout(() => contractHandler(req, res, body), 500)
+  })
+  t.teardown(stub.close)
+  // trace: the most the gateway ever logs, so the leak check covers every line.
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'trace', JWT_SECRET: SECRET, UPSTREAM_URL: stub.url })
+  await child.waitForOutput(/gateway ready/)
+  const url = await gatewayUrl(child)
+  const token = bearer().authorization!.slice('Bearer '.length)
+
+  const inFlight = request(`${url}/api/portfolio/ping`, { dispatcher: client(t), headers: bearer(token) })
+  const deadline = Date.now() + WAIT_MS
+  while (stub.stats.started === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.equal(stub.stats.started, 1, 'the ping reached the engine before the signal')
+  child.proc.kill('SIGTERM')
+
+  const res = await inFlight
+  t.equal(res.statusCode, 200)
+  t.equal(await res.body.text(), 'pong')
+  t.same(await exitOf(child), { code: 0, signal: null })
+
+  const logs = child.out() + child.err()
+  t.match(logs, /draining/, 'the shutdown is logged')
+  t.notMatch(logs, token, 'the token is not logged')
+  t.notMatch(logs, token.split('.')[2]!, 'nor its signature')
+  t.notMatch(logs, /bearer/i, 'nor the authorization header')
+  t.notMatch(logs, SECRET, 'nor the secret')
+})
+
+t.test('token CLI: prints a JWT the gateway accepts', async (t) => {
+  const child = start(t, TOKEN_CLI, { JWT_SECRET: SECRET }, ['--sub', 'alice'])
+  t.same(await exitOf(child), { code: 0, signal: null })
+  t.equal(child.err(), '')
+  const printed = lines(child.out())
+  t.equal(printed.length, 1, 'one line: the token')
+  const token = printed[0]!
+  const [header, payload, signature] = token.split('.') as [string, string, string]
+  t.match(JSON.parse(Buffer.from(header, 'base64url').toString()), { alg: 'HS256' })
+  const claims = JSON.parse(Buffer.from(payload, 'base64url').toString()) as { sub: string, exp: number, iat: number }
+  t.equal(claims.sub, 'alice')
+  t.equal(claims.exp - claims.iat, 3600, 'expires in one hour by default')
+  t.equal(signature, createHmac('sha256', SECRET).update(`${header}.${payload}`).digest('base64url'), 'signed with JWT_SECRET')
+
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const res = await request(`${url}/api/portfolio/ping`, { dispatcher: client(t), headers: bearer(token) })
+  t.equal(res.statusCode, 200)
+  t.equal(await res.body.text(), 'pong')
+  t.equal(stub.requests[0]?.headers['x-user-id'], 'alice', 'the engine is told the sub')
+})
+
+t.test('token CLI without a key exits 1 with one line', async (t) => {
+  const child = start(t, TOKEN_CLI, {}, ['--sub', 'alice'])
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), [
+    'token: no JWT_SECRET or JWT_PUBLIC_KEY is set: set the same one the gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)'
+  ])
+  t.equal(child.out(), '')
+})
