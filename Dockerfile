@@ -1,0 +1,25 @@
+# syntax=docker/dockerfile:1
+# Build stage: compile the TypeScript with the dev dependencies.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY schemas ./schemas
+COPY src ./src
+RUN npx tsc -p tsconfig.build.json
+
+# Runtime stage: production dependencies and compiled JS only, as the unprivileged `node` user.
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production PORT=3000 HOST=0.0.0.0
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist ./dist
+USER node
+EXPOSE 3000
+# /health answers 500 while draining, so the orchestrator stops routing here first.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + process.env.PORT + '/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# Runs node directly (not npm) so SIGTERM reaches the process and the graceful close runs.
+CMD ["node", "dist/src/server.js"]
