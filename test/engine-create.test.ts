@@ -2,6 +2,7 @@ import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { GIF_IMAGE, JPEG_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
+import { CREATE_FORM_LIMITS } from '../schemas/portfolio.js'
 import { MINTS, USER, startEngine } from './helpers/engine.js'
 import { multipartBody, type MultipartPart } from './helpers/multipart.js'
 
@@ -97,7 +98,7 @@ t.test('invalid forms are a 400 naming the field, and leave nothing behind', asy
     ['png prefix only', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png.subarray(0, 4) }], 'image must be a PNG or JPEG file'],
     ['two images', [...REQUIRED, image, image], 'only one file (image) is allowed'],
     ['five fields', [...REQUIRED, { name: 'description', value: 'd' }, { name: 'beneficiary_wallet', value: MINTS[0] }, { name: 'extra', value: 'e' }], 'too many fields: allowed are name, type, beneficiary_wallet, description'],
-    ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(1501) }], 'description is too long']
+    ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(CREATE_FORM_LIMITS.fieldSize + 1) }], 'description is too long']
   ]
   for (const [name, parts, message] of cases) {
     const res = await create(engine, parts)

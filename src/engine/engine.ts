@@ -7,7 +7,7 @@
 import { mkdir } from 'node:fs/promises'
 import fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import multipart from '@fastify/multipart'
-import { LIMITS } from '../../schemas/portfolio.js'
+import { CREATE_FORM_LIMITS, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
 import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
@@ -34,16 +34,6 @@ declare module 'fastify' {
 
 export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
 
-/** The text fields of the create form; their values are checked against the schema afterwards. */
-const CREATE_FORM_FIELDS = 4
-
-/**
- * Busboy counts fieldSize in bytes, the schema counts characters: one UTF-16
- * code unit is at most 3 UTF-8 bytes, so a 500-character description can need
- * 1,500 bytes. A smaller limit would cut valid non-ASCII descriptions.
- */
-const FIELD_MAX_BYTES = LIMITS.descriptionMax * 3
-
 export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance> {
   const serviceName = opts.serviceName ?? DEFAULT_SERVICE_NAME
   await mkdir(opts.imageDir, { recursive: true })
@@ -64,18 +54,9 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   const store = new PortfolioStore()
   app.decorate('portfolios', store)
 
-  await app.register(multipart, {
-    // Every limit set here: busboy's defaults (Infinity for most) are not a policy.
-    limits: {
-      fileSize: LIMITS.imageMaxBytes,
-      files: 1,
-      fields: CREATE_FORM_FIELDS,
-      fieldSize: FIELD_MAX_BYTES,
-      fieldNameSize: 100,
-      parts: CREATE_FORM_FIELDS + 1,
-      headerPairs: 20
-    }
-  })
+  // The gateway's limits, so a form the gateway accepts is one the engine
+  // accepts; every one set, since busboy's defaults (Infinity for most) are not a policy.
+  await app.register(multipart, { limits: CREATE_FORM_LIMITS })
 
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)

@@ -9,9 +9,8 @@ import { mkdir, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { Transform, type Readable, type TransformCallback } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { ImageSniffer, imageExtension, NOT_AN_IMAGE, type ImageMime } from '../image-type.js'
 import { validationError } from './errors.js'
-
-export type ImageMime = 'image/png' | 'image/jpeg'
 
 export interface StoredImage {
   readonly path: string
@@ -26,49 +25,21 @@ export interface ReceivedImage {
   readonly bytes: number
 }
 
-const SIGNATURES: ReadonlyArray<{ mime: ImageMime, ext: string, magic: Buffer }> = [
-  { mime: 'image/png', ext: 'png', magic: Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]) },
-  { mime: 'image/jpeg', ext: 'jpg', magic: Buffer.from([0xff, 0xd8, 0xff]) }
-]
-const SNIFF_BYTES = Math.max(...SIGNATURES.map((s) => s.magic.length))
-
-/** The type the content says it is (its magic bytes), or undefined when neither PNG nor JPEG. */
-export function sniffImage (head: Buffer): ImageMime | undefined {
-  return SIGNATURES.find(({ magic }) => head.length >= magic.length && head.subarray(0, magic.length).equals(magic))?.mime
-}
-
-/** True while `head` is too short to decide but still starts like a signature. */
-function mayBecomeImage (head: Buffer): boolean {
-  return SIGNATURES.some(({ magic }) => head.length < magic.length && magic.subarray(0, head.length).equals(head))
-}
-
-export function imageExtension (mime: ImageMime): string {
-  return SIGNATURES.find((s) => s.mime === mime)?.ext ?? 'bin'
-}
-
-const NOT_AN_IMAGE = 'image must be a PNG or JPEG file'
-
 /**
- * Counts bytes and checks the magic bytes as they pass. A file that is not an
- * image fails at its first chunk, so nothing more of it is written.
+ * Passes the upload through, feeding the gateway's ImageSniffer: both sides
+ * decide "is this an image" by the same code. A file that is not an image
+ * fails at its first chunk, so nothing more of it is written.
  */
-class ImageSniffer extends Transform {
-  bytes = 0
-  mime: ImageMime | undefined
-  #head = Buffer.alloc(0)
+class SniffingStream extends Transform {
+  readonly sniffer = new ImageSniffer()
 
   override _transform (chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.bytes += chunk.length
-    if (this.mime === undefined) {
-      this.#head = Buffer.concat([this.#head, chunk]).subarray(0, SNIFF_BYTES)
-      this.mime = sniffImage(this.#head)
-      if (this.mime === undefined && !mayBecomeImage(this.#head)) return callback(validationError(NOT_AN_IMAGE))
-    }
+    if (!this.sniffer.push(chunk)) return callback(validationError(NOT_AN_IMAGE))
     callback(null, chunk)
   }
 
   override _flush (callback: TransformCallback): void {
-    callback(this.mime === undefined ? validationError(NOT_AN_IMAGE) : null)
+    callback(this.sniffer.mime === undefined ? validationError(NOT_AN_IMAGE) : null)
   }
 }
 
@@ -86,9 +57,10 @@ export async function receiveImage (part: FilePart, dir: string, maxBytes: numbe
   await mkdir(dir, { recursive: true })
   // A dot name that is not <uuid>.<ext>, so it can never be mistaken for a stored image.
   const tempPath = join(dir, `.upload-${randomUUID()}.part`)
-  const sniffer = new ImageSniffer()
+  const sniffing = new SniffingStream()
+  const { sniffer } = sniffing
   try {
-    await pipeline(part.file, sniffer, createWriteStream(tempPath, { flags: 'wx' }))
+    await pipeline(part.file, sniffing, createWriteStream(tempPath, { flags: 'wx' }))
     if (part.file.truncated === true || sniffer.bytes > maxBytes) {
       throw validationError(`image must be at most ${maxBytes} bytes`)
     }

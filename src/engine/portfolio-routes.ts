@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { LIMITS, type CreatePortfolioResponse, type UpdatePortfolioResponse } from '../../schemas/portfolio.js'
+import { CREATE_FORM_LIMITS, IMAGE_FIELD, type CreatePortfolioResponse, type UpdatePortfolioResponse } from '../../schemas/portfolio.js'
 import { USER_ID_HEADER } from '../../schemas/upstream.js'
 import { EngineError, validationError } from './errors.js'
 import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
@@ -17,8 +17,6 @@ export interface PortfolioRoutesOptions {
   store: PortfolioStore
   imageDir: string
 }
-
-const IMAGE_FIELD = 'image'
 
 /** DECISIONS 9: the gateway names the user in x-user-id; without it the engine serves nobody. */
 export function requireUserId (request: FastifyRequest): string {
@@ -52,7 +50,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
             part.file.resume()
             throw validationError(`${part.fieldname} is not an allowed file field (only ${IMAGE_FIELD})`)
           }
-          received = await receiveImage(part, imageDir, LIMITS.imageMaxBytes)
+          received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
           leftovers.push(received.tempPath)
           continue
         }
