@@ -1,0 +1,26 @@
+/** The catalogue in src/errors.ts and the README's error table say the same thing. */
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { CATALOGUE, GatewayError, wireBody } from '../src/errors.js'
+
+const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+const section = readme.slice(readme.indexOf('### Errors'), readme.indexOf('## Decisions where'))
+const rows = new Map(section.split('\n')
+  .filter((line) => line.startsWith('| `'))
+  .map((line) => line.split('|').map((cell) => cell.trim()))
+  .map(([, code, status, shape, message]) => [code!.replace(/`/g, ''), { status, shape, message }]))
+
+t.test('every catalogue entry has its README row, and every row an entry', async (t) => {
+  for (const [code, entry] of Object.entries(CATALOGUE)) {
+    t.same(rows.get(code), { status: String(entry.status), shape: entry.shape, message: entry.message }, code)
+  }
+  t.same([...rows.keys()].sort(), Object.keys(CATALOGUE).sort())
+})
+
+t.test('wire shapes: structured needs a handler name, everything else is { error }', async (t) => {
+  t.same(wireBody(new GatewayError('VALIDATION_ERROR', 'name is required'), 'createPortfolio'), {
+    success: false, error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message: 'name is required', function: 'createPortfolio' }
+  })
+  t.same(wireBody(new GatewayError('INTERNAL_ERROR'), undefined), { error: 'internal error' })
+  t.same(wireBody(new GatewayError('UPSTREAM_TIMEOUT'), 'updatePortfolio'), { error: 'portfolio engine timed out' })
+})
