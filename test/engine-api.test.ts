@@ -100,7 +100,7 @@ t.test('update refuses invalid bodies with a 400 naming the field', async (t) =>
     ['bad mint', { portfolio_id: id, target_positions: [{ mint: 'O'.repeat(32), allocation: 1 }] }, 'target_positions[0].mint must be a Solana address (base58 text of 32 bytes)'],
     ['short mint', { portfolio_id: id, target_positions: [{ mint: 'abc', allocation: 1 }] }, 'target_positions[0].mint must be at least 32 characters'],
     ['extra field', { portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 1 }], merge: true }, 'merge is not an allowed field'],
-    ['sum below 1', { portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.5 }, { mint: MINTS[1], allocation: 0.4 }] }, 'target_positions allocations must sum to 1 (got 0.9)'],
+    ['sum below 1', { portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.5 }, { mint: MINTS[1], allocation: 0.4 }] }, 'target_positions allocations must sum to 1 (they sum to 0.9)'],
     ['repeated mint', { portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.5 }, { mint: MINTS[0], allocation: 0.5 }] }, 'target_positions[1].mint repeats target_positions[0].mint'],
     ['not an object', [1, 2], 'body must be an object'],
     ['too many positions', { portfolio_id: id, target_positions: Array.from({ length: 101 }, () => ({ mint: MINTS[0], allocation: 0 })) }, 'target_positions must have at most 100 items']

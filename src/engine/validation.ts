@@ -8,20 +8,13 @@ import type { TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 // Registers the 'solana-address' format with TypeBox before the compiles below.
 import { SOLANA_ADDRESS_FORMAT } from '../../schemas/formats.js'
-import { CreatePortfolioFields, LIMITS, UpdatePortfolioBody, type TargetPosition } from '../../schemas/portfolio.js'
+import { CreatePortfolioFields, UpdatePortfolioBody } from '../../schemas/portfolio.js'
+import { targetPositionsProblem } from '../portfolio-rules.js'
+import { fieldPath } from '../validation.js'
 import { validationError } from './errors.js'
 
 const checkUpdateBody = TypeCompiler.Compile(UpdatePortfolioBody)
 const checkCreateFields = TypeCompiler.Compile(CreatePortfolioFields)
-
-/** '/target_positions/2/allocation' -> 'target_positions[2].allocation'. */
-export function fieldName (path: string, root: string): string {
-  if (path === '') return root
-  return path.slice(1).split('/').reduce((name, segment, i) => {
-    if (/^\d+$/.test(segment)) return `${name}[${segment}]`
-    return i === 0 ? segment : `${name}.${segment}`
-  }, '')
-}
 
 /** 'PORTFOLIO, INDEX_PORTFOLIO' for a union of literals. */
 function listConsts (schema: TSchema): string {
@@ -31,7 +24,7 @@ function listConsts (schema: TSchema): string {
 
 /** One readable sentence for a TypeBox error, in the style "x must be <= 1". */
 export function describeError (error: ValueError, root: string): string {
-  const field = fieldName(error.path, root)
+  const field = fieldPath(error.path) || root
   const s = error.schema
   switch (error.type) {
     case ValueErrorType.ObjectRequiredProperty: return `${field} is required`
@@ -54,30 +47,15 @@ export function describeError (error: ValueError, root: string): string {
   }
 }
 
-/**
- * DECISIONS 3: the rules the schema cannot express. Allocations sum to 1
- * (within floating-point error) and no mint appears twice.
- */
-function checkAllocations (positions: readonly TargetPosition[]): void {
-  const seen = new Map<string, number>()
-  positions.forEach((p, i) => {
-    const first = seen.get(p.mint)
-    if (first !== undefined) throw validationError(`target_positions[${i}].mint repeats target_positions[${first}].mint`)
-    seen.set(p.mint, i)
-  })
-  const sum = positions.reduce((total, p) => total + p.allocation, 0)
-  if (Math.abs(sum - 1) > LIMITS.allocationSumTolerance) {
-    throw validationError(`target_positions allocations must sum to 1 (got ${sum})`)
-  }
-}
-
 function firstError (error: ValueError | undefined, root: string): string {
   return error === undefined ? `${root} is invalid` : describeError(error, root)
 }
 
 export function parseUpdateBody (body: unknown): UpdatePortfolioBody {
   if (!checkUpdateBody.Check(body)) throw validationError(firstError(checkUpdateBody.Errors(body).First(), 'body'))
-  checkAllocations(body.target_positions)
+  // DECISIONS 3, the rules across positions: the same function the gateway applies.
+  const problem = targetPositionsProblem(body.target_positions)
+  if (problem !== undefined) throw validationError(problem)
   return body
 }
 
