@@ -66,10 +66,13 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     reply.header('x-request-id', request.id)
     done()
   })
-  app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
-    done()
-  })
+  // The level is fixed at start; a quieter level then costs no hook at all.
+  if (['info', 'debug', 'trace'].includes(app.log.level)) {
+    app.addHook('onResponse', (request, reply, done) => {
+      request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      done()
+    })
+  }
 
   // 2. Errors: one handler, one catalogue.
   installErrorHandling(app)

@@ -24,3 +24,13 @@ t.test('wire shapes: structured needs a handler name, everything else is { error
   t.same(wireBody(new GatewayError('INTERNAL_ERROR'), undefined), { error: 'internal error' })
   t.same(wireBody(new GatewayError('UPSTREAM_TIMEOUT'), 'updatePortfolio'), { error: 'portfolio engine timed out' })
 })
+
+t.test('an unexpected error becomes INTERNAL_ERROR with nothing of its own message', async (t) => {
+  const { toGatewayError } = await import('../src/plugins/error-handler.js')
+  const bug = new TypeError("Cannot read properties of undefined (reading 'sub') at /srv/app/src/x.ts:12")
+  const mapped = toGatewayError(bug)
+  t.equal(mapped.code, 'INTERNAL_ERROR')
+  t.equal(mapped.statusCode, 500)
+  t.same(wireBody(mapped, 'updatePortfolio'), { success: false, error: { source: 'portfolio-gateway', code: 'INTERNAL_ERROR', message: 'internal error', function: 'updatePortfolio' } })
+  t.equal(mapped.cause, bug, 'the original is kept for the log')
+})

@@ -4,7 +4,7 @@
  */
 import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from '../../src/app.js'
+import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { EngineClient } from '../../src/engine-client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
@@ -18,6 +18,7 @@ export interface BuildOptions {
   env?: Record<string, string>
   lifecycle?: Lifecycle
   uploadStallTimeoutMs?: number
+  logger?: AppDeps['logger']
 }
 
 export interface Built {
@@ -33,7 +34,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
   const app = await buildApp(config, {
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
-    ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs })
+    ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
+    ...(opts.logger === undefined ? {} : { logger: opts.logger })
   })
   t.teardown(async () => {
     await app.close()
