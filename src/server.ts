@@ -2,8 +2,11 @@
  * The gateway process: the only file with side effects. Config, logger,
  * engine pool, listen, signals, graceful close.
  */
+import { mkdtemp, rm } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
@@ -25,23 +28,34 @@ const logger = {
   redact: { paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
 }
 
-// No UPSTREAM_URL: run the reference engine in this process, on loopback only.
-const embedded = config.upstreamUrl === undefined
-  ? await buildEngine({ imageDir: join(tmpdir(), 'portfolio-gateway-engine-images'), logger: { level: config.logLevel, name: 'engine' } })
-  : undefined
+// No UPSTREAM_URL: run the reference engine in this process, on loopback only,
+// with an image folder of its own that goes when the process does.
+const imageDir = config.upstreamUrl === undefined ? await mkdtemp(join(tmpdir(), 'portfolio-gateway-engine-')) : undefined
+const embedded = imageDir === undefined
+  ? undefined
+  : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' } })
 const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host: '127.0.0.1' })
 
 const engine = new EngineClient({ url: upstreamUrl, timeoutMs: config.upstreamTimeoutMs })
 const lifecycle = { draining: false }
 const app = await buildApp(config, { engine, lifecycle, logger })
 
+/**
+ * In production, /health answers 500 for a few seconds before the listener
+ * closes, so a load balancer sees the instance leave before connections are
+ * refused. Development closes at once.
+ */
+const DRAIN_NOTICE_MS = config.production ? 5_000 : 0
+
 closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
   if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
-  else app.log.info({ signal }, 'draining: finishing requests in flight')
+  else app.log.info({ signal, noticeMs: DRAIN_NOTICE_MS }, 'draining: /health answers 500, finishing requests in flight')
   lifecycle.draining = true
+  if (err === undefined) await sleep(DRAIN_NOTICE_MS)
   await app.close()
   await engine.close()
   await embedded?.close()
+  if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
   app.log.info('closed')
 })
 
@@ -56,7 +70,7 @@ if (config.jwt.generated) {
     'This token (sub=dev-user) is valid for 12 hours, until this process stops:',
     '',
     `  export TOKEN=${token}`,
-    `  curl -H "Authorization: Bearer $TOKEN" http://localhost:${config.port}/api/portfolio/ping`,
+    `  curl -H "Authorization: Bearer $TOKEN" http://localhost:${(app.server.address() as AddressInfo).port}/api/portfolio/ping`,
     '',
     'Set JWT_SECRET to keep tokens across restarts; `npm run token -- --sub alice` then prints more.',
     ''

@@ -140,3 +140,9 @@ t.test('an empty variable counts as unset', async (t) => {
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })
+
+t.test('NODE_ENV must be a known mode: a typo does not silently run as development', async (t) => {
+  t.throws(() => loadConfig({ NODE_ENV: 'prod', JWT_SECRET: SECRET }), new ConfigError(
+    'NODE_ENV="prod" is invalid: must be one of development, production, test; expected development, production or test; production refuses to start without a JWT key'
+  ))
+})
