@@ -8,18 +8,27 @@ import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
 import { ConfigError, loadConfig } from './config.js'
 
-const { values } = parseArgs({
+function fail (message: string): never {
+  process.stderr.write(`token: ${message}\n`)
+  process.exit(1)
+}
+
+/** Run `fn`; any error ends the process with one line, never a stack trace. */
+function attempt<T> (fn: () => T, what: string): T {
+  try {
+    return fn()
+  } catch (err) {
+    return fail(`${what}: ${err instanceof Error ? err.message : String(err)}`)
+  }
+}
+
+const { values } = attempt(() => parseArgs({
   options: {
     sub: { type: 'string', default: 'dev-user' },
     'expires-in': { type: 'string', default: '1h' },
     'private-key': { type: 'string' }
   }
-})
-
-function fail (message: string): never {
-  process.stderr.write(`token: ${message}\n`)
-  process.exit(1)
-}
+}), 'usage: npm run token -- --sub <user> [--expires-in 1h] [--private-key key.pem]')
 
 let config
 try {
@@ -35,13 +44,14 @@ if (jwt.algorithm !== 'HS256' && values['private-key'] === undefined) {
   fail(`JWT_PUBLIC_KEY is set (${jwt.algorithm}): pass the matching private key with --private-key <file.pem>`)
 }
 
+const privateKey = jwt.algorithm === 'HS256' ? undefined : attempt(() => readFileSync(values['private-key']!, 'utf8'), 'cannot read --private-key')
 const app = Fastify()
 await app.register(fastifyJwt, {
-  secret: jwt.algorithm === 'HS256' ? jwt.key : { private: readFileSync(values['private-key']!, 'utf8'), public: jwt.key },
+  secret: privateKey === undefined ? jwt.key : { private: privateKey, public: jwt.key },
   sign: {
     algorithm: jwt.algorithm,
     ...(jwt.issuer === undefined ? {} : { iss: jwt.issuer }),
     ...(jwt.audience === undefined ? {} : { aud: jwt.audience })
   }
 })
-process.stdout.write(app.jwt.sign({ sub: values.sub }, { expiresIn: values['expires-in'] }) + '\n')
+process.stdout.write(attempt(() => app.jwt.sign({ sub: values.sub }, { expiresIn: values['expires-in'] }), 'cannot sign (is --expires-in like 30m, 1h, 7d?)') + '\n')
