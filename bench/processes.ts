@@ -25,6 +25,8 @@ export interface Server {
 }
 
 const running = new Set<ChildProcess>()
+/** Scratch directories (nginx config and temp files), removed by stopAll. */
+const scratch = new Set<string>()
 
 /**
  * Last resort on exit: 'exit' handlers cannot wait, so this only signals.
@@ -37,6 +39,8 @@ export function signalAll (): void {
 
 export async function stopAll (): Promise<void> {
   await Promise.all([...running].map(async (child) => await stopChild(child)))
+  await Promise.all([...scratch].map(async (dir) => await rm(dir, { recursive: true, force: true })))
+  scratch.clear()
 }
 
 async function stopChild (child: ChildProcess, graceMs = 5000): Promise<void> {
@@ -178,6 +182,7 @@ export async function startNginx (upstreamUrl: string): Promise<Server> {
   const upstream = new URL(upstreamUrl)
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
+  scratch.add(dir)
   const conf = `
 worker_processes 1;
 daemon off;
@@ -225,6 +230,7 @@ http {
     stop: async () => {
       await stopChild(launched.child)
       await rm(dir, { recursive: true, force: true })
+      scratch.delete(dir)
     }
   }
 }
@@ -269,17 +275,23 @@ async function descendants (root: number): Promise<number[]> {
 /** Linux clock ticks per second for /proc times (USER_HZ, 100 on every mainstream kernel). */
 const USER_HZ = 100
 
-/** CPU seconds (user + system) used so far by these processes; NaN where /proc is unavailable. */
-export async function cpuSeconds (pids: number[]): Promise<number> {
-  let total = 0
+export interface CpuTime {
+  user: number
+  system: number
+}
+
+/** CPU seconds used so far by these processes, split into user and kernel time; NaN where /proc is unavailable. */
+export async function cpuSeconds (pids: number[]): Promise<CpuTime> {
+  const total = { user: 0, system: 0 }
   for (const pid of pids) {
     try {
       const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
       // utime and stime are fields 14 and 15 of stat(5); `fields` starts at field 3.
-      total += (Number(fields[11]) + Number(fields[12])) / USER_HZ
+      total.user += Number(fields[11]) / USER_HZ
+      total.system += Number(fields[12]) / USER_HZ
     } catch {
-      return Number.NaN
+      return { user: Number.NaN, system: Number.NaN }
     }
   }
   return total

@@ -9,6 +9,14 @@ export interface CpuUse {
   server: number
   mock: number
   loadgen: number
+  /**
+   * CPU microseconds the server (gateway, nginx, or the mock for `direct`)
+   * spends per request. Unlike req/s it barely moves when a neighbour takes
+   * CPU away, so it is the figure to compare across noisy runs.
+   */
+  serverUsPerRequest: number
+  /** Share of the server's CPU time spent in the kernel (system time): sockets, mostly. */
+  serverSystemShare: number
 }
 
 export interface Round {
@@ -75,7 +83,7 @@ export function summarize (description: string, url: string, connections: number
     non2xx: rounds.reduce((n, r) => n + r.non2xx, 0),
     errors: rounds.reduce((n, r) => n + r.errors, 0),
     statusCodes,
-    cpu: { server: cpu('server'), mock: cpu('mock'), loadgen: cpu('loadgen') },
+    cpu: { server: cpu('server'), mock: cpu('mock'), loadgen: cpu('loadgen'), serverUsPerRequest: cpu('serverUsPerRequest'), serverSystemShare: cpu('serverSystemShare') },
     probe,
     rounds
   }
@@ -108,16 +116,19 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
 
 const fixed = (v: number | null, digits: number): string => v === null || Number.isNaN(v) ? '-' : v.toFixed(digits)
 
+const percent = (v: number | null): string => v === null || Number.isNaN(v) ? '-' : `${Math.round(v * 100)}%`
+
 function cpuCell (cpu: CpuUse | null): string {
   if (cpu === null) return '-'
   return [cpu.server, cpu.mock, cpu.loadgen].map((v) => fixed(v, 2)).join('/')
 }
 
 export function formatTable (s: Record<string, ScenarioSummary>): string {
-  const header = ['scenario', 'conns', 'req/s', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'cpu srv/mock/load', 'what']
+  const header = ['scenario', 'conns', 'req/s', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'cpu srv/mock/load', 'srv us/req', 'sys', 'what']
   const rows = Object.entries(s).map(([name, r]) => r.skipped !== undefined
-    ? [name, String(r.connections), '-', '-', '-', '-', '-', '-', `skipped: ${r.skipped}`]
-    : [name, String(r.connections), fixed(r.rps, 0), fixed(r.p50, 2), fixed(r.p99, 2), String(r.non2xx), String(r.errors), cpuCell(r.cpu), r.description])
+    ? [name, String(r.connections), '-', '-', '-', '-', '-', '-', '-', '-', `skipped: ${r.skipped}`]
+    : [name, String(r.connections), fixed(r.rps, 0), fixed(r.p50, 2), fixed(r.p99, 2), String(r.non2xx), String(r.errors),
+        cpuCell(r.cpu), fixed(r.cpu?.serverUsPerRequest ?? null, 0), percent(r.cpu?.serverSystemShare ?? null), r.description])
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (i === header.length - 1 ? 0 : row[i]!.length))))
   const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
   return [line(header), ...rows.map(line)].join('\n')

@@ -174,6 +174,9 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
   const statusCodes: Record<string, number> = {}
   for (const [code, { count }] of Object.entries(result.statusCodeStats)) statusCodes[code] = Number(count)
   const busy = (cpu: number): number => Math.round((cpu / wall) * 100) / 100
+  // For `direct` the mock is the server under test.
+  const serverSystem = serverAfter.system - serverBefore.system
+  const serverCpu = target.server === null ? Number.NaN : serverAfter.user - serverBefore.user + serverSystem
   return {
     rps: Math.round(result.requests.total / result.duration),
     p50: quantile(latencies, 0.5),
@@ -183,8 +186,10 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
     timeouts: result.timeouts,
     statusCodes,
     cpu: {
-      server: target.server === null ? Number.NaN : busy(serverAfter - serverBefore),
-      mock: mockPids.length === 0 ? Number.NaN : busy(mockAfter - mockBefore),
+      server: busy(serverCpu),
+      serverUsPerRequest: result.requests.total === 0 ? Number.NaN : Math.round((serverCpu * 1e6) / result.requests.total),
+      serverSystemShare: serverCpu > 0 ? Math.round((serverSystem / serverCpu) * 100) / 100 : Number.NaN,
+      mock: mockPids.length === 0 ? Number.NaN : busy(mockAfter.user + mockAfter.system - mockBefore.user - mockBefore.system),
       loadgen: busy((own.user + own.system) / 1e6)
     }
   }
@@ -272,7 +277,7 @@ async function main (): Promise<void> {
   const { duration, connections } = options
   process.stdout.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, ${duration} s x ${options.rounds} rounds, ${connections} connections, median of rounds, ` +
     `load average ${report.machine.loadavg1m.before.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
-  process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (gateway or nginx / mock upstream / this load generator)\n\n${formatRatios(report.ratios)}\n`)
+  process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n\n${formatRatios(report.ratios)}\n`)
   const problems = formatProblems(scenarios)
   if (problems !== '') process.stdout.write(`\nproblems:\n${problems}\n`)
   if (options.json !== undefined) {
