@@ -78,7 +78,7 @@ t.test('body-level faults', async (t) => {
 
   const huge = await send(JSON.stringify({ portfolio_id: 'x'.repeat(70 * 1024), target_positions: [] }))
   t.equal(huge.statusCode, 400)
-  t.same(huge.json(), err('body is larger than this endpoint accepts'))
+  t.same(huge.json(), err('body must be at most 65536 bytes'))
 
   const form = await send('portfolio_id=p-1', { 'content-type': 'application/x-www-form-urlencoded' })
   t.equal(form.statusCode, 400)

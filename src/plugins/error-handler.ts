@@ -15,8 +15,8 @@ declare module 'fastify' {
 }
 
 /** Fastify's own client errors, rewritten as VALIDATION_ERROR messages a client can act on. */
-const FASTIFY_CLIENT_ERRORS: Record<string, (err: FastifyError) => string> = {
-  FST_ERR_CTP_BODY_TOO_LARGE: () => 'body is larger than this endpoint accepts',
+const FASTIFY_CLIENT_ERRORS: Record<string, (request?: FastifyRequest) => string> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: (request) => `body must be at most ${request?.routeOptions.bodyLimit ?? 'the accepted number of'} bytes`,
   FST_ERR_CTP_INVALID_MEDIA_TYPE: () => 'content-type is not accepted by this endpoint',
   FST_ERR_CTP_EMPTY_JSON_BODY: () => 'body must not be empty',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => 'content-length does not match the body',
@@ -32,14 +32,14 @@ const FASTIFY_CLIENT_ERRORS: Record<string, (err: FastifyError) => string> = {
 }
 
 /** Turn whatever was thrown into a GatewayError. */
-export function toGatewayError (err: FastifyError | Error): GatewayError {
+export function toGatewayError (err: FastifyError | Error, request?: FastifyRequest): GatewayError {
   if (err instanceof GatewayError) return err
   const fe = err as FastifyError
   if (fe.validation !== undefined && fe.validation.length > 0) {
     return validationError(describeIssues(fe.validation as unknown as SchemaIssue[], fe.validationContext ?? 'body'))
   }
   const rewrite = fe.code === undefined ? undefined : FASTIFY_CLIENT_ERRORS[fe.code]
-  if (rewrite !== undefined) return validationError(rewrite(fe))
+  if (rewrite !== undefined) return validationError(rewrite(request))
   // secure-json-parse throws a SyntaxError with statusCode 400 for malformed JSON.
   if (err instanceof SyntaxError && fe.statusCode === 400) return validationError('body is not valid JSON')
   if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
@@ -50,7 +50,7 @@ export function toGatewayError (err: FastifyError | Error): GatewayError {
 
 export function installErrorHandling (app: FastifyInstance): void {
   app.setErrorHandler(function handleError (err: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-    const failure = toGatewayError(err)
+    const failure = toGatewayError(err, request)
     if (failure.statusCode >= 500) {
       request.log.error({ err: failure.cause ?? err, code: failure.code }, failure.message)
     } else {
@@ -60,7 +60,8 @@ export function installErrorHandling (app: FastifyInstance): void {
   })
 
   app.setNotFoundHandler(function routeNotFound (request: FastifyRequest, reply: FastifyReply) {
-    const failure = new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]}`)
+    // The path is the client's own; cut so a long one cannot bloat the answer or the log.
+    const failure = new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`)
     return reply.code(404).send(wireBody(failure, undefined))
   })
 }
