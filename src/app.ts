@@ -28,6 +28,8 @@ export interface AppDeps {
 export const SERVER_LIMITS = Object.freeze({
   /** Whole request, headers to last body byte: a phone uploading 10 MiB gets three minutes. */
   requestTimeoutMs: 180_000,
+  /** Request line and headers: a slow-loris client is cut off after this. */
+  headersTimeoutMs: 10_000,
   /** Idle socket (no bytes either way). */
   connectionTimeoutMs: 30_000,
   /** Above common load balancer idle timeouts (60 s), so the balancer closes first. */
@@ -59,6 +61,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     }
   })
   app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
+  app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
 
   // 1. Every response, errors and 404s included, carries the request id.
   app.decorateRequest('userId', '')
