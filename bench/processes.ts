@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url'
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const MOCK_SCRIPT = path.join(DIST, 'fixtures', 'mock-upstream.js')
 export const GATEWAY_SCRIPT = path.join(DIST, 'src', 'server.js')
+export const ENGINE_SCRIPT = path.join(DIST, 'src', 'engine', 'standalone.js')
 export const NGINX_BINARY = '/usr/sbin/nginx'
 
 export interface Server {
@@ -170,6 +171,33 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   const name = `gateway (LOG_LEVEL=${options.logLevel})`
   await waitForOk(`${url}/health`, 20_000, launched, name)
   return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
+}
+
+/**
+ * The reference engine as its own process (`dist/src/engine/standalone.js`),
+ * storing images in a fresh temporary folder that stopAll (or stop) removes.
+ * Its per-request info log goes to /dev/null, as the gateway's does at info.
+ */
+export async function startEngine (): Promise<Server & { imageDir: string }> {
+  const port = await freePort()
+  const imageDir = await mkdtemp(path.join(tmpdir(), 'bench-engine-images-'))
+  scratch.add(imageDir)
+  const env: NodeJS.ProcessEnv = { ...process.env, ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }
+  delete env.NODE_OPTIONS
+  const launched = launch(process.execPath, [ENGINE_SCRIPT], env, 'ignore')
+  const url = `http://127.0.0.1:${port}`
+  await waitForOk(`${url}/health`, 20_000, launched, 'engine')
+  return {
+    name: 'engine',
+    url,
+    imageDir,
+    pids: ownPids(launched.child),
+    stop: async () => {
+      await stopChild(launched.child)
+      await rm(imageDir, { recursive: true, force: true })
+      scratch.delete(imageDir)
+    }
+  }
 }
 
 /**

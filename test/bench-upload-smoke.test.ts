@@ -1,0 +1,91 @@
+/**
+ * A minimal run of the upload benchmark (bench/upload.ts), so it cannot rot
+ * unnoticed. It checks the shape of the JSON report only, never a figure:
+ * figures depend on the machine, and this suite runs on shared, noisy ones.
+ */
+import { execFile } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const UPLOAD = path.join(root, 'dist', 'bench', 'upload.js')
+const SERVER = path.join(root, 'dist', 'src', 'server.js')
+const ENGINE = path.join(root, 'dist', 'src', 'engine', 'standalone.js')
+
+// Two child processes to start, a few 1-10 MiB uploads: seconds, but on a busy machine it may be many.
+t.setTimeout(120_000)
+
+const isCount = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0
+const isNumber = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v)
+
+// The benchmark runs compiled code (dist/); without a build there is nothing to run.
+const missing = [UPLOAD, SERVER, ENGINE].find((file) => !existsSync(file))
+const skip = missing === undefined ? false : `${missing} is missing: run \`npm run build\` first`
+
+t.test('upload bench: a minimal run writes a complete JSON report', { skip }, async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'bench-upload-smoke-'))
+  t.teardown(async () => await rm(dir, { recursive: true, force: true }))
+  const out = path.join(dir, 'upload.json')
+  // '0' switches tap's coverage recorder off in the harness and the servers it
+  // starts: tooling, not product code (see test/bench-smoke.test.ts).
+  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
+  const run = await new Promise<{ code: number | null, stdout: string, stderr: string }>((resolve) => {
+    const child = execFile(process.execPath, [UPLOAD, '--rounds', '1', '--uploads', '1', '--concurrency', '2', '--waves', '1', '--json', out],
+      { cwd: root, env, timeout: 110_000, maxBuffer: 16 * 1024 * 1024 },
+      (_err, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr }))
+  })
+  t.equal(run.code, 0, run.code === 0 ? 'bench exits 0' : `bench exits 0, stderr:\n${run.stderr}`)
+  const report = JSON.parse(await readFile(out, 'utf8')) as {
+    machine: Record<string, unknown>
+    options: Record<string, unknown>
+    uploadTime: Array<Record<string, unknown>>
+    memory: { goal: unknown, gatewayGrowthMb: unknown, met: unknown, atReady?: { gatewayMb?: unknown, engineMb?: unknown }, gatewayHwmOverReadyMb: unknown, phases: Array<Record<string, unknown>> }
+  }
+
+  t.ok(isCount(report.machine.cpus), 'machine.cpus')
+  t.equal(typeof report.machine.node, 'string', 'machine.node')
+  t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
+  t.match(report.options, { rounds: 1, uploads: 1, concurrency: 2, waves: 1 }, 'options echo the command line')
+
+  t.same(report.uploadTime.map((s) => s.label), ['1 MiB', '10 MiB'], 'both sizes are timed')
+  for (const size of report.uploadTime) {
+    const label = String(size.label)
+    t.ok(isCount(size.bytes), `${label}: bytes`)
+    for (const target of ['direct', 'gateway']) {
+      const side = size[target] as { medianMs: unknown, rounds: Array<Record<string, unknown>> }
+      t.ok(side !== undefined && Array.isArray(side.rounds) && side.rounds.length === 1, `${label} ${target}: one round`)
+      t.ok(side.medianMs === null || typeof side.medianMs === 'number', `${label} ${target}: medianMs`)
+      t.ok(isCount(side.rounds[0]?.uploads) && isCount(side.rounds[0]?.failures), `${label} ${target}: round counts`)
+    }
+    t.ok(size.ratio === null || typeof size.ratio === 'number', `${label}: ratio`)
+    t.ok(Array.isArray(size.roundRatios), `${label}: roundRatios`)
+    t.equal(typeof size.goal, 'string', `${label}: goal`)
+    t.equal(typeof size.met, 'boolean', `${label}: met`)
+    t.ok(isCount(size.failures), `${label}: failures`)
+  }
+
+  t.equal(typeof report.memory.goal, 'string', 'memory.goal')
+  t.equal(typeof report.memory.met, 'boolean', 'memory.met')
+  t.ok(report.memory.gatewayGrowthMb === null || typeof report.memory.gatewayGrowthMb === 'number', 'memory.gatewayGrowthMb')
+  t.ok(isNumber(report.memory.atReady?.gatewayMb) && isNumber(report.memory.atReady?.engineMb), 'memory.atReady')
+  t.ok(report.memory.gatewayHwmOverReadyMb === null || typeof report.memory.gatewayHwmOverReadyMb === 'number', 'memory.gatewayHwmOverReadyMb')
+  t.same(report.memory.phases.map((p) => p.via), ['gateway', 'direct'], 'memory phases: through the gateway, then straight to the engine')
+  for (const phase of report.memory.phases) {
+    const via = String(phase.via)
+    t.match(phase, { concurrency: 2, waves: 1 }, `${via}: phase options`)
+    t.ok(isCount(phase.failures) && isCount(phase.uploads), `${via}: counts`)
+    t.ok(Array.isArray(phase.waveMs) && (phase.waveMs as unknown[]).length === 1, `${via}: one wave`)
+    const processes = phase.processes as Array<Record<string, unknown>>
+    t.same(processes.map((p) => p.process), via === 'gateway' ? ['gateway', 'engine'] : ['engine'], `${via}: processes watched`)
+    for (const p of processes) {
+      for (const field of ['baselineMb', 'peakMb', 'growthMb', 'hwmBeforeMb', 'hwmAfterMb']) {
+        t.ok(p[field] === null || isNumber(p[field]), `${via} ${String(p.process)}.${field}`)
+      }
+      t.ok(isCount(p.samples), `${via} ${String(p.process)}.samples`)
+    }
+  }
+})
