@@ -72,56 +72,55 @@ export class CreateUpload {
    * The form for the engine when an image came: the fields read so far, the
    * image as it arrives, then the rest of the form. Throwing here aborts the
    * engine request, so an invalid form never completes at the engine.
+   *
+   * Small pieces (fields, the part head) ride with the next image chunk and
+   * the fields after the image with the closing boundary, so each yield is one
+   * socket write. (Gathering image data into 64 KiB writes was measured too:
+   * no change in upload time, so the chunks go on as busboy gives them.)
    */
   async * streamBody (image: MultipartFile, timing: UploadTiming): AsyncGenerator<Buffer> {
-    const send = async function * (chunk: Buffer): AsyncGenerator<Buffer> {
-      timing.handedOver()
-      yield chunk
-      timing.taken()
-    }
+    let out = this.#encodedFields()
     try {
-      for (const chunk of this.#encodedFields()) yield * send(chunk)
-      yield * this.#imagePart(image, send)
+      const sniffer = new ImageSniffer()
+      let held: Buffer[] | undefined = [] // first bytes, until they say PNG or JPEG
+      for await (const chunk of image.file as AsyncIterable<Buffer>) {
+        // busboy cuts the file at fileSize and marks it truncated: stop reading there.
+        if (image.file.truncated) throw tooLarge()
+        if (!sniffer.push(chunk)) throw validationError(NOT_AN_IMAGE)
+        if (sniffer.mime === undefined) {
+          held!.push(chunk)
+          continue
+        }
+        if (held !== undefined) {
+          out.push(this.writer.fileHead(IMAGE_FIELD, sniffer.mime), ...held)
+          held = undefined
+        }
+        out.push(chunk)
+        timing.handedOver()
+        yield out.length === 1 ? out[0]! : Buffer.concat(out)
+        timing.taken()
+        out = []
+      }
+      if (image.file.truncated) throw tooLarge()
+      if (sniffer.bytes === 0) throw validationError(`${IMAGE_FIELD} is empty`)
+      if (sniffer.mime === undefined) throw validationError(NOT_AN_IMAGE)
+      out.push(this.writer.fileTail)
       for (;;) {
         const next = await this.#parts.next()
         if (next.done === true) break
         const part = next.value
         if (part.type === 'file') throw validationError(`${part.fieldname} is not an accepted file field (only one ${IMAGE_FIELD})`)
         this.#acceptField(part.fieldname, part.value, part.valueTruncated)
-        yield * send(this.writer.field(part.fieldname, String(part.value)))
+        out.push(this.writer.field(part.fieldname, String(part.value)))
       }
       this.#checkComplete()
     } catch (err) {
       throw clientError(err)
     }
+    out.push(this.writer.end())
     timing.handedOver()
-    yield this.writer.end()
+    yield Buffer.concat(out)
     timing.bodySent()
-  }
-
-  async * #imagePart (image: MultipartFile, send: (chunk: Buffer) => AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
-    const sniffer = new ImageSniffer()
-    const held: Buffer[] = []
-    let headSent = false
-    for await (const chunk of image.file as AsyncIterable<Buffer>) {
-      // busboy cuts the file at fileSize and marks it truncated: stop reading there.
-      if (image.file.truncated) throw tooLarge()
-      if (!sniffer.push(chunk)) throw validationError(NOT_AN_IMAGE)
-      if (sniffer.mime === undefined) {
-        held.push(chunk) // fewer than 8 bytes so far: the part header needs the type
-        continue
-      }
-      if (!headSent) {
-        headSent = true
-        yield * send(this.writer.fileHead(IMAGE_FIELD, sniffer.mime))
-        for (const h of held.splice(0)) yield * send(h)
-      }
-      yield * send(chunk)
-    }
-    if (image.file.truncated) throw tooLarge()
-    if (sniffer.bytes === 0) throw validationError(`${IMAGE_FIELD} is empty`)
-    if (sniffer.mime === undefined) throw validationError(NOT_AN_IMAGE)
-    yield * send(this.writer.fileTail)
   }
 
   #acceptField (name: string, value: unknown, truncated: boolean): void {
