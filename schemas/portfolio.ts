@@ -72,7 +72,9 @@ export const CREATE_FORM_LIMITS = Object.freeze({
   files: 1,
   parts: 5,
   fileSize: LIMITS.imageMaxBytes,
-  headerPairs: 16
+  /** Per part: busboy reads this many header pairs and bytes and skips the rest unread (it has no error for it). */
+  headerPairs: 16,
+  headerSize: 1024
 })
 
 export const CreatePortfolioResponse = Type.Object({

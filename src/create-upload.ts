@@ -11,7 +11,7 @@ import { GatewayError, validationError } from './errors.js'
 import { ImageSniffer, NOT_AN_IMAGE } from './image-type.js'
 import { MultipartWriter } from './multipart-writer.js'
 import { toGatewayError } from './plugins/error-handler.js'
-import { describeIssues, type SchemaIssue } from './validation.js'
+import { describeIssues, shownName, type SchemaIssue } from './validation.js'
 
 /** Callbacks that time the engine, not the client (see UploadClock). */
 export interface UploadTiming {
@@ -52,7 +52,7 @@ export class CreateUpload {
         if (next.done === true) return undefined
         const part = next.value
         if (part.type === 'file') {
-          if (part.fieldname !== IMAGE_FIELD) throw validationError(`${part.fieldname} is not an accepted file field (only ${IMAGE_FIELD})`)
+          if (part.fieldname !== IMAGE_FIELD) throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
           return part
         }
         this.#acceptField(part.fieldname, part.value, part.valueTruncated)
@@ -109,7 +109,7 @@ export class CreateUpload {
         const next = await this.#parts.next()
         if (next.done === true) break
         const part = next.value
-        if (part.type === 'file') throw validationError(`${part.fieldname} is not an accepted file field (only one ${IMAGE_FIELD})`)
+        if (part.type === 'file') throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only one ${IMAGE_FIELD})`)
         this.#acceptField(part.fieldname, part.value, part.valueTruncated)
         out.push(this.writer.field(part.fieldname, String(part.value)))
       }
@@ -125,10 +125,10 @@ export class CreateUpload {
 
   #acceptField (name: string, value: unknown, truncated: boolean): void {
     if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
-    if (this.#fields.has(name)) throw validationError(`${name} must be given once`)
+    if (this.#fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
     if (!this.#checkField({ [name]: value })) throw validationError(describeIssues(this.#checkField.errors as SchemaIssue[], 'form'))
     // A value cut at fieldSize is longer than any field allows; the schema has said so above.
-    if (truncated) throw validationError(`${name} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`)
+    if (truncated) throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`)
     this.#fields.set(name, String(value))
   }
 

@@ -21,8 +21,13 @@ export function fieldPath (instancePath: string): string {
   return out
 }
 
+/** Field names come from the client: cut to a length that can be shown in an answer or a log. */
+export function shownName (name: string): string {
+  return name.length > 64 ? `${name.slice(0, 64)}...` : name
+}
+
 function join (parent: string, child: string): string {
-  return parent === '' ? child : `${parent}.${child}`
+  return parent === '' ? shownName(child) : `${parent}.${shownName(child)}`
 }
 
 /** One readable sentence for one schema failure. `root` names the whole body. */

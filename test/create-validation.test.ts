@@ -50,6 +50,8 @@ const CASES: Array<[string, MultipartPart[], string]> = [
   ['two images', [...BASE, image(PNG), image(PNG)], 'form must have at most 1 file (image)'],
   ['image first, then a bad name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }, { name: 'name', value: '' }], 'name must NOT have fewer than 1 characters'],
   ['image first, then no name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }], 'name is required'],
+  ['a field name of 100 characters is cut in the message', [...BASE, { name: 'n'.repeat(100), value: 'x' }], `${'n'.repeat(64)}... is not an accepted field`],
+  ['a file name of 100 characters is cut in the message', [...BASE, { name: 'f'.repeat(100), filename: 'a.png', contentType: 'image/png', data: PNG }], `${'f'.repeat(64)}... is not an accepted file field (only image)`],
   ['six parts', [...BASE, { name: 'description', value: 'x' }, { name: 'beneficiary_wallet', value: MINTS[0] }, image(PNG), { name: 'x', value: 'y' }], 'form must have at most 5 parts']
 ]
 
@@ -92,4 +94,25 @@ t.test('a truncated multipart body', async (t) => {
     t.same(await res.body.json(), err('multipart body is malformed or truncated'), `${name}: body`)
   }
   t.equal(stub.requests.length, 0, 'nothing completed at the engine')
+})
+
+t.test('part headers past 1 KiB or 16 pairs are skipped unread: bounded, and the form still parses', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const b = 'b0undary'
+  const send = (partHeaders: string) => request(`${url}/api/portfolio/create`, {
+    method: 'POST',
+    headers: { ...bearer(), 'content-type': `multipart/form-data; boundary=${b}` },
+    body: `--${b}\r\nContent-Disposition: form-data; name="name"\r\n${partHeaders}\r\n\r\nBlue chips\r\n--${b}\r\nContent-Disposition: form-data; name="type"\r\n\r\nPORTFOLIO\r\n--${b}--\r\n`
+  })
+  const huge = await send(`X-Pad: ${'p'.repeat(100 * 1024)}`)
+  t.equal(huge.statusCode, 200, 'a 100 KiB part header is cut at 1 KiB')
+  await huge.body.dump()
+  const many = await send(Array.from({ length: 40 }, (_, i) => `X-H${i}: v`).join('\r\n'))
+  t.equal(many.statusCode, 200, '40 header pairs: 16 are parsed, the rest skipped')
+  await many.body.dump()
+  const sent = stub.requests.map((r) => r.body.toString('latin1'))
+  t.equal(sent.length, 2)
+  for (const body of sent) t.notMatch(body, /X-Pad|X-H\d/, 'no client part header reaches the engine')
 })
