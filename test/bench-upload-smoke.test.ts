@@ -3,48 +3,26 @@
  * unnoticed. It checks the shape of the JSON report only, never a figure:
  * figures depend on the machine, and this suite runs on shared, noisy ones.
  */
-import { execFile } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { dist, isCount, isNumber, runBench, skipUnlessBuilt } from './helpers/bench.js'
 
-const root = fileURLToPath(new URL('..', import.meta.url))
-const UPLOAD = path.join(root, 'dist', 'bench', 'upload.js')
-const SERVER = path.join(root, 'dist', 'src', 'server.js')
-const ENGINE = path.join(root, 'dist', 'src', 'engine', 'standalone.js')
+const UPLOAD = dist('bench', 'upload.js')
 
 // Two child processes to start, a few 1-10 MiB uploads: seconds, but on a busy machine it may be many.
 t.setTimeout(120_000)
 
-const isCount = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0
-const isNumber = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v)
-
 // The benchmark runs compiled code (dist/); without a build there is nothing to run.
-const missing = [UPLOAD, SERVER, ENGINE].find((file) => !existsSync(file))
-const skip = missing === undefined ? false : `${missing} is missing: run \`npm run build\` first`
+const skip = skipUnlessBuilt(UPLOAD, dist('src', 'server.js'), dist('src', 'engine', 'standalone.js'))
 
 t.test('upload bench: a minimal run writes a complete JSON report', { skip }, async (t) => {
-  const dir = await mkdtemp(path.join(tmpdir(), 'bench-upload-smoke-'))
-  t.teardown(async () => await rm(dir, { recursive: true, force: true }))
-  const out = path.join(dir, 'upload.json')
-  // '0' switches tap's coverage recorder off in the harness and the servers it
-  // starts: tooling, not product code (see test/bench-smoke.test.ts).
-  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
-  const run = await new Promise<{ code: number | null, stdout: string, stderr: string }>((resolve) => {
-    const child = execFile(process.execPath, [UPLOAD, '--rounds', '1', '--uploads', '1', '--concurrency', '2', '--waves', '1', '--json', out],
-      { cwd: root, env, timeout: 110_000, maxBuffer: 16 * 1024 * 1024 },
-      (_err, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr }))
-  })
-  t.equal(run.code, 0, run.code === 0 ? 'bench exits 0' : `bench exits 0, stderr:\n${run.stderr}`)
-  const report = JSON.parse(await readFile(out, 'utf8')) as {
+  const run = await runBench<{
     machine: Record<string, unknown>
     options: Record<string, unknown>
     uploadTime: Array<Record<string, unknown>>
     memory: { goal: unknown, gatewayGrowthMb: unknown, met: unknown, atReady?: { gatewayMb?: unknown, engineMb?: unknown }, gatewayHwmOverReadyMb: unknown, phases: Array<Record<string, unknown>> }
-  }
+  }>(t, UPLOAD, ['--rounds', '1', '--uploads', '1', '--concurrency', '2', '--waves', '1'], 110_000)
+  t.equal(run.code, 0, run.code === 0 ? 'bench exits 0' : `bench exits 0, stderr:\n${run.stderr}`)
+  const report = run.report!
 
   t.ok(isCount(report.machine.cpus), 'machine.cpus')
   t.equal(typeof report.machine.node, 'string', 'machine.node')
