@@ -15,8 +15,8 @@ export const StructuredError = Type.Object({
     code: Type.String(),
     message: Type.String(),
     function: Type.String()
-  })
-}, { $id: 'StructuredError' })
+  }, { additionalProperties: false })
+}, { $id: 'StructuredError', additionalProperties: false })
 export type StructuredError = Static<typeof StructuredError>
 
 /** 500 on /health. */

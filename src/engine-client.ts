@@ -105,7 +105,7 @@ export class EngineClient {
         },
         onResponseData (c, chunk) {
           size += chunk.length
-          if (size > max) c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', `portfolio engine response exceeds ${max} bytes`))
+          if (size > max) c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: new Error(`engine response exceeds ${max} bytes`) }))
           else chunks.push(chunk)
         },
         onResponseEnd () {

@@ -69,6 +69,12 @@ t.test("the engine's structured errors pass through unchanged", async (t) => {
   t.equal(res.statusCode, 404)
   t.same(await res.body.json(), notFound)
 
+  const leaky = { success: false, error: { source: 'portfolio-engine', code: 'INTERNAL_ERROR', message: 'db down', function: 'updatePortfolio', stack: 'Error: at /srv/engine/db.js:12' }, debug: { dbHost: '10.0.0.5' } }
+  stub.handle((_req, res) => json(res, 500, leaky))
+  const leak = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+  t.equal(leak.statusCode, 502, 'an engine error with more than the structured shape is not passed on')
+  t.same(await leak.body.json(), { error: 'portfolio engine sent an invalid response' })
+
   const internal = { success: false, error: { source: 'portfolio-engine', code: 'INTERNAL_ERROR', message: 'store unavailable', function: 'pingPortfolio' } }
   stub.handle((_req, res) => json(res, 500, internal))
   const ping = await request(`${url}/api/portfolio/ping`, { headers: bearer() })

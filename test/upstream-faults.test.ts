@@ -76,5 +76,5 @@ t.test('an oversized engine response is refused, not buffered', async (t) => {
   const { url } = await build(t, { upstreamUrl: stub.url })
   const res = await update(url)
   t.equal(res.statusCode, 502)
-  t.same(await res.body.json(), { error: 'portfolio engine response exceeds 1048576 bytes' })
+  t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' }, 'the internal limit is not told')
 })
