@@ -30,8 +30,13 @@ export const SERVER_LIMITS = Object.freeze({
   requestTimeoutMs: 180_000,
   /** Request line and headers: a slow-loris client is cut off after this. */
   headersTimeoutMs: 10_000,
-  /** Idle socket (no bytes either way). */
-  connectionTimeoutMs: 30_000,
+  /**
+   * Idle socket (no bytes either way), at least: while the engine thinks, the
+   * client's socket is idle, so the gateway uses UPSTREAM_TIMEOUT_MS + 5 s when
+   * that is longer. Above the upload stall limit, so a stalled engine is
+   * answered with a 504 before the client's socket is dropped.
+   */
+  connectionTimeoutMs: 60_000,
   /** Above common load balancer idle timeouts (60 s), so the balancer closes first. */
   keepAliveTimeoutMs: 72_000,
   bodyLimitBytes: 64 * 1024,
@@ -39,6 +44,11 @@ export const SERVER_LIMITS = Object.freeze({
   uploadStallTimeoutMs: 30_000,
   maxHeaderCount: 64
 })
+
+/** The client socket's idle limit: never shorter than the wait for the engine. */
+export function idleTimeoutMs (config: GatewayConfig): number {
+  return Math.max(SERVER_LIMITS.connectionTimeoutMs, config.upstreamTimeoutMs + 5_000)
+}
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
   const lifecycle = deps.lifecycle ?? { draining: false }
@@ -51,7 +61,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     requestTimeout: SERVER_LIMITS.requestTimeoutMs,
-    connectionTimeout: SERVER_LIMITS.connectionTimeoutMs,
+    connectionTimeout: idleTimeoutMs(config),
     keepAliveTimeout: SERVER_LIMITS.keepAliveTimeoutMs,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
     ajv: {

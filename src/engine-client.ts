@@ -9,6 +9,7 @@
  */
 import type { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
+import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../schemas/upstream.js'
 import { GatewayError, upstreamError } from './errors.js'
 
 export interface EnginePoolOptions {
@@ -35,7 +36,9 @@ export interface EngineRequest {
   body?: string | Buffer | Readable | AsyncIterable<Buffer>
   /** Aborts the call; the reason (a GatewayError) is what the call rejects with. */
   signal?: AbortSignal
-  /** Override the response headers deadline; 0 disables it (streamed uploads keep their own clock). */
+  /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
+  responseTimeoutMs?: number
+  /** undici's own headers timeout (from the request on a socket): a backstop; default UPSTREAM_TIMEOUT_MS. */
   headersTimeoutMs?: number
 }
 
@@ -69,8 +72,8 @@ export class EngineClient {
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
     return new Promise<EngineResponse>((resolve, reject) => {
-      const headers: Record<string, string> = { 'x-request-id': req.requestId }
-      if (req.userId !== undefined) headers['x-user-id'] = req.userId
+      const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
+      if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
       if (req.contentType !== undefined) headers['content-type'] = req.contentType
       if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
 
@@ -80,9 +83,29 @@ export class EngineClient {
       let status = 0
       let contentType = ''
       let controller: Controller | undefined
+      /** Set once the call is given up on, possibly before undici took it off the pool's queue. */
+      let failure: Error | undefined
+      const giveUp = (err: Error): void => {
+        failure ??= err
+        if (controller !== undefined) controller.abort(failure)
+        else finish(failure)
+      }
       const signal = req.signal
-      const onAbort = (): void => controller?.abort(signal?.reason)
-      const done = (): void => signal?.removeEventListener('abort', onAbort)
+      const onAbort = (): void => giveUp(signal?.reason as Error)
+      signal?.addEventListener('abort', onAbort, { once: true })
+      // DECISIONS 8 counts from the moment the gateway asks, queue included. undici's
+      // own headersTimeout starts only on a socket and fires on a ~1 s grid.
+      const deadlineMs = req.responseTimeoutMs ?? this.#timeoutMs
+      const deadline = deadlineMs > 0 ? setTimeout(() => giveUp(new GatewayError('UPSTREAM_TIMEOUT')), deadlineMs) : undefined
+      let settled = false
+      function finish (err: Error | undefined, answer?: EngineResponse): void {
+        if (settled) return
+        settled = true
+        clearTimeout(deadline)
+        signal?.removeEventListener('abort', onAbort)
+        if (err !== undefined) reject(upstreamError(err))
+        else resolve(answer!)
+      }
 
       this.#pool.dispatch({
         method: req.method,
@@ -94,14 +117,14 @@ export class EngineClient {
       }, {
         onRequestStart (c) {
           controller = c
-          if (signal === undefined) return
-          if (signal.aborted) c.abort(signal.reason)
-          else signal.addEventListener('abort', onAbort, { once: true })
+          if (failure !== undefined) c.abort(failure)
         },
         onResponseStart (_c, statusCode, resHeaders) {
           status = statusCode
           const type = resHeaders['content-type']
           contentType = typeof type === 'string' ? type : ''
+          // Headers are in: from here undici's bodyTimeout watches the engine.
+          clearTimeout(deadline)
         },
         onResponseData (c, chunk) {
           size += chunk.length
@@ -109,12 +132,10 @@ export class EngineClient {
           else chunks.push(chunk)
         },
         onResponseEnd () {
-          done()
-          resolve({ status, contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) })
+          finish(undefined, { status, contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) })
         },
         onResponseError (_c, err) {
-          done()
-          reject(upstreamError(err))
+          finish(err)
         }
       })
     })

@@ -37,7 +37,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         contentType: upload.writer.contentType,
         ...(image === undefined
           ? { body: upload.bufferedBody() }
-          : { body: upload.streamBody(image, clock), signal: clock.signal, headersTimeoutMs: opts.callTimeoutMs })
+          : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs })
       })
       return sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
     } catch (err) {

@@ -47,7 +47,8 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         path: '/health',
         requestId: request.id,
         userId: request.userId,
-        headersTimeoutMs: probeTimeoutMs,
+        // The whole probe, body included, within the cap: one signal instead of the headers deadline.
+        responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })
       const body: unknown = answer.status === 200 ? JSON.parse(answer.body.toString('utf8')) : undefined
