@@ -4,7 +4,7 @@
  *   request -> request id -> [bearer scope: JWT] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
-import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
 import { ajvFormats } from '../schemas/formats.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client.js'
@@ -64,6 +64,13 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     connectionTimeout: idleTimeoutMs(config),
     keepAliveTimeout: SERVER_LIMITS.keepAliveTimeoutMs,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
+    // Requests the router cannot even read (bad percent-encoding, a parameter
+    // too long) bypass hooks and the error handler: answer them here, in the
+    // simple shape, with the request id, and without echoing the URL.
+    frameworkErrors (error, request, reply) {
+      request.log.info({ code: error.code }, 'request rejected')
+      void (reply as FastifyReply).code(400).header('x-request-id', request.id).send({ error: 'malformed URL' })
+    },
     ajv: {
       // DECISIONS 6: no coercion ("0.5" is not a number), unknown fields are errors, not dropped.
       customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false },

@@ -9,6 +9,7 @@ import type { FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../schemas/portfolio.js'
 import { GatewayError, validationError } from './errors.js'
 import { ImageSniffer, NOT_AN_IMAGE } from './image-type.js'
+import { isMalformedMultipart } from './multipart-errors.js'
 import { MultipartWriter } from './multipart-writer.js'
 import { toGatewayError } from './plugins/error-handler.js'
 import { describeIssues, shownName, type SchemaIssue } from './validation.js'
@@ -25,10 +26,14 @@ export interface UploadTiming {
 
 type Validate = ((data: unknown) => boolean) & { errors?: unknown }
 
-/** Anything that goes wrong while reading the client's body is the client's: a 400. */
+/**
+ * A failure while reading the form: the client's when busboy says the body is
+ * broken or @fastify/multipart names a limit (400s); anything else, a bug of
+ * ours included, stays an internal error.
+ */
 function clientError (err: unknown): GatewayError {
-  const mapped = toGatewayError(err as Error)
-  return mapped.statusCode === 500 ? validationError('multipart body is malformed or truncated') : mapped
+  if (isMalformedMultipart(err)) return validationError('multipart body is malformed or truncated')
+  return toGatewayError(err as Error)
 }
 
 export class CreateUpload {

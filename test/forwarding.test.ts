@@ -53,6 +53,10 @@ t.test('a generated request id when the client sends none or an insane one', asy
     t.match(id, /^[0-9a-f-]{36}$/, `generated for ${String(given).slice(0, 12)}`)
     t.equal(stub.requests.at(-1)!.headers['x-request-id'], id, 'the engine sees the same id')
   }
+  const badUrl = await request(`${url}/api/portfolio/%c0${'A'.repeat(5000)}`, { headers: { 'x-request-id': 'r-400' } })
+  t.equal(badUrl.statusCode, 400)
+  t.equal(badUrl.headers['x-request-id'], 'r-400', 'a URL the router cannot read still gets its id')
+  t.same(await badUrl.body.json(), { error: 'malformed URL' }, 'simple shape, the URL not echoed')
   const notFound = await request(`${url}/nope`, { headers: { 'x-request-id': 'r-404' } })
   t.equal(notFound.statusCode, 404)
   t.equal(notFound.headers['x-request-id'], 'r-404', 'errors carry the id too')

@@ -10,6 +10,7 @@ import { CREATE_FORM_LIMITS, IMAGE_FIELD, type CreatePortfolioResponse, type Upd
 import { USER_ID_HEADER } from '../../schemas/upstream.js'
 import { EngineError, validationError } from './errors.js'
 import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
+import { isMalformedMultipart } from '../multipart-errors.js'
 import type { PortfolioStore } from './store.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 
@@ -104,14 +105,6 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
   })
 }
 
-/**
- * busboy reports a broken body (no closing boundary, bad part header) as a
- * bare Error with neither code nor status; that is the client's fault, a 400.
- * Errors with a code (fs, streams, @fastify/multipart) go to toEngineError.
- */
 function malformedMultipart (err: unknown): unknown {
-  if (err instanceof Error && err.constructor === Error && !('code' in err) && !('statusCode' in err)) {
-    return validationError(`multipart body is malformed: ${err.message}`, err)
-  }
-  return err
+  return isMalformedMultipart(err) ? validationError(`multipart body is malformed: ${err.message}`, err) : err
 }
