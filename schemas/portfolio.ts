@@ -27,8 +27,11 @@ export const PortfolioType = Type.Union([Type.Literal('PORTFOLIO'), Type.Literal
 export type PortfolioType = Static<typeof PortfolioType>
 export const PORTFOLIO_TYPES: readonly PortfolioType[] = ['PORTFOLIO', 'INDEX_PORTFOLIO']
 
+/** Visible ASCII, no spaces or control characters: safe for an engine to use in a path or a key. */
+export const PRINTABLE_ASCII = '^[\\x21-\\x7e]+$'
+
 /** A portfolio id as the client sends it: DECISIONS 1, "missing, empty, not a string" is 400. */
-export const PortfolioId = Type.String({ minLength: 1, maxLength: 128 })
+export const PortfolioId = Type.String({ minLength: 1, maxLength: 128, pattern: PRINTABLE_ASCII })
 
 export const TargetPosition = Type.Object({
   mint: SolanaAddress,
@@ -59,6 +62,13 @@ export type CreatePortfolioFields = Static<typeof CreatePortfolioFields>
 
 /** One field on its own, as it arrives: checked before the next part is read. */
 export const CreatePortfolioField = Type.Partial(CreatePortfolioFields, { additionalProperties: false })
+
+/**
+ * The whole create body: the image, four fields of at most fieldSize bytes,
+ * part heads and boundaries. busboy reads and drops preamble and epilogue
+ * bytes without limit, so the request itself needs one.
+ */
+export const CREATE_BODY_MAX_BYTES = LIMITS.imageMaxBytes + 64 * 1024
 
 /** The file part of the create form. */
 export const IMAGE_FIELD = 'image'

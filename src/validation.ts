@@ -2,6 +2,7 @@
  * Validation messages that name the offending field (DECISIONS 7), e.g.
  * `target_positions[2].allocation must be <= 1`.
  */
+import { PRINTABLE_ASCII } from '../schemas/portfolio.js'
 
 /** The subset of an Ajv error the messages need (Fastify passes Ajv's errors through). */
 export interface SchemaIssue {
@@ -43,6 +44,10 @@ export function describeIssue (issue: SchemaIssue, root = 'body'): string {
       return issue.params.format === 'solana-address'
         ? `${field} must be a base58 Solana address (32 bytes)`
         : `${field} must be a valid ${String(issue.params.format)}`
+    case 'pattern':
+      return issue.params.pattern === PRINTABLE_ASCII
+        ? `${field} must be visible ASCII characters (no spaces or control characters)`
+        : `${field} has characters that are not allowed`
     case 'const':
       return `${field} must be ${JSON.stringify(issue.params.allowedValue)}`
     case 'anyOf':

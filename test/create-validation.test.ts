@@ -116,3 +116,24 @@ t.test('part headers past 1 KiB or 16 pairs are skipped unread: bounded, and the
   t.equal(sent.length, 2)
   for (const body of sent) t.notMatch(body, /X-Pad|X-H\d/, 'no client part header reaches the engine')
 })
+
+t.test('the whole create body is bounded, preamble and epilogue included', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { body, contentType } = multipartBody(BASE)
+  const padded = Buffer.concat([Buffer.alloc(11 * MiB, 0x20), body])
+  const declared = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body: padded })
+  t.equal(declared.statusCode, 400)
+  t.same(await declared.body.json(), err('body must be at most 10551296 bytes'), 'refused from its content-length, unread')
+  t.equal(declared.headers.connection, 'close')
+
+  // Chunked: no length declared, so the gateway counts and hangs up past the bound.
+  const { PassThrough } = await import('node:stream')
+  const stream = new PassThrough()
+  const pending = request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body: stream })
+  for (let i = 0; i < 12; i++) stream.write(Buffer.alloc(MiB, 0x20))
+  stream.end(body)
+  await t.rejects(pending, 'the connection is dropped')
+  t.equal(stub.requests.length, 0)
+})

@@ -19,6 +19,8 @@ const body = (patch: (b: ReturnType<typeof validUpdate>) => unknown): unknown =>
 const CASES: Array<[string, unknown, string]> = [
   ['portfolio_id missing', body((b) => ({ target_positions: b.target_positions })), 'portfolio_id is required'],
   ['portfolio_id empty', body((b) => ({ ...b, portfolio_id: '' })), 'portfolio_id must NOT have fewer than 1 characters'],
+  ['portfolio_id with control characters', body((b) => ({ ...b, portfolio_id: '\u0000\r\n../x' })), 'portfolio_id must be visible ASCII characters (no spaces or control characters)'],
+  ['portfolio_id of spaces', body((b) => ({ ...b, portfolio_id: '   ' })), 'portfolio_id must be visible ASCII characters (no spaces or control characters)'],
   ['portfolio_id not a string', body((b) => ({ ...b, portfolio_id: 7 })), 'portfolio_id must be string'],
   ['target_positions missing', { portfolio_id: 'p-1' }, 'target_positions is required'],
   ['target_positions empty', body((b) => ({ ...b, target_positions: [] })), 'target_positions must NOT have fewer than 1 items'],

@@ -4,10 +4,12 @@
  */
 import fastifyMultipart from '@fastify/multipart'
 import type { FastifyPluginAsync } from 'fastify'
-import { CREATE_FORM_LIMITS } from '../../schemas/portfolio.js'
+import type { IncomingMessage } from 'node:http'
+import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../schemas/upstream.js'
 import { CreateUpload } from '../create-upload.js'
 import type { EngineClient } from '../engine-client.js'
+import { validationError } from '../errors.js'
 import { sendEngineJson } from '../forward.js'
 import { UploadClock } from '../upload-clock.js'
 
@@ -25,6 +27,13 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   await app.register(fastifyMultipart, { limits: CREATE_FORM_LIMITS })
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
+    const declared = Number(request.headers['content-length'] ?? 0)
+    if (declared > CREATE_BODY_MAX_BYTES) {
+      void reply.header('connection', 'close')
+      throw validationError(`body must be at most ${CREATE_BODY_MAX_BYTES} bytes`)
+    }
+    // A chunked body declares nothing: count it, and hang up once it passes the bound.
+    if (request.headers['content-length'] === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES)
     const upload = new CreateUpload(request)
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
     try {
@@ -47,5 +56,14 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     } finally {
       clock.stop()
     }
+  })
+}
+
+/** Destroy a request whose body grows past `max` bytes: the parse fails and the engine call is aborted. */
+function limitBody (raw: IncomingMessage, max: number): void {
+  let seen = 0
+  raw.on('data', (chunk: Buffer) => {
+    seen += chunk.length
+    if (seen > max) raw.destroy()
   })
 }
