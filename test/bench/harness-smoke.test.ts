@@ -4,7 +4,7 @@
  * the machine, and this suite runs on shared, noisy ones.
  */
 import t from 'tap'
-import { dist, isCount, isFigure, runBench, skipUnlessBuilt } from './helpers/bench.js'
+import { dist, isCount, isFigure, runBench, skipUnlessBuilt } from '../helpers/bench.js'
 
 const RUN = dist('bench', 'run.js')
 
@@ -45,6 +45,9 @@ t.test('bench harness: one-second run writes a complete JSON report', { skip }, 
     }
     for (const field of ['rps', 'p50', 'p99']) t.ok(isFigure(s[field]), `${name}.${field} is a number`)
     for (const field of ['non2xx', 'errors']) t.ok(isCount(s[field]), `${name}.${field} is a count`)
+    // Not a figure but correctness: a gateway answering 401 or 502 to the load must fail here.
+    t.equal(s.non2xx, 0, `${name}: every answer was 2xx`)
+    t.equal(s.errors, 0, `${name}: no connection errors`)
     t.ok(Array.isArray(s.rounds) && s.rounds.length === 1, `${name}: one round`)
     const round = (s.rounds as Array<Record<string, unknown>>)[0]
     t.ok(round !== undefined && isFigure(round.rps) && isFigure(round.p99) && isCount(round.non2xx), `${name}: round figures`)
