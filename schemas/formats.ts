@@ -4,7 +4,6 @@
  * validators agree on one definition.
  */
 import { FormatRegistry } from '@sinclair/typebox'
-import { LRUCache } from 'lru-cache'
 
 const BASE58_ALPHABET = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz'
 const BASE58_VALUE = new Int8Array(128).fill(-1)
@@ -36,21 +35,10 @@ export function base58DecodedLength (text: string): number {
   return zeros + bytes.length
 }
 
-/**
- * Addresses already found valid. A base58 decode is quadratic in the length
- * (~1,400 steps for a mint) and updates name the same popular mints again and
- * again, so the answer is remembered; only valid ones, in a bounded LRU.
- */
-const knownAddresses = new LRUCache<string, true>({ max: 10_000 })
-
 /** DECISIONS 4: a Solana public key is base58 text that decodes to exactly 32 bytes. */
 export function isSolanaAddress (text: string): boolean {
   // 32 bytes encode to 32..44 base58 characters; checking length first bounds the work.
-  if (text.length < 32 || text.length > 44) return false
-  if (knownAddresses.has(text)) return true
-  if (base58DecodedLength(text) !== 32) return false
-  knownAddresses.set(text, true)
-  return true
+  return text.length >= 32 && text.length <= 44 && base58DecodedLength(text) === 32
 }
 
 export const SOLANA_ADDRESS_FORMAT = 'solana-address'

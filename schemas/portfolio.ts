@@ -25,7 +25,6 @@ export const SolanaAddress = Type.String({ format: SOLANA_ADDRESS_FORMAT, minLen
 
 export const PortfolioType = Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')])
 export type PortfolioType = Static<typeof PortfolioType>
-export const PORTFOLIO_TYPES: readonly PortfolioType[] = ['PORTFOLIO', 'INDEX_PORTFOLIO']
 
 /** Visible ASCII, no spaces or control characters: safe for an engine to use in a path or a key. */
 export const PRINTABLE_ASCII = '^[\\x21-\\x7e]+$'
@@ -54,7 +53,7 @@ export type UpdatePortfolioResponse = Static<typeof UpdatePortfolioResponse>
 /** The text fields of the create form (the image is a file part, checked as it streams). */
 export const CreatePortfolioFields = Type.Object({
   name: Type.String({ minLength: LIMITS.nameMin, maxLength: LIMITS.nameMax }),
-  type: Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')]),
+  type: PortfolioType,
   beneficiary_wallet: Type.Optional(SolanaAddress),
   description: Type.Optional(Type.String({ maxLength: LIMITS.descriptionMax }))
 }, { additionalProperties: false })

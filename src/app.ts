@@ -6,6 +6,7 @@
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
 import { ajvFormats } from '../schemas/formats.js'
+import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client.js'
 import { registerAuth } from './plugins/auth.js'
@@ -69,7 +70,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // simple shape, with the request id, and without echoing the URL.
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
-      void (reply as FastifyReply).code(400).header('x-request-id', request.id).send({ error: 'malformed URL' })
+      void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
     },
     ajv: {
       // DECISIONS 6: no coercion ("0.5" is not a number), unknown fields are errors, not dropped.
@@ -83,7 +84,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // 1. Every response, errors and 404s included, carries the request id.
   app.decorateRequest('userId', '')
   app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id)
+    reply.header(REQUEST_ID_HEADER, request.id)
     done()
   })
   // The level is fixed at start; a quieter level then costs no hook at all.

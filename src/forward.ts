@@ -10,7 +10,8 @@ import { GatewayError } from './errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 
-function parseJson (answer: EngineResponse): unknown {
+/** The engine's JSON body, or undefined when it is not JSON. */
+export function parseJson (answer: EngineResponse): unknown {
   if (!answer.contentType.startsWith('application/json')) return undefined
   try {
     return JSON.parse(answer.body.toString('utf8'))

@@ -1,11 +1,12 @@
 /** Request ids (DECISIONS 10): the client's when sane, ours otherwise. */
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
+import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 
 /** Short and printable: safe to log, to echo, and to send to the engine as a header. */
 const SANE_REQUEST_ID = /^[\x21-\x7e]{1,128}$/
 
 export function requestIdFrom (req: IncomingMessage): string {
-  const given = req.headers['x-request-id']
+  const given = req.headers[REQUEST_ID_HEADER]
   return typeof given === 'string' && SANE_REQUEST_ID.test(given) ? given : randomUUID()
 }

@@ -62,6 +62,7 @@ export function installErrorHandling (app: FastifyInstance): void {
   app.setNotFoundHandler(function routeNotFound (request: FastifyRequest, reply: FastifyReply) {
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
     const failure = new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`)
+    request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
     return reply.code(404).send(wireBody(failure, undefined))
   })
 }

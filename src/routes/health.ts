@@ -7,6 +7,7 @@ import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
 import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import type { EngineClient } from '../engine-client.js'
+import { parseJson } from '../forward.js'
 
 /** Shared with server.ts, which sets `draining` when shutdown starts. */
 export interface Lifecycle {
@@ -51,7 +52,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })
-      const body: unknown = answer.status === 200 ? JSON.parse(answer.body.toString('utf8')) : undefined
+      const body = answer.status === 200 ? parseJson(answer) : undefined
       if (isEngineHealth.Check(body)) ({ database, cache } = body.services)
       else request.log.warn({ status: answer.status }, 'engine health answer is outside the contract')
     } catch (err) {
