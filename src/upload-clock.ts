@@ -1,7 +1,8 @@
 /**
  * Timing a streamed upload (issue: the upstream timeout measures the engine,
- * not the client). undici's headersTimeout starts at dispatch, which would cut
- * off a phone still uploading, so streamed calls keep this clock instead:
+ * not the client). undici's own headersTimeout follows socket activity while
+ * a body is written (re-armed on backpressure) and fires on a one-second grid;
+ * streamed calls keep this explicit clock instead, whose meaning is exact:
  * - UPSTREAM_TIMEOUT_MS counts from the moment the engine has the whole form;
  * - a separate, generous stall limit covers an engine that stops reading mid-upload.
  * Either fires by aborting the engine call with a 504 reason.
