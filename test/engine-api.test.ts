@@ -126,7 +126,7 @@ t.test('update refuses bodies Fastify cannot parse as 400 VALIDATION_ERROR', asy
   t.same(text.json, structured('VALIDATION_ERROR', 'body must be an object', 'updatePortfolio'))
   const xml = await post({ 'content-type': 'application/xml' }, '<a/>')
   t.equal(xml.status, 400)
-  t.same(xml.json, structured('VALIDATION_ERROR', 'content-type must be application/json (update) or multipart/form-data (create)', 'updatePortfolio'))
+  t.same(xml.json, structured('VALIDATION_ERROR', 'content-type is not accepted by this endpoint', 'updatePortfolio'))
 })
 
 t.test('unexpected failures are a 500 that hides the cause', async (t) => {

@@ -96,8 +96,8 @@ t.test('invalid forms are a 400 naming the field, and leave nothing behind', asy
     ['gif', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: readFileSync(GIF_IMAGE) }], 'image must be a PNG or JPEG file'],
     ['empty image', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: Buffer.alloc(0) }], 'image must be a PNG or JPEG file'],
     ['png prefix only', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png.subarray(0, 4) }], 'image must be a PNG or JPEG file'],
-    ['two images', [...REQUIRED, image, image], 'only one file (image) is allowed'],
-    ['five fields', [...REQUIRED, { name: 'description', value: 'd' }, { name: 'beneficiary_wallet', value: MINTS[0] }, { name: 'extra', value: 'e' }], 'too many fields: allowed are name, type, beneficiary_wallet, description'],
+    ['two images', [...REQUIRED, image, image], 'form must have at most 1 file (image)'],
+    ['five fields', [...REQUIRED, { name: 'description', value: 'd' }, { name: 'beneficiary_wallet', value: MINTS[0] }, { name: 'extra', value: 'e' }], 'form must have at most 4 text fields'],
     ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(CREATE_FORM_LIMITS.fieldSize + 1) }], 'description is too long']
   ]
   for (const [name, parts, message] of cases) {
@@ -134,7 +134,7 @@ t.test('a body that is not well-formed multipart is a 400', async (t) => {
 
   const json = await post('application/json', Buffer.from('{"name":"A","type":"PORTFOLIO"}'))
   t.equal(json.status, 400)
-  t.same(json.json, structured('VALIDATION_ERROR', 'body must be multipart/form-data'))
+  t.same(json.json, structured('VALIDATION_ERROR', 'content-type must be multipart/form-data'))
 
   t.equal(engine.engine.portfolios.size, 0)
   t.same(readdirSync(engine.imageDir), [])

@@ -4,6 +4,7 @@
  */
 import type { StructuredError } from '../../schemas/errors.js'
 import { LIMITS } from '../../schemas/portfolio.js'
+import { clientErrorMessage } from '../client-errors.js'
 
 export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
@@ -37,22 +38,6 @@ export function structuredError (source: string, fn: string, code: EngineErrorCo
   return { success: false, error: { source, code, message, function: fn } }
 }
 
-/**
- * Messages for the client errors Fastify and @fastify/multipart raise, whose
- * own wording ("reach fields limit") does not say what to change.
- */
-const CLIENT_ERROR_MESSAGES: Readonly<Record<string, string>> = {
-  FST_ERR_CTP_BODY_TOO_LARGE: `body must be at most ${LIMITS.updateBodyMaxBytes} bytes`,
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'content-type must be application/json (update) or multipart/form-data (create)',
-  FST_REQ_FILE_TOO_LARGE: 'image is too large',
-  FST_FILES_LIMIT: 'only one file (image) is allowed',
-  FST_FIELDS_LIMIT: 'too many fields: allowed are name, type, beneficiary_wallet, description',
-  FST_PARTS_LIMIT: 'too many parts in the multipart body',
-  FST_PROTO_VIOLATION: 'a field name is not allowed',
-  FST_INVALID_MULTIPART_CONTENT_TYPE: 'body must be multipart/form-data',
-  FST_MP_PREMATURE_CLOSE: 'the multipart body ended early'
-}
-
 interface ErrorLike { code?: unknown, statusCode?: unknown, message?: unknown }
 
 /**
@@ -67,7 +52,7 @@ export function toEngineError (err: unknown): EngineError {
   const e: ErrorLike = typeof err === 'object' && err !== null ? err : {}
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500
   if (status >= 400 && status < 500) {
-    const known = typeof e.code === 'string' ? CLIENT_ERROR_MESSAGES[e.code] : undefined
+    const known = typeof e.code === 'string' ? clientErrorMessage(e.code, LIMITS.updateBodyMaxBytes) : undefined
     const message = known ?? (typeof e.message === 'string' && e.message !== '' ? e.message : 'invalid request')
     return validationError(message, err)
   }
