@@ -12,6 +12,8 @@ import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../s
 import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { PortfolioStore } from './store.js'
+// Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
+import type {} from '../plugins/error-handler.js'
 
 export interface EngineOptions {
   /** Where uploaded images are stored; created when missing. */
@@ -25,10 +27,6 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The engine's in-memory store (only set on instances made by buildEngine). */
     portfolios: PortfolioStore
-  }
-  interface FastifyContextConfig {
-    /** The handler name an engine error reports as `function`. */
-    engineHandler?: string
   }
 }
 
@@ -62,7 +60,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     const engineError = toEngineError(err)
     if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
     else request.log.info({ code: engineError.code, message: engineError.message }, 'engine request refused')
-    const fn = request.routeOptions.config.engineHandler ?? 'engine'
+    const fn = request.routeOptions.config.handler ?? 'engine'
     return reply.code(engineError.statusCode).send(structuredError(serviceName, fn, engineError.code, engineError.message))
   })
 
@@ -71,7 +69,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
   })
 
-  app.get('/health', { config: { engineHandler: 'health' } }, async function health (): Promise<EngineHealth> {
+  app.get('/health', { config: { handler: 'health' } }, async function health (): Promise<EngineHealth> {
     const services = store.state()
     const ok = services.database === SERVICE_CONNECTED && services.cache === SERVICE_CONNECTED
     return { status: ok ? 'ok' : 'degraded', services: { database: services.database, cache: services.cache } }

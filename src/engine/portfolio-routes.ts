@@ -1,6 +1,6 @@
 /**
  * The engine's portfolio routes (DECISIONS "The upstream contract, v1"). Each
- * route names its handler in `config.engineHandler`: the error handler reports
+ * route names its handler in `config.handler`: the error handler reports
  * it as the structured error's `function` (Fastify binds handlers, so the
  * function's own name reads "bound ...").
  */
@@ -34,11 +34,11 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
   // onRequest, not preHandler: an unauthenticated upload is refused before its body is read.
   app.addHook('onRequest', async (request) => { requireUserId(request) })
 
-  app.get('/api/portfolio/ping', { config: { engineHandler: 'pingPortfolio' } }, async function pingPortfolio (_request, reply) {
+  app.get('/api/portfolio/ping', { config: { handler: 'pingPortfolio' } }, async function pingPortfolio (_request, reply) {
     return reply.type('text/plain; charset=utf-8').send('pong')
   })
 
-  app.post('/api/portfolio/create', { config: { engineHandler: 'createPortfolio' } }, async function createPortfolio (request): Promise<CreatePortfolioResponse> {
+  app.post('/api/portfolio/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request): Promise<CreatePortfolioResponse> {
     const owner = requireUserId(request)
     const fields = new Map<string, string>()
     // Files to delete if anything fails; emptied once the portfolio is recorded.
@@ -94,7 +94,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
     }
   })
 
-  app.post('/api/portfolio/update', { config: { engineHandler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
+  app.post('/api/portfolio/update', { config: { handler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
     const owner = requireUserId(request)
     const body = parseUpdateBody(request.body)
     if (!store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
