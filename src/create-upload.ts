@@ -85,6 +85,7 @@ export class CreateUpload {
    */
   async * streamBody (image: MultipartFile, timing: UploadTiming): AsyncGenerator<Buffer> {
     let out = this.#encodedFields()
+    const sentBeforeImage = this.#fields.size
     try {
       const sniffer = new ImageSniffer()
       let held: Buffer[] | undefined = [] // first bytes, until they say PNG or JPEG
@@ -110,14 +111,10 @@ export class CreateUpload {
       if (sniffer.bytes === 0) throw validationError(`${IMAGE_FIELD} is empty`)
       if (sniffer.mime === undefined) throw validationError(NOT_AN_IMAGE)
       out.push(this.writer.fileTail)
-      for (;;) {
-        const next = await this.#parts.next()
-        if (next.done === true) break
-        const part = next.value
-        if (part.type === 'file') throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only one ${IMAGE_FIELD})`)
-        this.#acceptField(part.fieldname, part.value, part.valueTruncated)
-        out.push(this.writer.field(part.fieldname, String(part.value)))
-      }
+      // The rest of the form, read and checked like the fields before the image.
+      const another = await this.readUntilImage()
+      if (another !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
+      out.push(...this.#encodedFields().slice(sentBeforeImage))
       this.#checkComplete()
     } catch (err) {
       throw clientError(err)

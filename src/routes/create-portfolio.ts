@@ -27,16 +27,14 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   await app.register(fastifyMultipart, { limits: CREATE_FORM_LIMITS })
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
-    const declared = Number(request.headers['content-length'] ?? 0)
-    if (declared > CREATE_BODY_MAX_BYTES) {
-      void reply.header('connection', 'close')
-      throw validationError(`body must be at most ${CREATE_BODY_MAX_BYTES} bytes`)
-    }
-    // A chunked body declares nothing: count it, and hang up once it passes the bound.
-    if (request.headers['content-length'] === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES)
-    const upload = new CreateUpload(request)
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
     try {
+      // Refused before any of the body is read.
+      const declared = request.headers['content-length']
+      if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(`body must be at most ${CREATE_BODY_MAX_BYTES} bytes`)
+      // A chunked body declares nothing: count it, and hang up once it passes the bound.
+      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES)
+      const upload = new CreateUpload(request)
       const image = await upload.readUntilImage()
       const answer = await opts.engine.call({
         method: 'POST',
