@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url'
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const MOCK_SCRIPT = path.join(DIST, 'fixtures', 'mock-upstream.js')
 export const GATEWAY_SCRIPT = path.join(DIST, 'src', 'server.js')
-export const ENGINE_SCRIPT = path.join(DIST, 'src', 'engine', 'standalone.js')
+export const ENGINE_SCRIPT = path.join(DIST, 'src', 'reference-engine', 'standalone.js')
 export const NGINX_BINARY = '/usr/sbin/nginx'
 
 export interface Server {
@@ -174,7 +174,7 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
 }
 
 /**
- * The reference engine as its own process (`dist/src/engine/standalone.js`),
+ * The reference engine as its own process (`dist/src/reference-engine/standalone.js`),
  * storing images in a fresh temporary folder that stopAll (or stop) removes.
  * Its per-request info log goes to /dev/null, as the gateway's does at info.
  */

@@ -8,12 +8,13 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import { ajvFormats } from '../schemas/formats.js'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
-import type { EngineClient } from './engine-client.js'
-import { registerAuth } from './plugins/auth.js'
-import { installErrorHandling } from './plugins/error-handler.js'
-import { requestIdFrom } from './request-id.js'
+import type { EngineClient } from './engine-client/client.js'
+import { registerAuth } from './auth/jwt.js'
+import { installErrorHandling } from './http/error-handler.js'
+import { requestIdFrom } from './http/request-id.js'
+import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
-import { createPortfolioRoutes } from './routes/create-portfolio.js'
+import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
 
 export interface AppDeps {
@@ -23,32 +24,6 @@ export interface AppDeps {
   uploadStallTimeoutMs?: number
   /** pino options or false; server.ts passes the real logger options. */
   logger?: FastifyServerOptions['logger']
-}
-
-/** Server-side limits (the client's side of "bounded time and memory"). */
-export const SERVER_LIMITS = Object.freeze({
-  /** Whole request, headers to last body byte: a phone uploading 10 MiB gets three minutes. */
-  requestTimeoutMs: 180_000,
-  /** Request line and headers: a slow-loris client is cut off after this. */
-  headersTimeoutMs: 10_000,
-  /**
-   * Idle socket (no bytes either way), at least: while the engine thinks, the
-   * client's socket is idle, so the gateway uses UPSTREAM_TIMEOUT_MS + 5 s when
-   * that is longer. Above the upload stall limit, so a stalled engine is
-   * answered with a 504 before the client's socket is dropped.
-   */
-  connectionTimeoutMs: 60_000,
-  /** Above common load balancer idle timeouts (60 s), so the balancer closes first. */
-  keepAliveTimeoutMs: 72_000,
-  bodyLimitBytes: 64 * 1024,
-  /** An engine that reads nothing of an upload for this long is given up on. */
-  uploadStallTimeoutMs: 30_000,
-  maxHeaderCount: 64
-})
-
-/** The client socket's idle limit: never shorter than the wait for the engine. */
-export function idleTimeoutMs (config: GatewayConfig): number {
-  return Math.max(SERVER_LIMITS.connectionTimeoutMs, config.upstreamTimeoutMs + 5_000)
 }
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {

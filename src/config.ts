@@ -4,7 +4,7 @@
  */
 import { createPublicKey, randomBytes } from 'node:crypto'
 import { Env } from '../schemas/env.js'
-import { readEnv } from './env.js'
+import { readEnv } from './shared/env.js'
 
 export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
 

@@ -10,8 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
-import { EngineClient } from './engine-client.js'
-import { buildEngine } from './engine/engine.js'
+import { EngineClient } from './engine-client/client.js'
+import { buildEngine } from './reference-engine/engine.js'
 
 let config
 try {

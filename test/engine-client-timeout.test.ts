@@ -4,8 +4,8 @@
  * rather than on undici's one-second timer grid.
  */
 import t from 'tap'
-import { EngineClient } from '../src/engine-client.js'
-import { GatewayError } from '../src/errors.js'
+import { EngineClient } from '../src/engine-client/client.js'
+import { GatewayError } from '../src/http/errors.js'
 import { faults, startStubUpstream } from '../fixtures/stub-upstream.js'
 
 t.test('queued calls time out with the first, not one timeout per call ahead of them', async (t) => {

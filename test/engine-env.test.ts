@@ -1,7 +1,7 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { EngineEnvError, loadEngineEnv } from '../src/engine/engine-env.js'
+import { EngineEnvError, loadEngineEnv } from '../src/reference-engine/engine-env.js'
 
 t.test('defaults', async (t) => {
   t.same(loadEngineEnv({}), { port: 4000, host: '127.0.0.1', imageDir: join(tmpdir(), 'portfolio-engine-images') })

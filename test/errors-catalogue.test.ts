@@ -1,7 +1,7 @@
 /** The catalogue in src/errors.ts and the README's error table say the same thing. */
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { CATALOGUE, GatewayError, wireBody } from '../src/errors.js'
+import { CATALOGUE, GatewayError, wireBody } from '../src/http/errors.js'
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
 const section = readme.slice(readme.indexOf('### Errors'), readme.indexOf('## Decisions where'))
@@ -26,7 +26,7 @@ t.test('wire shapes: structured needs a handler name, everything else is { error
 })
 
 t.test('an unexpected error becomes INTERNAL_ERROR with nothing of its own message', async (t) => {
-  const { toGatewayError } = await import('../src/plugins/error-handler.js')
+  const { toGatewayError } = await import('../src/http/error-handler.js')
   const bug = new TypeError("Cannot read properties of undefined (reading 'sub') at /srv/app/src/x.ts:12")
   const mapped = toGatewayError(bug)
   t.equal(mapped.code, 'INTERNAL_ERROR')

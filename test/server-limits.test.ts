@@ -1,7 +1,7 @@
 /** The server side of "bounded time": every Node server limit is set, none left at its default. */
 import { connect } from 'node:net'
 import t from 'tap'
-import { SERVER_LIMITS } from '../src/app.js'
+import { SERVER_LIMITS } from '../src/http/limits.js'
 import { build } from './helpers/app.js'
 
 t.test('server timeouts and header limits are the configured ones', async (t) => {

@@ -19,7 +19,7 @@ import { multipartBody } from './helpers/multipart.js'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
 const SERVER = join(ROOT, 'dist', 'src', 'server.js')
-const TOKEN_CLI = join(ROOT, 'dist', 'src', 'token.js')
+const TOKEN_CLI = join(ROOT, 'dist', 'src', 'cli', 'token.js')
 /** Upper bound for any one wait on a child process. */
 const WAIT_MS = 15_000
 

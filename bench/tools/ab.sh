@@ -20,7 +20,7 @@ node dist/fixtures/mock-upstream.js --port 4811 > /dev/null &
 MOCK=$!
 trap 'kill $MOCK 2>/dev/null; rm -f "$out"' EXIT
 SECRET=$(openssl rand -hex 32)
-TOKEN=$(JWT_SECRET=$SECRET node dist/src/token.js --sub bench)
+TOKEN=$(JWT_SECRET=$SECRET node dist/src/cli/token.js --sub bench)
 URLPATH=${URLPATH:-/api/portfolio/ping}
 EXTRA=${EXTRA:-}
 for _ in $(seq "$rounds"); do

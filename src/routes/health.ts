@@ -6,8 +6,8 @@ import type { FastifyPluginAsync } from 'fastify'
 import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
 import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
-import type { EngineClient } from '../engine-client.js'
-import { parseJson } from '../forward.js'
+import type { EngineClient } from '../engine-client/client.js'
+import { parseJson } from '../engine-client/answers.js'
 
 /** Shared with server.ts, which sets `draining` when shutdown starts. */
 export interface Lifecycle {

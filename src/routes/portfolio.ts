@@ -5,10 +5,10 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
-import type { EngineClient } from '../engine-client.js'
-import { validationError } from '../errors.js'
-import { sendEngineJson, sendEnginePong } from '../forward.js'
-import { targetPositionsProblem } from '../portfolio-rules.js'
+import type { EngineClient } from '../engine-client/client.js'
+import { validationError } from '../http/errors.js'
+import { sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
+import { targetPositionsProblem } from '../shared/portfolio-rules.js'
 
 export interface PortfolioRouteOptions {
   engine: EngineClient

@@ -6,7 +6,7 @@ import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { EngineClient } from '../../src/engine-client.js'
+import { EngineClient } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'

@@ -5,7 +5,7 @@
 import type { AddressInfo } from 'node:net'
 import type { Test } from 'tap'
 import { Agent, request } from 'undici'
-import { buildEngine, type EngineOptions } from '../../src/engine/engine.js'
+import { buildEngine, type EngineOptions } from '../../src/reference-engine/engine.js'
 
 export const USER = 'user-alice'
 export const OTHER_USER = 'user-bob'

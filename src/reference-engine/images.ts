@@ -9,7 +9,7 @@ import { mkdir, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { Transform, type Readable, type TransformCallback } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { ImageSniffer, imageExtension, NOT_AN_IMAGE, type ImageMime } from '../image-type.js'
+import { ImageSniffer, imageExtension, NOT_AN_IMAGE, type ImageMime } from '../shared/image-type.js'
 import { validationError } from './errors.js'
 
 export interface StoredImage {

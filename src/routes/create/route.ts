@@ -5,13 +5,13 @@
 import fastifyMultipart from '@fastify/multipart'
 import type { FastifyPluginAsync } from 'fastify'
 import type { IncomingMessage } from 'node:http'
-import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../schemas/portfolio.js'
-import { isEngineCreateResponse } from '../../schemas/upstream.js'
-import { CreateUpload } from '../create-upload.js'
-import type { EngineClient } from '../engine-client.js'
-import { validationError } from '../errors.js'
-import { sendEngineJson } from '../forward.js'
-import { UploadClock } from '../upload-clock.js'
+import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
+import { isEngineCreateResponse } from '../../../schemas/upstream.js'
+import { CreateUpload } from './upload.js'
+import type { EngineClient } from '../../engine-client/client.js'
+import { validationError } from '../../http/errors.js'
+import { sendEngineJson } from '../../engine-client/answers.js'
+import { UploadClock } from './upload-clock.js'
 
 export interface CreatePortfolioOptions {
   engine: EngineClient

@@ -13,7 +13,7 @@ import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { PortfolioStore } from './store.js'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
-import type {} from '../plugins/error-handler.js'
+import type {} from '../shared/route-config.js'
 
 export interface EngineOptions {
   /** Where uploaded images are stored; created when missing. */

@@ -7,8 +7,8 @@
  * - a separate, generous stall limit covers an engine that stops reading mid-upload.
  * Either fires by aborting the engine call with a 504 reason.
  */
-import { GatewayError } from './errors.js'
-import type { UploadTiming } from './create-upload.js'
+import { GatewayError } from '../../http/errors.js'
+import type { UploadTiming } from './upload.js'
 
 export class UploadClock implements UploadTiming {
   readonly #abort = new AbortController()

@@ -2,7 +2,7 @@
  * Validation messages that name the offending field (DECISIONS 7), e.g.
  * `target_positions[2].allocation must be <= 1`.
  */
-import { PRINTABLE_ASCII } from '../schemas/portfolio.js'
+import { PRINTABLE_ASCII } from '../../schemas/portfolio.js'
 
 /** The subset of an Ajv error the messages need (Fastify passes Ajv's errors through). */
 export interface SchemaIssue {

@@ -3,16 +3,11 @@
  * shapes, and no 5xx carries internals (stack, message of a bug, engine text).
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { clientErrorMessage } from '../client-errors.js'
-import { GatewayError, validationError, wireBody } from '../errors.js'
-import { describeIssues, type SchemaIssue } from '../validation.js'
+import { clientErrorMessage } from '../shared/client-errors.js'
+import { GatewayError, validationError, wireBody } from './errors.js'
+import { describeIssues, type SchemaIssue } from '../shared/validation-messages.js'
 
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** Handler name for `error.function` in structured errors; unset: simple errors. */
-    handler?: string
-  }
-}
+import type {} from '../shared/route-config.js'
 
 /** Turn whatever was thrown into a GatewayError. */
 export function toGatewayError (err: FastifyError | Error, request?: FastifyRequest): GatewayError {

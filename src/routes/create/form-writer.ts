@@ -4,7 +4,7 @@
  * and the sniffed type, so nothing the client chose for headers reaches the engine.
  */
 import { randomBytes } from 'node:crypto'
-import { imageExtension, type ImageMime } from './image-type.js'
+import { imageExtension, type ImageMime } from '../../shared/image-type.js'
 
 export class MultipartWriter {
   readonly boundary = `----portfolio-gateway-${randomBytes(16).toString('hex')}`

@@ -9,8 +9,8 @@
  */
 import type { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
-import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../schemas/upstream.js'
-import { GatewayError, upstreamError } from './errors.js'
+import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
+import { GatewayError, upstreamError } from '../http/errors.js'
 
 export interface EnginePoolOptions {
   url: string

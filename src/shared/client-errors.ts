@@ -3,7 +3,7 @@
  * client can act on ("reach fields limit" does not say what to change). One
  * table for the gateway and the reference engine.
  */
-import { CREATE_FORM_LIMITS, IMAGE_FIELD } from '../schemas/portfolio.js'
+import { CREATE_FORM_LIMITS, IMAGE_FIELD } from '../../schemas/portfolio.js'
 
 const MESSAGES: Readonly<Record<string, (bodyLimit: number | undefined) => string>> = {
   FST_ERR_CTP_BODY_TOO_LARGE: (bodyLimit) => `body must be at most ${bodyLimit ?? 'the accepted number of'} bytes`,

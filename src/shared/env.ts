@@ -1,7 +1,7 @@
 /**
  * Reading an environment against a TypeBox object schema: the one reader
  * behind the gateway's config (src/config.ts) and the standalone engine's
- * (src/engine/engine-env.ts). Pure: the caller passes the environment in.
+ * (src/reference-engine/engine-env.ts). Pure: the caller passes the environment in.
  */
 import type { Static, TObject, TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'

@@ -5,7 +5,7 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
-import { readEnv } from '../env.js'
+import { readEnv } from '../shared/env.js'
 
 export const EngineEnv = Type.Object({
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),

@@ -6,13 +6,13 @@
  */
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
-import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../schemas/portfolio.js'
-import { GatewayError, validationError } from './errors.js'
-import { ImageSniffer, NOT_AN_IMAGE } from './image-type.js'
-import { isMalformedMultipart } from './multipart-errors.js'
-import { MultipartWriter } from './multipart-writer.js'
-import { toGatewayError } from './plugins/error-handler.js'
-import { describeIssues, shownName, type SchemaIssue } from './validation.js'
+import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
+import { GatewayError, validationError } from '../../http/errors.js'
+import { ImageSniffer, NOT_AN_IMAGE } from '../../shared/image-type.js'
+import { isMalformedMultipart } from '../../shared/multipart-errors.js'
+import { MultipartWriter } from './form-writer.js'
+import { toGatewayError } from '../../http/error-handler.js'
+import { describeIssues, shownName, type SchemaIssue } from '../../shared/validation-messages.js'
 
 /** Callbacks that time the engine, not the client (see UploadClock). */
 export interface UploadTiming {

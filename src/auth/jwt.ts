@@ -10,7 +10,7 @@ import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { LRUCache } from 'lru-cache'
 import type { JwtConfig } from '../config.js'
-import { unauthorized } from '../errors.js'
+import { unauthorized } from '../http/errors.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -1,7 +1,7 @@
 /** Request ids (DECISIONS 10): the client's when sane, ours otherwise. */
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
-import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
+import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 
 /** Short and printable: safe to log, to echo, and to send to the engine as a header. */
 const SANE_REQUEST_ID = /^[\x21-\x7e]{1,128}$/

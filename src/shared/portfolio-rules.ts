@@ -2,7 +2,7 @@
  * Rules of the client contract that JSON Schema cannot say (DECISIONS 3).
  * The schema has already checked each position; these look across them.
  */
-import { LIMITS, type TargetPosition } from '../schemas/portfolio.js'
+import { LIMITS, type TargetPosition } from '../../schemas/portfolio.js'
 
 /** The first cross-position problem, as a message naming the field, or undefined. */
 export function targetPositionsProblem (positions: readonly TargetPosition[]): string | undefined {

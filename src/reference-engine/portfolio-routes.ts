@@ -10,7 +10,7 @@ import { CREATE_FORM_LIMITS, IMAGE_FIELD, type CreatePortfolioResponse, type Upd
 import { USER_ID_HEADER } from '../../schemas/upstream.js'
 import { EngineError, validationError } from './errors.js'
 import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
-import { isMalformedMultipart } from '../multipart-errors.js'
+import { isMalformedMultipart } from '../shared/multipart-errors.js'
 import type { PortfolioStore } from './store.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 

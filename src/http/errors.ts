@@ -6,7 +6,7 @@
  * `{ error }`, or structured `{ success: false, error: { source, code, message, function } }`.
  */
 import { errors as undiciErrors } from 'undici'
-import type { SimpleError, StructuredError } from '../schemas/errors.js'
+import type { SimpleError, StructuredError } from '../../schemas/errors.js'
 
 /** `error.source` of every structured error the gateway itself produces. */
 export const GATEWAY_SOURCE = 'portfolio-gateway'

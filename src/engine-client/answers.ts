@@ -4,9 +4,9 @@
  * own structured errors pass through unchanged, and anything else is a 502.
  */
 import type { FastifyReply } from 'fastify'
-import { isEngineError } from '../schemas/upstream.js'
-import type { EngineResponse } from './engine-client.js'
-import { GatewayError } from './errors.js'
+import { isEngineError } from '../../schemas/upstream.js'
+import type { EngineResponse } from './client.js'
+import { GatewayError } from '../http/errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
 

@@ -9,8 +9,8 @@ import { TypeCompiler } from '@sinclair/typebox/compiler'
 // Registers the 'solana-address' format with TypeBox before the compiles below.
 import { SOLANA_ADDRESS_FORMAT } from '../../schemas/formats.js'
 import { CreatePortfolioFields, UpdatePortfolioBody } from '../../schemas/portfolio.js'
-import { targetPositionsProblem } from '../portfolio-rules.js'
-import { fieldPath } from '../validation.js'
+import { targetPositionsProblem } from '../shared/portfolio-rules.js'
+import { fieldPath } from '../shared/validation-messages.js'
 import { validationError } from './errors.js'
 
 const checkUpdateBody = TypeCompiler.Compile(UpdatePortfolioBody)

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
-import { ConfigError, loadConfig } from './config.js'
+import { ConfigError, loadConfig } from '../config.js'
 
 function fail (message: string): never {
   process.stderr.write(`token: ${message}\n`)

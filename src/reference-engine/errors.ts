@@ -4,7 +4,7 @@
  */
 import type { StructuredError } from '../../schemas/errors.js'
 import { LIMITS } from '../../schemas/portfolio.js'
-import { clientErrorMessage } from '../client-errors.js'
+import { clientErrorMessage } from '../shared/client-errors.js'
 
 export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
