@@ -1,7 +1,8 @@
 /**
  * String formats that JSON Schema does not know. Each is registered with Ajv
- * (client requests, via Fastify) and with TypeBox (engine-side checks), so both
- * validators agree on one definition.
+ * (the gateway and the reference engine, via shared/schema-validation.ts) and
+ * with TypeBox (its compiler, for anything checked with TypeCompiler), so every
+ * validator agrees on one definition.
  */
 import { FormatRegistry } from '@sinclair/typebox'
 

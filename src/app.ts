@@ -5,7 +5,6 @@
  *   every failure -> error handler -> one of the interface's three shapes
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
-import { ajvFormats } from '../schemas/formats.js'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
@@ -16,6 +15,7 @@ import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
+import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -47,11 +47,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       request.log.info({ code: error.code }, 'request rejected')
       void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
     },
-    ajv: {
-      // DECISIONS 6: no coercion ("0.5" is not a number), unknown fields are errors, not dropped.
-      customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false },
-      plugins: [ajvFormats]
-    }
+    // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
+    ajv: SCHEMA_VALIDATION
   })
   app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
   app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs

@@ -18,28 +18,28 @@ const body = (patch: (b: ReturnType<typeof validUpdate>) => unknown): unknown =>
 
 const CASES: Array<[string, unknown, string]> = [
   ['portfolio_id missing', body((b) => ({ target_positions: b.target_positions })), 'portfolio_id is required'],
-  ['portfolio_id empty', body((b) => ({ ...b, portfolio_id: '' })), 'portfolio_id must NOT have fewer than 1 characters'],
+  ['portfolio_id empty', body((b) => ({ ...b, portfolio_id: '' })), 'portfolio_id must be at least 1 character'],
   ['portfolio_id with control characters', body((b) => ({ ...b, portfolio_id: '\u0000\r\n../x' })), 'portfolio_id must be visible ASCII characters (no spaces or control characters)'],
   ['portfolio_id of spaces', body((b) => ({ ...b, portfolio_id: '   ' })), 'portfolio_id must be visible ASCII characters (no spaces or control characters)'],
-  ['portfolio_id not a string', body((b) => ({ ...b, portfolio_id: 7 })), 'portfolio_id must be string'],
+  ['portfolio_id not a string', body((b) => ({ ...b, portfolio_id: 7 })), 'portfolio_id must be a string'],
   ['target_positions missing', { portfolio_id: 'p-1' }, 'target_positions is required'],
-  ['target_positions empty', body((b) => ({ ...b, target_positions: [] })), 'target_positions must NOT have fewer than 1 items'],
-  ['101 target positions', body((b) => ({ ...b, target_positions: Array.from({ length: 101 }, () => ({ mint: MINTS[0], allocation: 0.01 })) })), 'target_positions must NOT have more than 100 items'],
+  ['target_positions empty', body((b) => ({ ...b, target_positions: [] })), 'target_positions must have at least 1 item'],
+  ['101 target positions', body((b) => ({ ...b, target_positions: Array.from({ length: 101 }, () => ({ mint: MINTS[0], allocation: 0.01 })) })), 'target_positions must have at most 100 items'],
   ['allocation above 1', body((b) => { b.target_positions[1]!.allocation = 1.5 }), 'target_positions[1].allocation must be <= 1'],
   ['allocation below 0', body((b) => { b.target_positions[0]!.allocation = -0.1 }), 'target_positions[0].allocation must be >= 0'],
-  ['allocation as a string is not coerced', body((b) => ({ ...b, target_positions: [{ mint: MINTS[0], allocation: '0.6' }, b.target_positions[1]] })), 'target_positions[0].allocation must be number'],
+  ['allocation as a string is not coerced', body((b) => ({ ...b, target_positions: [{ mint: MINTS[0], allocation: '0.6' }, b.target_positions[1]] })), 'target_positions[0].allocation must be a number'],
   ['allocation missing', body((b) => ({ ...b, target_positions: [{ mint: MINTS[0] }, b.target_positions[1]] })), 'target_positions[0].allocation is required'],
   ['mint missing', body((b) => ({ ...b, target_positions: [b.target_positions[0], { allocation: 0.4 }] })), 'target_positions[1].mint is required'],
   ['mint not base58', body((b) => { b.target_positions[0]!.mint = '0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl0OIl' }), 'target_positions[0].mint must be a base58 Solana address (32 bytes)'],
-  ['mint too short', body((b) => { b.target_positions[0]!.mint = 'So1111111' }), 'target_positions[0].mint must NOT have fewer than 32 characters'],
+  ['mint too short', body((b) => { b.target_positions[0]!.mint = 'So1111111' }), 'target_positions[0].mint must be at least 32 characters'],
   ['mint base58 but not 32 bytes', body((b) => { b.target_positions[0]!.mint = 'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz' }), 'target_positions[0].mint must be a base58 Solana address (32 bytes)'],
   ['unknown field', body((b) => ({ ...b, owner: 'mallory' })), 'owner is not an accepted field'],
   ['unknown field in a position', body((b) => ({ ...b, target_positions: [{ ...b.target_positions[0], weight: 1 }, b.target_positions[1]] })), 'target_positions[0].weight is not an accepted field'],
   ['sum below 1', body((b) => { b.target_positions[1]!.allocation = 0.3 }), 'target_positions allocations must sum to 1 (they sum to 0.9)'],
   ['sum above 1', body((b) => { b.target_positions[1]!.allocation = 0.5 }), 'target_positions allocations must sum to 1 (they sum to 1.1)'],
   ['duplicate mint', body((b) => { b.target_positions[1]!.mint = MINTS[0] }), 'target_positions[1].mint repeats target_positions[0].mint'],
-  ['body is an array', [validUpdate()], 'body must be object'],
-  ['body is null', null, 'body must be object']
+  ['body is an array', [validUpdate()], 'body must be an object'],
+  ['body is null', null, 'body must be an object']
 ]
 
 t.test('each broken rule is a 400 naming the field, and the engine is never called', async (t) => {

@@ -11,6 +11,7 @@ import { CREATE_FORM_LIMITS, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
 import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
+import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
 import { PortfolioStore } from './store.js'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
@@ -46,7 +47,9 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     keepAliveTimeout: 72_000,
     // A 10 MiB image over a slow client still fits; a stalled one does not hold a socket forever.
     requestTimeout: 120_000,
-    connectionTimeout: 0
+    connectionTimeout: 0,
+    // The gateway's schema compiler and options: one schema, one way of counting (issue 7, item 1).
+    ajv: SCHEMA_VALIDATION
   })
 
   const store = new PortfolioStore()

@@ -65,7 +65,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       // The loop ends only once busboy has seen the end of the HTTP body, so the
       // request is complete here; a client that hangs up earlier makes the loop
       // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
-      const valid = parseCreateFields(Object.fromEntries(fields))
+      const valid = parseCreateFields(request, Object.fromEntries(fields))
 
       const id = randomUUID()
       let image: StoredImage | undefined
@@ -96,7 +96,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
 
   app.post('/api/portfolio/update', { config: { handler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
     const owner = requireUserId(request)
-    const body = parseUpdateBody(request.body)
+    const body = parseUpdateBody(request)
     if (!store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
       // DECISIONS 1: unknown and foreign ids answer the same, so ids cannot be probed.
       throw new EngineError('NOT_FOUND', 'portfolio_id does not name a portfolio of this user')

@@ -1,8 +1,11 @@
 /**
- * Validation messages that name the offending field (DECISIONS 7), e.g.
- * `target_positions[2].allocation must be <= 1`.
+ * The one message mapper for schema failures, used by the gateway and the
+ * reference engine alike, so both legs answer the same 400 with the same words
+ * (DECISIONS 7: name the offending field, e.g.
+ * `target_positions[2].allocation must be <= 1`). No Ajv wording reaches a client.
  */
 import { PRINTABLE_ASCII } from '../../schemas/portfolio.js'
+import { SOLANA_ADDRESS_FORMAT } from '../../schemas/formats.js'
 
 /** The subset of an Ajv error the messages need (Fastify passes Ajv's errors through). */
 export interface SchemaIssue {
@@ -31,29 +34,61 @@ function join (parent: string, child: string): string {
   return parent === '' ? shownName(child) : `${parent}.${shownName(child)}`
 }
 
+/** `1 character`, `30 characters`. */
+function count (limit: unknown, noun: string): string {
+  return `${String(limit)} ${noun}${limit === 1 ? '' : 's'}`
+}
+
+const ARTICLE: Readonly<Record<string, string>> = { array: 'an array', object: 'an object', integer: 'an integer', null: 'null' }
+
+/** `a number`, `a string`, `an object`; Ajv gives a list as `string,null`. */
+function typeName (type: unknown): string {
+  return String(type).split(',').map((t) => ARTICLE[t] ?? `a ${t}`).join(' or ')
+}
+
 /** One readable sentence for one schema failure. `root` names the whole body. */
 export function describeIssue (issue: SchemaIssue, root = 'body'): string {
   const path = fieldPath(issue.instancePath)
   const field = path === '' ? root : path
+  const p = issue.params
   switch (issue.keyword) {
     case 'required':
-      return `${join(path, String(issue.params.missingProperty))} is required`
+      return `${join(path, String(p.missingProperty))} is required`
     case 'additionalProperties':
-      return `${join(path, String(issue.params.additionalProperty))} is not an accepted field`
+      return `${join(path, String(p.additionalProperty))} is not an accepted field`
+    case 'type':
+      return `${field} must be ${typeName(p.type)}`
+    // Ajv counts string lengths in code points (its `unicode` default), so "characters" is exact.
+    case 'minLength':
+      return `${field} must be at least ${count(p.limit, 'character')}`
+    case 'maxLength':
+      return `${field} must be at most ${count(p.limit, 'character')}`
+    case 'minItems':
+      return `${field} must have at least ${count(p.limit, 'item')}`
+    case 'maxItems':
+      return `${field} must have at most ${count(p.limit, 'item')}`
+    case 'minimum':
+    case 'maximum':
+    case 'exclusiveMinimum':
+    case 'exclusiveMaximum':
+      return `${field} must be ${String(p.comparison)} ${String(p.limit)}`
     case 'format':
-      return issue.params.format === 'solana-address'
+      return p.format === SOLANA_ADDRESS_FORMAT
         ? `${field} must be a base58 Solana address (32 bytes)`
-        : `${field} must be a valid ${String(issue.params.format)}`
+        : `${field} must be a valid ${String(p.format)}`
     case 'pattern':
-      return issue.params.pattern === PRINTABLE_ASCII
+      return p.pattern === PRINTABLE_ASCII
         ? `${field} must be visible ASCII characters (no spaces or control characters)`
         : `${field} has characters that are not allowed`
+    case 'enum':
+      return `${field} must be one of ${(p.allowedValues as unknown[]).map(String).join(', ')}`
     case 'const':
-      return `${field} must be ${JSON.stringify(issue.params.allowedValue)}`
+      return `${field} must be ${JSON.stringify(p.allowedValue)}`
     case 'anyOf':
       return `${field} has a value that is not allowed`
     default:
-      return `${field} ${issue.message ?? 'is invalid'}`
+      // oneOf, uniqueItems ...: no rule of ours words these; never Ajv's own text.
+      return `${field} is invalid`
   }
 }
 
