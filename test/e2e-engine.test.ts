@@ -39,3 +39,14 @@ t.test('create as alice, update as alice, then bob and a made-up id get the same
   t.match(JSON.parse(foreignBody), { success: false, error: { code: 'NOT_FOUND', source: 'portfolio-engine', function: 'updatePortfolio' } })
   t.same(engine.engine.portfolios.get(id)?.target_positions, [{ mint: MINTS[2], allocation: 1 }], "bob changed nothing")
 })
+
+t.test('a create with a 30-emoji name succeeds end to end: both legs count characters (issue 7, item 1)', async (t) => {
+  const engine = await startEngine(t)
+  const { url } = await build(t, { upstreamUrl: engine.origin })
+  const name = '\u{1F4C8}'.repeat(30) // 30 code points, 60 UTF-16 code units
+  const form = multipartBody([{ name: 'name', value: name }, { name: 'type', value: 'PORTFOLIO' }])
+  const created = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': form.contentType }, body: form.body })
+  t.equal(created.statusCode, 200)
+  const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
+  t.equal(engine.engine.portfolios.get(id)?.name, name)
+})

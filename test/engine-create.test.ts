@@ -90,15 +90,15 @@ t.test('invalid forms are a 400 naming the field, and leave nothing behind', asy
     ['bad wallet', [...REQUIRED, { name: 'beneficiary_wallet', value: '0'.repeat(40) }, image], 'beneficiary_wallet must be a base58 Solana address (32 bytes)'],
     ['long description', [...REQUIRED, { name: 'description', value: 'd'.repeat(501) }], 'description must be at most 500 characters'],
     ['unknown field', [...REQUIRED, { name: 'owner', value: 'mallory' }], 'owner is not an accepted field'],
-    ['repeated field', [...REQUIRED, { name: 'name', value: 'B' }], 'name must appear only once'],
+    ['repeated field', [...REQUIRED, { name: 'name', value: 'B' }], 'name must be given once'],
     ['text image', [...REQUIRED, { name: 'image', value: 'not a file' }], 'image must be a file'],
-    ['other file field', [...REQUIRED, { name: 'avatar', filename: 'a.png', contentType: 'image/png', data: png }], 'avatar is not an allowed file field (only image)'],
+    ['other file field', [...REQUIRED, { name: 'avatar', filename: 'a.png', contentType: 'image/png', data: png }], 'avatar is not an accepted file field (only image)'],
     ['gif', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: readFileSync(GIF_IMAGE) }], 'image must be a PNG or JPEG file'],
     ['empty image', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: Buffer.alloc(0) }], 'image must be a PNG or JPEG file'],
     ['png prefix only', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png.subarray(0, 4) }], 'image must be a PNG or JPEG file'],
     ['two images', [...REQUIRED, image, image], 'form must have at most 1 file (image)'],
     ['five fields', [...REQUIRED, { name: 'description', value: 'd' }, { name: 'beneficiary_wallet', value: MINTS[0] }, { name: 'extra', value: 'e' }], 'form must have at most 4 text fields'],
-    ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(CREATE_FORM_LIMITS.fieldSize + 1) }], 'description is too long']
+    ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(CREATE_FORM_LIMITS.fieldSize + 1) }], `description is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`]
   ]
   for (const [name, parts, message] of cases) {
     const res = await create(engine, parts)

@@ -11,6 +11,7 @@ import { USER_ID_HEADER } from '../../schemas/upstream.js'
 import { EngineError, validationError } from './errors.js'
 import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
 import { isMalformedMultipart } from '../shared/multipart-errors.js'
+import { shownName } from '../shared/validation-messages.js'
 import type { PortfolioStore } from './store.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 
@@ -49,7 +50,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         if (part.type === 'file') {
           if (part.fieldname !== IMAGE_FIELD) {
             part.file.resume()
-            throw validationError(`${part.fieldname} is not an allowed file field (only ${IMAGE_FIELD})`)
+            throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
           }
           received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
           leftovers.push(received.tempPath)
@@ -57,9 +58,9 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         }
         const name = part.fieldname
         if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
-        if (part.valueTruncated) throw validationError(`${name} is too long`)
-        if (typeof part.value !== 'string') throw validationError(`${name} must be a plain text field`)
-        if (fields.has(name)) throw validationError(`${name} must appear only once`)
+        if (part.valueTruncated) throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`)
+        if (typeof part.value !== 'string') throw validationError(`${shownName(name)} must be a plain text field`)
+        if (fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
         fields.set(name, part.value)
       }
       // The loop ends only once busboy has seen the end of the HTTP body, so the

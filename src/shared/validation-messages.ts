@@ -93,18 +93,26 @@ export function describeIssue (issue: SchemaIssue, root = 'body'): string {
 }
 
 /**
- * The message for a failed validation: the first issue, except that a union
- * of literals (TypeBox's enum: anyOf of const) is described as one list.
+ * The message for a failed validation: the first issue, except for a union
+ * (anyOf), which Ajv reports as each branch's failure and then `anyOf` itself:
+ * a union of literals (TypeBox's enum) is one list, a union of types one
+ * "a string or null", any other union one sentence about the field, not the
+ * first branch's complaint.
  */
 export function describeIssues (issues: readonly SchemaIssue[], root = 'body'): string {
-  const first = issues[0]
-  if (first === undefined) return `${root} is invalid`
-  if (first.keyword === 'const') {
-    const sameField = issues.filter((i) => i.instancePath === first.instancePath)
-    if (sameField.some((i) => i.keyword === 'anyOf')) {
-      const allowed = sameField.filter((i) => i.keyword === 'const').map((i) => String(i.params.allowedValue))
-      return `${fieldPath(first.instancePath) || root} must be one of ${allowed.join(', ')}`
+  const last = issues.at(-1)
+  if (last === undefined) return `${root} is invalid`
+  if (last.keyword === 'anyOf') {
+    const field = fieldPath(last.instancePath) || root
+    const branches = issues.slice(0, -1)
+    const atField = branches.every((i) => i.instancePath === last.instancePath)
+    if (atField && branches.every((i) => i.keyword === 'const')) {
+      return `${field} must be one of ${branches.map((i) => String(i.params.allowedValue)).join(', ')}`
     }
+    if (atField && branches.every((i) => i.keyword === 'type')) {
+      return `${field} must be ${branches.map((i) => typeName(i.params.type)).join(' or ')}`
+    }
+    return describeIssue(last, root)
   }
-  return describeIssue(first, root)
+  return describeIssue(issues[0]!, root)
 }
