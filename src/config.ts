@@ -2,7 +2,7 @@
  * Environment -> validated, frozen configuration. Nothing here reads
  * `process.env` itself: the caller passes the environment in, so tests can too.
  */
-import { createPublicKey, randomBytes } from 'node:crypto'
+import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto'
 import { Env } from '../schemas/env.js'
 import { readEnv } from './shared/env.js'
 
@@ -40,20 +40,50 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(read.given)
+    const shown = read.name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
   const production = parsed.NODE_ENV === 'production'
+  const jwt = jwtConfig(parsed, production)
+  const upstreamUrl = parsed.UPSTREAM_URL === undefined ? undefined : upstreamOrigin(parsed.UPSTREAM_URL)
+  if (production && upstreamUrl === undefined) {
+    // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
+    throw new ConfigError('NODE_ENV=production needs UPSTREAM_URL: set it to the engine\'s base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)')
+  }
   return Object.freeze({
     production,
     port: parsed.PORT,
     host: parsed.HOST,
     logLevel: parsed.LOG_LEVEL,
-    jwt: Object.freeze(jwtConfig(parsed, production)),
-    ...(parsed.UPSTREAM_URL === undefined ? {} : { upstreamUrl: parsed.UPSTREAM_URL.replace(/\/$/, '') }),
+    jwt: Object.freeze(jwt),
+    ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
     upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS
   })
+}
+
+/** `user:password@` in a URL, as far as a message may quote it. */
+function withoutCredentials (text: string): string {
+  return text.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1(credentials hidden)@')
+}
+
+/**
+ * UPSTREAM_URL as the WHATWG URL parser (the one undici uses) reads it: a
+ * port it refuses would otherwise surface as a stack trace from `new Pool`.
+ * Credentials are refused: the URL is logged, and the password with it.
+ */
+function upstreamOrigin (text: string): string {
+  if (withoutCredentials(text) !== text) {
+    throw new ConfigError('UPSTREAM_URL must not hold credentials (user:password@): the URL is logged; remove them and let the network or a proxy authenticate the gateway')
+  }
+  const port = /:(\d+)\/?$/.exec(text)?.[1]
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) {
+    throw new ConfigError(`UPSTREAM_URL=${JSON.stringify(text)} is invalid: port ${port} is out of range; use a port from 1 to 65535, or none for 80/443`)
+  }
+  if (!URL.canParse(text)) {
+    throw new ConfigError(`UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path`)
+  }
+  return new URL(text).origin
 }
 
 function jwtConfig (env: Env, production: boolean): JwtConfig {
@@ -80,6 +110,11 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
 
 /** The algorithm is pinned by the key's type: an RSA key only verifies RS256, a P-256 key only ES256. */
 function publicKeyAlgorithm (pem: string): JwtAlgorithm {
+  // createPublicKey derives the public half from a private key without a word:
+  // a private key here is a secret in the wrong place, not a configuration to accept.
+  if (isPrivateKey(pem)) {
+    throw new ConfigError('JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer')
+  }
   let key
   try {
     key = createPublicKey(pem)
@@ -92,4 +127,13 @@ function publicKeyAlgorithm (pem: string): JwtAlgorithm {
     ? `an EC key on curve ${key.asymmetricKeyDetails?.namedCurve ?? 'unknown'}`
     : `a key of type ${key.asymmetricKeyType ?? 'unknown'}`
   throw new ConfigError(`JWT_PUBLIC_KEY is ${what}: use an RSA key (RS256) or a P-256 EC key (ES256)`)
+}
+
+function isPrivateKey (pem: string): boolean {
+  try {
+    createPrivateKey(pem)
+    return true
+  } catch {
+    return false
+  }
 }

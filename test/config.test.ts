@@ -143,6 +143,57 @@ t.test('an empty variable counts as unset', async (t) => {
 
 t.test('NODE_ENV must be a known mode: a typo does not silently run as development', async (t) => {
   t.throws(() => loadConfig({ NODE_ENV: 'prod', JWT_SECRET: SECRET }), new ConfigError(
-    'NODE_ENV="prod" is invalid: must be one of development, production, test; expected development, production or test; production refuses to start without a JWT key'
+    'NODE_ENV="prod" is invalid: must be one of development, production, test; expected development, production or test; production refuses to start without a JWT key or UPSTREAM_URL'
   ))
+})
+
+// Issue 7, item 8.
+t.test('UPSTREAM_URL: a port the URL parser refuses is a config error, not a stack trace from new Pool', async (t) => {
+  t.throws(() => loadConfig({ UPSTREAM_URL: 'http://h:99999' }), new ConfigError(
+    'UPSTREAM_URL="http://h:99999" is invalid: port 99999 is out of range; use a port from 1 to 65535, or none for 80/443'
+  ))
+  t.throws(() => loadConfig({ UPSTREAM_URL: 'http://h:0/' }), new ConfigError(
+    'UPSTREAM_URL="http://h:0/" is invalid: port 0 is out of range; use a port from 1 to 65535, or none for 80/443'
+  ))
+  t.throws(() => loadConfig({ UPSTREAM_URL: 'http://a b' }), new ConfigError(
+    'UPSTREAM_URL="http://a b" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'
+  ))
+  t.throws(() => loadConfig({ UPSTREAM_URL: 'http://[::1' }), new ConfigError(
+    'UPSTREAM_URL="http://[::1" is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path'
+  ))
+  t.equal(loadConfig({ UPSTREAM_URL: 'http://engine:65535' }).upstreamUrl, 'http://engine:65535')
+  t.equal(loadConfig({ UPSTREAM_URL: 'http://[::1]:4000/' }).upstreamUrl, 'http://[::1]:4000', 'IPv6 literal')
+  t.equal(loadConfig({ UPSTREAM_URL: 'http://Engine.Internal:80' }).upstreamUrl, 'http://engine.internal', 'as the URL parser reads it')
+})
+
+t.test('UPSTREAM_URL with user:password@ is refused without echoing the password', async (t) => {
+  const message = 'UPSTREAM_URL must not hold credentials (user:password@): the URL is logged; remove them and let the network or a proxy authenticate the gateway'
+  for (const url of ['http://admin:s3cret-pw@engine:4000', 'http://s3cret-pw@engine', 'https://admin:s3cret-pw@engine.internal/']) {
+    const err = t.throws(() => loadConfig({ UPSTREAM_URL: url }), new ConfigError(message), url) as Error
+    t.notMatch(err.message, 's3cret-pw')
+  }
+  // Refused by the form check first (a path): the message quotes the URL, credentials hidden.
+  const err = t.throws(() => loadConfig({ UPSTREAM_URL: 'http://admin:s3cret-pw@engine/api' }), new ConfigError(
+    'UPSTREAM_URL="http://(credentials hidden)@engine/api" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'
+  )) as Error
+  t.notMatch(err.message, 's3cret-pw')
+})
+
+t.test('a private key given as JWT_PUBLIC_KEY is refused: pass the public key', async (t) => {
+  const message = 'JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer'
+  for (const type of ['rsa', 'ec'] as const) {
+    const { privateKey } = keyPair(type)
+    t.throws(() => loadConfig({ JWT_PUBLIC_KEY: privateKey }), new ConfigError(message), `${type} PKCS#8`)
+    t.throws(() => loadConfig({ JWT_PUBLIC_KEY: privateKey.replace(/\n/g, '\\n') }), new ConfigError(message), `${type} on one line`)
+  }
+  const pkcs1 = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'pkcs1', format: 'pem' }, privateKeyEncoding: { type: 'pkcs1', format: 'pem' } }).privateKey
+  t.throws(() => loadConfig({ JWT_PUBLIC_KEY: pkcs1 }), new ConfigError(message), 'RSA PKCS#1 (BEGIN RSA PRIVATE KEY)')
+})
+
+t.test('NODE_ENV=production without UPSTREAM_URL is refused (DECISIONS 20)', async (t) => {
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET }), new ConfigError(
+    "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
+  ))
+  t.equal(loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000' }).upstreamUrl, 'http://engine:4000')
+  t.notOk('upstreamUrl' in loadConfig({ NODE_ENV: 'test', JWT_SECRET: SECRET }), 'test and development may use the embedded engine')
 })
