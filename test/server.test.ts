@@ -123,6 +123,15 @@ t.test('production without a JWT key exits 1 with one line', async (t) => {
   t.equal(child.out(), '', 'nothing on stdout: it never started')
 })
 
+t.test('production without UPSTREAM_URL exits 1 with one line (DECISIONS 20)', async (t) => {
+  const child = start(t, SERVER, { NODE_ENV: 'production', PORT: '0', JWT_SECRET: SECRET, METRICS_PORT: '0' })
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), [
+    "portfolio-gateway: NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
+  ])
+  t.equal(child.out(), '', 'nothing on stdout: it never started')
+})
+
 t.test('a malformed PORT exits 1 with one line naming it', async (t) => {
   const child = start(t, SERVER, { PORT: 'abc', JWT_SECRET: SECRET })
   t.same(await exitOf(child), { code: 1, signal: null })
@@ -226,4 +235,17 @@ t.test('token CLI without a key exits 1 with one line', async (t) => {
     'token: no JWT_SECRET or JWT_PUBLIC_KEY is set: set the same one the gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)'
   ])
   t.equal(child.out(), '')
+})
+
+t.test('token CLI refuses a sub the gateway would refuse, with one line', async (t) => {
+  const message = 'token: --sub must be 1-256 visible ASCII characters (no spaces or control characters), the rule the gateway applies to sub'
+  for (const sub of ['a b', '', 'x'.repeat(257), 'caf\u00e9']) {
+    const child = start(t, TOKEN_CLI, { JWT_SECRET: SECRET }, ['--sub', sub])
+    t.same(await exitOf(child), { code: 1, signal: null }, JSON.stringify(sub))
+    t.same(lines(child.err()), [message], JSON.stringify(sub))
+    t.equal(child.out(), '', 'no token printed')
+  }
+  const longest = start(t, TOKEN_CLI, { JWT_SECRET: SECRET }, ['--sub', 'x'.repeat(256)])
+  t.same(await exitOf(longest), { code: 0, signal: null }, '256 characters is the longest sub allowed')
+  t.equal(lines(longest.out()).length, 1)
 })

@@ -11,6 +11,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandle
 import { LRUCache } from 'lru-cache'
 import type { JwtConfig } from '../config.js'
 import { unauthorized } from '../http/errors.js'
+import { SANE_SUBJECT } from '../shared/subject.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -27,8 +28,6 @@ export interface AuthOptions {
   cacheMaxAgeMs?: number
 }
 
-/** `sub` goes into a request header to the engine, so it must be header-safe and short. */
-const SANE_SUBJECT = /^[\x21-\x7e]{1,256}$/
 const BEARER = /^Bearer +([A-Za-z0-9_.~+/=-]+) *$/i
 
 /** What fast-jwt's error codes mean to the client. The token itself is never echoed. */

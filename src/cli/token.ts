@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util'
 import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
 import { ConfigError, loadConfig } from '../config.js'
+import { SANE_SUBJECT, SUBJECT_RULE } from '../shared/subject.js'
 
 function fail (message: string): never {
   process.stderr.write(`token: ${message}\n`)
@@ -29,6 +30,9 @@ const { values } = attempt(() => parseArgs({
     'private-key': { type: 'string' }
   }
 }), 'usage: npm run token -- --sub <user> [--expires-in 1h] [--private-key key.pem]')
+
+// The gateway's own rule: a token it would refuse is not worth printing.
+if (!SANE_SUBJECT.test(values.sub)) fail(`--sub must be ${SUBJECT_RULE}, the rule the gateway applies to sub`)
 
 let config
 try {
