@@ -1,16 +1,52 @@
-/** The server side of "bounded time": every Node server limit is set, none left at its default. */
+/**
+ * The server side of "bounded time": every Node server limit is set, none left
+ * at its default. The values are literals (issue 7, item 13): a constant changed
+ * by mistake fails here, instead of being compared with itself. Then the
+ * relations between the gateway's limits and the reference engine's.
+ */
 import { connect } from 'node:net'
 import t from 'tap'
-import { SERVER_LIMITS } from '../src/http/limits.js'
 import { build } from './helpers/app.js'
+import { startEngine } from './helpers/engine.js'
 
-t.test('server timeouts and header limits are the configured ones', async (t) => {
+t.test('server timeouts and header limits are the documented ones', async (t) => {
   const { app } = await build(t)
-  t.equal(app.server.requestTimeout, SERVER_LIMITS.requestTimeoutMs)
-  t.equal(app.server.headersTimeout, SERVER_LIMITS.headersTimeoutMs)
-  t.equal(app.server.keepAliveTimeout, SERVER_LIMITS.keepAliveTimeoutMs)
-  t.equal(app.server.timeout, SERVER_LIMITS.connectionTimeoutMs, 'UPSTREAM_TIMEOUT_MS=1000: the floor')
-  t.equal(app.server.maxHeadersCount, SERVER_LIMITS.maxHeaderCount)
+  t.equal(app.server.requestTimeout, 180_000, 'a whole request: three minutes for a 10 MiB upload from a phone')
+  t.equal(app.server.headersTimeout, 10_000, 'request line and headers')
+  t.equal(app.server.keepAliveTimeout, 72_000, 'idle keep-alive socket')
+  t.equal(app.server.timeout, 60_000, 'idle socket; UPSTREAM_TIMEOUT_MS=1000: the floor')
+  t.equal(app.server.maxHeadersCount, 64)
+  t.equal(app.initialConfig.bodyLimit, 65_536, 'JSON bodies')
+})
+
+t.test('the gateway\'s limits hold together', async (t) => {
+  const { app } = await build(t)
+  const s = app.server
+  t.ok(s.headersTimeout < s.requestTimeout, 'headers come before the whole request is due (Node requires headersTimeout <= requestTimeout)')
+  t.ok(s.keepAliveTimeout > 60_000, 'above the 60 s idle timeout of common load balancers, so the balancer closes first')
+  t.ok(s.timeout > 30_000, 'the idle limit is above the 30 s upload stall limit: a stalled engine gets a 504 before the client socket is dropped')
+})
+
+t.test('the reference engine\'s limits are at least the gateway\'s', async (t) => {
+  const gateway = (await build(t)).app.server
+  const { engine } = await startEngine(t)
+  t.equal(engine.server.keepAliveTimeout, 72_000)
+  t.equal(engine.server.timeout, 0, 'no idle limit of its own: requestTimeout bounds a request')
+  t.equal(engine.initialConfig.bodyLimit, 65_536, 'an update body: the gateway forwards at most 64 KiB, re-serialised')
+  t.ok(engine.server.keepAliveTimeout > 60_000, 'longer than the gateway pool keeps a socket (undici caps keep-alive hints at keepAliveMaxTimeout, 60 s), so the engine never closes a socket the pool is about to reuse')
+  t.ok(engine.server.keepAliveTimeout >= gateway.keepAliveTimeout)
+})
+
+// The gateway streams an upload to the engine as it arrives, so the engine
+// request lasts as long as the client's (up to the gateway's requestTimeout,
+// 180 s). With a shorter engine requestTimeout, a slow upload the gateway
+// accepts fails at the engine as a 502 (issue 7, item 6, fourth bullet: the
+// "harden-create" change). Until that lands, the engine's value is 120 s and
+// this relation is a known gap, reported, not hidden.
+t.test('the engine\'s requestTimeout covers the gateway\'s upload allowance', { todo: 'the engine requestTimeout is 120 s until the harden-create change lands; then drop this todo' }, async (t) => {
+  const gateway = (await build(t)).app.server
+  const { engine } = await startEngine(t)
+  t.ok(engine.server.requestTimeout >= gateway.requestTimeout, `engine ${engine.server.requestTimeout} ms >= gateway ${gateway.requestTimeout} ms`)
 })
 
 t.test('a long UPSTREAM_TIMEOUT_MS lengthens the idle limit, so the client is still there for the 504', async (t) => {
