@@ -73,8 +73,10 @@ const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
 
 /**
  * Stop feeding the parser once a chunked body grows past `max` bytes, and fail
- * the read in progress: the route answers 400 with `connection: close` and the
- * rest of the body is never read.
+ * the read in progress: the route answers 400 with `connection: close`. What
+ * arrives until the socket closes is discarded, not left unread: closing a
+ * socket with unread bytes sends a reset, which can destroy the answer
+ * before the client reads it.
  */
 function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): void {
   let seen = 0
@@ -83,7 +85,7 @@ function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): vo
     if (seen <= max) return
     raw.off('data', count)
     raw.unpipe()
-    raw.pause()
+    raw.resume()
     upload.cutOff(validationError(BODY_TOO_LARGE))
   }
   raw.on('data', count)
