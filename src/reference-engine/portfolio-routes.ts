@@ -64,6 +64,10 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
             part.file.resume()
             throw validationError(`${part.fieldname} is not an allowed file field (only ${IMAGE_FIELD})`)
           }
+          if (received !== undefined) {
+            part.file.resume()
+            throw validationError(`${IMAGE_FIELD} must be given once`)
+          }
           received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
           leftovers.push(received.tempPath)
           continue
