@@ -9,7 +9,7 @@
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
 import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
@@ -67,7 +67,7 @@ t.test('rejected uploads do not grow the engine connections (reference engine)',
 })
 
 /** A raw HTTP/1.1 client: sends `head` and part of a body, then reads until the gateway closes. */
-async function partialUpload (t: Parameters<Parameters<typeof t.test>[1]>[0], url: string, head: string, partOfBody: Buffer): Promise<{ head: string, body: string }> {
+async function partialUpload (t: Test, url: string, head: string, partOfBody: Buffer): Promise<{ head: string, body: string }> {
   const { hostname, port } = new URL(url)
   const socket: Socket = connect(Number(port), hostname)
   t.teardown(() => socket.destroy())
