@@ -60,6 +60,10 @@ const CASES: Array<[string, MultipartPart[], string]> = [
   ['image first, then no name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }], 'name is required'],
   ['a field name of 100 characters is cut in the message', [...BASE, { name: 'n'.repeat(100), value: 'x' }], `${'n'.repeat(64)}... is not an accepted field`],
   ['a file name of 100 characters is cut in the message', [...BASE, { name: 'f'.repeat(100), filename: 'a.png', contentType: 'image/png', data: PNG }], `${'f'.repeat(64)}... is not an accepted file field (only image)`],
+  ['a file part without a name', [...BASE, { name: undefined, filename: 'a.png', contentType: 'image/png', data: PNG }], 'form part has no name'],
+  ['a text part without a name', [...BASE, { name: undefined, value: 'x' }], 'form part has no name'],
+  ['a broken JSON part is text, checked as such', [{ name: 'name', value: '{"a":', contentType: 'application/json' }, { name: 'type', value: '"PORTFOLIO"', contentType: 'application/json' }], 'type must be one of PORTFOLIO, INDEX_PORTFOLIO'],
+  ['a JSON part past the field size', [...without('description'), { name: 'description', value: `"${'d'.repeat(5000)}"`, contentType: 'application/json' }], 'description must NOT have more than 500 characters'],
   ['six parts', [...BASE, { name: 'description', value: 'x' }, { name: 'beneficiary_wallet', value: MINTS[0] }, image(PNG), { name: 'x', value: 'y' }], 'form must have at most 5 parts']
 ]
 
@@ -77,6 +81,24 @@ t.test('each bad form is a 400 naming the field; nothing completes at the engine
   }
   t.equal(stub.stats.started, AFTER_IMAGE.size, 'an engine request started only where the mistake came after a valid image')
   t.equal(completeForms(stub.requests).length, 0, 'no form completed at the engine')
+})
+
+t.test('parts sent as application/json are the text they hold, never parsed', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { body, contentType } = multipartBody([
+    { name: 'name', value: '{"a":', contentType: 'application/json' },
+    { name: 'type', value: 'PORTFOLIO', contentType: 'application/json; charset=utf-8' },
+    { name: 'image', filename: 'a.png', contentType: 'image/png', data: PNG }
+  ])
+  const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
+  t.equal(res.statusCode, 200, 'neither part is JSON, and neither has to be')
+  t.same(await res.body.json(), { portfolio_id: 'p-stub-1' })
+  const form = stub.requests[0]!.body.toString('latin1')
+  t.match(form, /name="name"\r\n\r\n\{"a":\r\n/, 'name reaches the engine as the text sent')
+  t.match(form, /name="type"\r\n\r\nPORTFOLIO\r\n/)
+  t.notMatch(form, /application\/json/, 'as plain text parts')
 })
 
 t.test('a body that is not multipart', async (t) => {
