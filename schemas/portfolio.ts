@@ -74,7 +74,6 @@ export const IMAGE_FIELD = 'image'
 
 /** Multipart limits for create (busboy's names); each breach is a 400 naming it. */
 export const CREATE_FORM_LIMITS = Object.freeze({
-  fieldNameSize: 64,
   /** Bytes: 500 characters of UTF-8 take at most 2000. */
   fieldSize: 2048,
   fields: 4,

@@ -1,12 +1,17 @@
 /**
  * POST /api/portfolio/create, bad input over real sockets: each is a 400
  * VALIDATION_ERROR naming the field, and no form completes at the engine.
+ * A form refused before its image's bytes (fields, a non-image) never starts
+ * an engine request; one refused later (the image too large, a bad part
+ * after it) ends the engine's body unfinished, which is not a form.
  */
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
-import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { completeForms, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS } from './helpers/app.js'
 import { multipartBody, type MultipartPart } from './helpers/multipart.js'
 
@@ -28,6 +33,9 @@ const bigPng = (size: number): Buffer => {
   return data
 }
 
+/** Refused once the engine request has begun: a valid image came before the mistake. */
+const AFTER_IMAGE = new Set(['image of 10 MiB plus one byte', 'two images', 'image first, then a bad name', 'image first, then no name', 'six parts'])
+
 const CASES: Array<[string, MultipartPart[], string]> = [
   ['name missing', without('name'), 'name is required'],
   ['name empty', withField('name', ''), 'name must be at least 1 character'],
@@ -47,11 +55,15 @@ const CASES: Array<[string, MultipartPart[], string]> = [
   ['empty image', [...BASE, image(Buffer.alloc(0))], 'image is empty'],
   ['image shorter than any signature', [...BASE, image(PNG.subarray(0, 4))], 'image must be a PNG or JPEG file'],
   ['image of 10 MiB plus one byte', [...BASE, image(bigPng(10 * MiB + 1))], 'image must be at most 10485760 bytes'],
-  ['two images', [...BASE, image(PNG), image(PNG)], 'form must have at most 1 file (image)'],
+  ['two images', [...BASE, image(PNG), image(PNG)], 'image must be given once'],
   ['image first, then a bad name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }, { name: 'name', value: '' }], 'name must be at least 1 character'],
   ['image first, then no name', [image(PNG), { name: 'type', value: 'PORTFOLIO' }], 'name is required'],
   ['a field name of 100 characters is cut in the message', [...BASE, { name: 'n'.repeat(100), value: 'x' }], `${'n'.repeat(64)}... is not an accepted field`],
   ['a file name of 100 characters is cut in the message', [...BASE, { name: 'f'.repeat(100), filename: 'a.png', contentType: 'image/png', data: PNG }], `${'f'.repeat(64)}... is not an accepted file field (only image)`],
+  ['a file part without a name', [...BASE, { name: undefined, filename: 'a.png', contentType: 'image/png', data: PNG }], 'form part has no name'],
+  ['a text part without a name', [...BASE, { name: undefined, value: 'x' }], 'form part has no name'],
+  ['a broken JSON part is text, checked as such', [{ name: 'name', value: '{"a":', contentType: 'application/json' }, { name: 'type', value: '"PORTFOLIO"', contentType: 'application/json' }], 'type must be one of PORTFOLIO, INDEX_PORTFOLIO'],
+  ['a JSON part past the field size', [...without('description'), { name: 'description', value: `"${'d'.repeat(5000)}"`, contentType: 'application/json' }], 'description must be at most 500 characters'],
   ['six parts', [...BASE, { name: 'description', value: 'x' }, { name: 'beneficiary_wallet', value: MINTS[0] }, image(PNG), { name: 'x', value: 'y' }], 'form must have at most 5 parts']
 ]
 
@@ -61,11 +73,32 @@ t.test('each bad form is a 400 naming the field; nothing completes at the engine
   const { url } = await build(t, { upstreamUrl: stub.url })
   for (const [name, parts, message] of CASES) {
     const { body, contentType } = multipartBody(parts)
+    const startedBefore = stub.stats.started
     const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
     t.equal(res.statusCode, 400, name)
     t.same(await res.body.json(), err(message), `${name}: body`)
+    if (!AFTER_IMAGE.has(name)) t.equal(stub.stats.started, startedBefore, `${name}: refused before any engine request started`)
   }
-  t.equal(stub.requests.length, 0, 'no form completed at the engine')
+  t.equal(stub.stats.started, AFTER_IMAGE.size, 'an engine request started only where the mistake came after a valid image')
+  t.equal(completeForms(stub.requests).length, 0, 'no form completed at the engine')
+})
+
+t.test('parts sent as application/json are the text they hold, never parsed', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { body, contentType } = multipartBody([
+    { name: 'name', value: '{"a":', contentType: 'application/json' },
+    { name: 'type', value: 'PORTFOLIO', contentType: 'application/json; charset=utf-8' },
+    { name: 'image', filename: 'a.png', contentType: 'image/png', data: PNG }
+  ])
+  const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
+  t.equal(res.statusCode, 200, 'neither part is JSON, and neither has to be')
+  t.same(await res.body.json(), { portfolio_id: 'p-stub-1' })
+  const form = stub.requests[0]!.body.toString('latin1')
+  t.match(form, /name="name"\r\n\r\n\{"a":\r\n/, 'name reaches the engine as the text sent')
+  t.match(form, /name="type"\r\n\r\nPORTFOLIO\r\n/)
+  t.notMatch(form, /application\/json/, 'as plain text parts')
 })
 
 t.test('a body that is not multipart', async (t) => {
@@ -93,7 +126,8 @@ t.test('a truncated multipart body', async (t) => {
     t.equal(res.statusCode, 400, name)
     t.same(await res.body.json(), err('multipart body is malformed or truncated'), `${name}: body`)
   }
-  t.equal(stub.requests.length, 0, 'nothing completed at the engine')
+  t.equal(stub.stats.started, 1, 'only the form cut in its image started an engine request')
+  t.equal(completeForms(stub.requests).length, 0, 'nothing completed at the engine')
 })
 
 t.test('part headers: busboy reads 16 pairs and 1 KiB per part, and skips the rest', async (t) => {
@@ -133,12 +167,31 @@ t.test('the whole create body is bounded, preamble and epilogue included', async
   t.same(await declared.body.json(), err('body must be at most 10551296 bytes'), 'refused from its content-length, unread')
   t.equal(declared.headers.connection, 'close')
 
-  // Chunked: no length declared, so the gateway counts and hangs up past the bound.
-  const { PassThrough } = await import('node:stream')
-  const stream = new PassThrough()
-  const pending = request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body: stream })
-  for (let i = 0; i < 12; i++) stream.write(Buffer.alloc(MiB, 0x20))
-  stream.end(body)
-  await t.rejects(pending, 'the connection is dropped')
-  t.equal(stub.requests.length, 0)
+  // Chunked: no length declared, so the gateway counts, stops parsing past the
+  // bound, and answers the same 400 with connection: close, then closes. A raw
+  // socket that sends one 64 KiB chunk past the bound and then waits: had it
+  // gone on writing, the close would reach it as EPIPE before it read the answer.
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  t.teardown(() => socket.destroy())
+  await once(socket, 'connect')
+  const received: Buffer[] = []
+  socket.on('data', (c: Buffer) => received.push(c))
+  // Not events.once for 'close': it would reject on an 'error', which is no failure here.
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
+  socket.on('error', () => {})
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  const size = 64 * 1024
+  const chunk = Buffer.concat([Buffer.from(`${size.toString(16)}\r\n`), Buffer.alloc(size, 0x20), Buffer.from('\r\n')])
+  for (let sent = 0; sent <= 10551296; sent += size) {
+    if (!socket.write(chunk)) await Promise.race([new Promise((resolve) => socket.once('drain', resolve)), closed])
+  }
+  await closed
+  const answer = Buffer.concat(received).toString('latin1')
+  const [head = '', text = ''] = answer.split('\r\n\r\n')
+  t.match(head, /^HTTP\/1\.1 400 /, 'a 400, not a dropped connection')
+  t.match(head, /\r\nconnection: close\r\n/i)
+  t.match(head, /\r\nx-request-id: \S+/i)
+  t.same(JSON.parse(text), err('body must be at most 10551296 bytes'), 'refused once past the bound, the body unfinished')
+  t.equal(stub.stats.started, 0, 'no engine request started')
 })

@@ -3,7 +3,8 @@
  * file in the image directory nor a portfolio record. Raw sockets, because an
  * HTTP client will not send half a body and then vanish.
  */
-import { readFileSync, readdirSync } from 'node:fs'
+import { readFileSync, readdirSync, statSync } from 'node:fs'
+import { join } from 'node:path'
 import { connect } from 'node:net'
 import { once } from 'node:events'
 import t from 'tap'
@@ -24,6 +25,12 @@ async function sendPartially (port: number, body: Buffer, contentType: string, b
   ].join('\r\n'))
   socket.write(body.subarray(0, bytes))
   return socket
+}
+
+/** True once the one file in `dir` holds `bytes` bytes: the engine has written the whole image part. */
+function imageWritten (dir: string, bytes: number): boolean {
+  const files = readdirSync(dir)
+  return files.length === 1 && statSync(join(dir, files[0]!)).size === bytes
 }
 
 // 2 MiB: a PNG signature followed by padding, so the upload is still arriving when we hang up.
@@ -53,9 +60,8 @@ t.test('hanging up after the image but before the form ends leaves nothing', asy
   ])
   // Stop inside the last field: the image part has been closed by the next boundary.
   const socket = await sendPartially(port, body, contentType, body.length - 60)
-  t.ok(await eventually(() => readdirSync(imageDir).length === 1), 'the image was received')
-  // Give the engine time to finish writing the image before the disconnect.
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  // The image part ends at the next boundary: once all of it is on disk, the disconnect comes after the image.
+  t.ok(await eventually(() => imageWritten(imageDir, bigImage.length), 10_000), 'the whole image was received')
   socket.destroy()
   t.ok(await eventually(() => readdirSync(imageDir).length === 0), 'the received image is removed')
   t.equal(engine.portfolios.size, 0)
@@ -71,8 +77,9 @@ t.test('a form whose closing boundary arrived, but not the declared length, is n
   // Declare 16 bytes of epilogue that never come: the HTTP request is not complete.
   const padded = Buffer.concat([body, Buffer.alloc(16, 0x20)])
   const socket = await sendPartially(port, padded, contentType, body.length)
-  t.ok(await eventually(() => readdirSync(imageDir).length === 1), 'the image was received')
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  // The whole image on disk means busboy has passed the closing boundary: only the HTTP body is unfinished.
+  const png = readFileSync(PNG_IMAGE)
+  t.ok(await eventually(() => imageWritten(imageDir, png.length), 10_000), 'the whole image was received')
   t.equal(engine.portfolios.size, 0, 'nothing recorded while the request is incomplete')
   socket.destroy()
   t.ok(await eventually(() => readdirSync(imageDir).length === 0), 'the received image is removed')

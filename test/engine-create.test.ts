@@ -96,7 +96,10 @@ t.test('invalid forms are a 400 naming the field, and leave nothing behind', asy
     ['gif', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: readFileSync(GIF_IMAGE) }], 'image must be a PNG or JPEG file'],
     ['empty image', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: Buffer.alloc(0) }], 'image must be a PNG or JPEG file'],
     ['png prefix only', [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png.subarray(0, 4) }], 'image must be a PNG or JPEG file'],
-    ['two images', [...REQUIRED, image, image], 'form must have at most 1 file (image)'],
+    ['two images', [...REQUIRED, image, image], 'image must be given once'],
+    ['a file part without a name', [...REQUIRED, { name: undefined, filename: 'a.png', contentType: 'image/png', data: png }], 'form part has no name'],
+    ['a text part without a name', [...REQUIRED, { name: undefined, value: 'x' }], 'form part has no name'],
+    ['a broken JSON part is text, checked as such', [{ name: 'name', value: '{"a":', contentType: 'application/json' }, { name: 'type', value: '["PORTFOLIO"]', contentType: 'application/json' }], 'type must be one of PORTFOLIO, INDEX_PORTFOLIO'],
     ['five fields', [...REQUIRED, { name: 'description', value: 'd' }, { name: 'beneficiary_wallet', value: MINTS[0] }, { name: 'extra', value: 'e' }], 'form must have at most 4 text fields'],
     ['field too long for the parser', [...REQUIRED, { name: 'description', value: 'd'.repeat(CREATE_FORM_LIMITS.fieldSize + 1) }], `description is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`]
   ]

@@ -38,6 +38,8 @@ export interface EngineRequest {
   signal?: AbortSignal
   /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
   responseTimeoutMs?: number
+  /** Called once the engine's response headers are in (e.g. to stop an upload clock). */
+  onResponseStart?: () => void
   /** undici's own headers timeout (from the request on a socket): a backstop; default UPSTREAM_TIMEOUT_MS. */
   headersTimeoutMs?: number
 }
@@ -71,6 +73,8 @@ export class EngineClient {
 
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
+    // An abort that came first never fires its event again: refuse at once, send nothing.
+    if (req.signal?.aborted === true) return Promise.reject(upstreamError(req.signal.reason))
     return new Promise<EngineResponse>((resolve, reject) => {
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
       if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
@@ -125,6 +129,7 @@ export class EngineClient {
           contentType = typeof type === 'string' ? type : ''
           // Headers are in: from here undici's bodyTimeout watches the engine.
           clearTimeout(deadline)
+          req.onResponseStart?.()
         },
         onResponseData (c, chunk) {
           size += chunk.length

@@ -12,6 +12,7 @@ import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../s
 import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
+import { isPartAFile } from '../shared/form-parts.js'
 import { PortfolioStore } from './store.js'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
@@ -33,6 +34,13 @@ declare module 'fastify' {
 
 export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
 
+/**
+ * The engine reads an upload while the gateway receives it (up to 180 s) and
+ * the gateway's engine leg may add UPSTREAM_TIMEOUT_MS (at most 600 s) on top:
+ * 180 s + 600 s. test/create-timing.test.ts holds it to the gateway's limits.
+ */
+export const ENGINE_REQUEST_TIMEOUT_MS = 180_000 + 600_000
+
 export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance> {
   const serviceName = opts.serviceName ?? DEFAULT_SERVICE_NAME
   await mkdir(opts.imageDir, { recursive: true })
@@ -46,7 +54,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     // socket the pool is about to reuse.
     keepAliveTimeout: 72_000,
     // A 10 MiB image over a slow client still fits; a stalled one does not hold a socket forever.
-    requestTimeout: 120_000,
+    // At least the gateway's upload allowance (issue 7 item 6), so an upload the gateway accepts never times out here.
+    requestTimeout: ENGINE_REQUEST_TIMEOUT_MS,
     connectionTimeout: 0,
     // The gateway's schema compiler and options: one schema, one way of counting (issue 7, item 1).
     ajv: SCHEMA_VALIDATION
@@ -57,7 +66,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
 
   // The gateway's limits, so a form the gateway accepts is one the engine
   // accepts; every one set, since busboy's defaults (Infinity for most) are not a policy.
-  await app.register(multipart, { limits: CREATE_FORM_LIMITS })
+  // Text parts declared as JSON are read as text streams, so busboy counts them as files; the image is still taken once, by name.
+  await app.register(multipart, { limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts }, isPartAFile })
 
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)

@@ -12,6 +12,7 @@ import { EngineError, validationError } from './errors.js'
 import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
 import { isMalformedMultipart } from '../shared/multipart-errors.js'
 import { shownName } from '../shared/validation-messages.js'
+import { PART_WITHOUT_NAME, readTextPart } from '../shared/form-parts.js'
 import type { PortfolioStore } from './store.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 
@@ -47,10 +48,26 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
     try {
       let received: ReceivedImage | undefined
       for await (const part of request.parts()) {
+        if (part.fieldname === undefined || part.fieldname === '') {
+          if (part.type === 'file') part.file.resume()
+          throw validationError(PART_WITHOUT_NAME)
+        }
+        if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
+          // A text part declared as JSON, read as the text it is (shared/form-parts.ts).
+          const text = await readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize)
+          if (text.truncated) throw validationError(`${part.fieldname} is too long`)
+          if (fields.has(part.fieldname)) throw validationError(`${part.fieldname} must appear only once`)
+          fields.set(part.fieldname, text.value)
+          continue
+        }
         if (part.type === 'file') {
           if (part.fieldname !== IMAGE_FIELD) {
             part.file.resume()
             throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
+          }
+          if (received !== undefined) {
+            part.file.resume()
+            throw validationError(`${IMAGE_FIELD} must be given once`)
           }
           received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
           leftovers.push(received.tempPath)

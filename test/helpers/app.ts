@@ -18,6 +18,9 @@ export interface BuildOptions {
   env?: Record<string, string>
   lifecycle?: Lifecycle
   uploadStallTimeoutMs?: number
+  /** The engine pool's sockets and idle keep-alive (defaults: 128, 500 ms). */
+  engineConnections?: number
+  engineKeepAliveMs?: number
   logger?: AppDeps['logger']
 }
 
@@ -30,7 +33,7 @@ export interface Built {
 /** Build and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
-  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500 })
+  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }) })
   const app = await buildApp(config, {
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),

@@ -4,9 +4,10 @@
  */
 import { randomBytes } from 'node:crypto'
 
+/** `name` undefined: a part whose Content-Disposition has no name; a text part may declare a content type. */
 export type MultipartPart =
-  | { name: string, value: string }
-  | { name: string, filename: string, contentType: string, data: Buffer }
+  | { name: string | undefined, value: string, contentType?: string }
+  | { name: string | undefined, filename: string, contentType: string, data: Buffer }
 
 const CRLF = '\r\n'
 
@@ -18,10 +19,9 @@ function quoted (text: string): string {
 export function multipartBody (parts: MultipartPart[], boundary = `----portfolio-test-${randomBytes(12).toString('hex')}`): { body: Buffer, contentType: string } {
   const chunks: Buffer[] = []
   for (const part of parts) {
-    let head = `--${boundary}${CRLF}Content-Disposition: form-data; name=${quoted(part.name)}`
-    if ('filename' in part) {
-      head += `; filename=${quoted(part.filename)}${CRLF}Content-Type: ${part.contentType}`
-    }
+    let head = `--${boundary}${CRLF}Content-Disposition: form-data${part.name === undefined ? '' : `; name=${quoted(part.name)}`}`
+    if ('filename' in part) head += `; filename=${quoted(part.filename)}`
+    if (part.contentType !== undefined) head += `${CRLF}Content-Type: ${part.contentType}`
     chunks.push(Buffer.from(head + CRLF + CRLF))
     chunks.push('data' in part ? part.data : Buffer.from(part.value, 'utf8'))
     chunks.push(Buffer.from(CRLF))

@@ -12,6 +12,7 @@ import type { EngineClient } from '../../engine-client/client.js'
 import { validationError } from '../../http/errors.js'
 import { sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
+import { isPartAFile } from '../../shared/form-parts.js'
 
 export interface CreatePortfolioOptions {
   engine: EngineClient
@@ -24,18 +25,24 @@ export interface CreatePortfolioOptions {
 }
 
 export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
-  await app.register(fastifyMultipart, { limits: CREATE_FORM_LIMITS })
+  await app.register(fastifyMultipart, {
+    // Text parts read as streams (shared/form-parts.ts) count as files to busboy; the image is still taken once, by name.
+    limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts },
+    isPartAFile
+  })
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
+    let upload: CreateUpload | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
-      if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(`body must be at most ${CREATE_BODY_MAX_BYTES} bytes`)
-      // A chunked body declares nothing: count it, and hang up once it passes the bound.
-      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES)
-      const upload = new CreateUpload(request)
+      if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
+      upload = new CreateUpload(request)
+      // A chunked body declares nothing: count it, and stop reading once it passes the bound.
+      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
       const image = await upload.readUntilImage()
+      if (image !== undefined) clock.queued()
       const answer = await opts.engine.call({
         method: 'POST',
         path: '/api/portfolio/create',
@@ -44,24 +51,42 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         contentType: upload.writer.contentType,
         ...(image === undefined
           ? { body: upload.bufferedBody() }
-          : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs })
+          : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs, onResponseStart: () => clock.responded() })
       })
-      return sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
+      // The form was refused after the engine request began; the engine refused the unfinished form it got.
+      if (upload.refusal !== undefined) throw upload.refusal
+      // An engine that answered before the upload ended leaves the client's body unread (DECISIONS 21).
+      if (!request.raw.complete) reply.header('connection', 'close')
+      return await sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
     } catch (err) {
       // Stop reading a body we have refused: close the connection after the answer.
       if (!request.raw.complete) reply.header('connection', 'close')
-      throw err
+      // The client's mistake explains a failed engine call better than the failure does.
+      throw upload?.refusal ?? err
     } finally {
       clock.stop()
     }
   })
 }
 
-/** Destroy a request whose body grows past `max` bytes: the parse fails and the engine call is aborted. */
-function limitBody (raw: IncomingMessage, max: number): void {
+const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
+
+/**
+ * Stop feeding the parser once a chunked body grows past `max` bytes, and fail
+ * the read in progress: the route answers 400 with `connection: close`. What
+ * arrives until the socket closes is discarded, not left unread: closing a
+ * socket with unread bytes sends a reset, which can destroy the answer
+ * before the client reads it.
+ */
+function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): void {
   let seen = 0
-  raw.on('data', (chunk: Buffer) => {
+  const count = (chunk: Buffer): void => {
     seen += chunk.length
-    if (seen > max) raw.destroy()
-  })
+    if (seen <= max) return
+    raw.off('data', count)
+    raw.unpipe()
+    raw.resume()
+    upload.cutOff(validationError(BODY_TOO_LARGE))
+  }
+  raw.on('data', count)
 }

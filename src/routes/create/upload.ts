@@ -1,15 +1,21 @@
 /**
  * Reading the create form while it streams (issue: validated multipart
  * uploads). Text fields are checked one by one as they arrive; the image is
- * checked by its first bytes and its size as it passes; the engine gets a form
- * re-encoded by MultipartWriter. Memory per upload: the chunk in hand.
+ * checked by its first bytes before the engine is called and by its size as it
+ * passes; the engine gets a form re-encoded by MultipartWriter. Memory per
+ * upload: the chunk in hand.
+ *
+ * Every validated field passes through #acceptField and every image chunk
+ * through #nextImageChunk: the two places where a digest of the form (for
+ * idempotency) can be taken.
  */
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
 import { GatewayError, validationError } from '../../http/errors.js'
-import { ImageSniffer, NOT_AN_IMAGE } from '../../shared/image-type.js'
+import { ImageSniffer, NOT_AN_IMAGE, type ImageMime } from '../../shared/image-type.js'
 import { isMalformedMultipart } from '../../shared/multipart-errors.js'
+import { PART_WITHOUT_NAME, readTextPart } from '../../shared/form-parts.js'
 import { MultipartWriter } from './form-writer.js'
 import { toGatewayError } from '../../http/error-handler.js'
 import { describeIssues, shownName, type SchemaIssue } from '../../shared/validation-messages.js'
@@ -22,6 +28,13 @@ export interface UploadTiming {
   taken: () => void
   /** The last byte of the form has gone to the engine. */
   bodySent: () => void
+}
+
+/** The image part once its first bytes have said PNG or JPEG; nothing of it has gone to the engine yet. */
+export interface SniffedImage {
+  mime: ImageMime
+  /** The bytes read to decide the type. */
+  head: Buffer[]
 }
 
 type Validate = ((data: unknown) => boolean) & { errors?: unknown }
@@ -38,27 +51,57 @@ function clientError (err: unknown): GatewayError {
 
 export class CreateUpload {
   readonly writer = new MultipartWriter()
+  /**
+   * Why the form was refused after the engine request had begun. The engine's
+   * body was then ended without its closing boundary (a form the engine
+   * refuses), so the pooled socket survives; the client gets this error, not
+   * the engine's answer.
+   */
+  refusal: GatewayError | undefined
   readonly #fields = new Map<string, string>()
   readonly #parts: AsyncIterator<Multipart>
   readonly #checkField: Validate
   readonly #checkForm: Validate
+  #image: { part: MultipartFile, chunks: AsyncIterator<Buffer>, sniffer: ImageSniffer } | undefined
+  /** Rejects once the body is cut off (see cutOff): wakes every wait on the parser. */
+  readonly #cutOff: Promise<never>
+  #cut: (err: GatewayError) => void = () => {}
 
   constructor (request: FastifyRequest) {
     this.#parts = request.parts()[Symbol.asyncIterator]()
     this.#checkField = request.compileValidationSchema(CreatePortfolioField) as Validate
     this.#checkForm = request.compileValidationSchema(CreatePortfolioFields) as Validate
+    this.#cutOff = new Promise<never>((_resolve, reject) => { this.#cut = reject })
+    this.#cutOff.catch(() => {}) // observed by whoever waits; unobserved is fine
   }
 
-  /** Read text fields up to the image part (returned) or the end of the form (undefined). */
-  async readUntilImage (): Promise<MultipartFile | undefined> {
+  /** The body stops feeding the parser (too large): the read in progress fails with `err`. */
+  cutOff (err: GatewayError): void {
+    this.#cut(err)
+  }
+
+  /**
+   * Read text fields up to the image part, whose first bytes are read and
+   * sniffed before this returns (so a non-image never opens an engine
+   * request), or to the end of the form (undefined).
+   */
+  async readUntilImage (): Promise<SniffedImage | undefined> {
     try {
       for (;;) {
-        const next = await this.#parts.next()
+        const next = await this.#next(this.#parts)
         if (next.done === true) return undefined
         const part = next.value
+        if (part.fieldname === undefined || part.fieldname === '') throw validationError(PART_WITHOUT_NAME)
+        if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
+          // A text part with a content type that @fastify/multipart would JSON-parse: read as text (see shared/form-parts.ts).
+          const { value, truncated } = await Promise.race([readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize), this.#cutOff])
+          this.#acceptField(part.fieldname, value, truncated)
+          continue
+        }
         if (part.type === 'file') {
           if (part.fieldname !== IMAGE_FIELD) throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
-          return part
+          if (this.#image !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
+          return await this.#sniff(part)
         }
         this.#acceptField(part.fieldname, part.value, part.valueTruncated)
       }
@@ -75,49 +118,42 @@ export class CreateUpload {
 
   /**
    * The form for the engine when an image came: the fields read so far, the
-   * image as it arrives, then the rest of the form. Throwing here aborts the
-   * engine request, so an invalid form never completes at the engine.
+   * image as it arrives, then the rest of the form.
    *
-   * Small pieces (fields, the part head) ride with the next image chunk and
+   * A refusal from here on (image too large, a bad field after the image, a
+   * broken or cut-off body) must neither complete the form at the engine
+   * (DECISIONS 8) nor abort the engine request, which would destroy the pooled
+   * socket: the body is ended without the closing boundary, after a part with
+   * no name, which the engine refuses after reading it whole. The refusal is
+   * kept in `refusal` for the route to answer with.
+   *
+   * Small pieces (fields, the part head) ride with the first image bytes and
    * the fields after the image with the closing boundary, so each yield is one
    * socket write. (Gathering image data into 64 KiB writes was measured too:
    * no change in upload time, so the chunks go on as busboy gives them.)
    */
-  async * streamBody (image: MultipartFile, timing: UploadTiming): AsyncGenerator<Buffer> {
-    let out = this.#encodedFields()
+  async * streamBody (image: SniffedImage, timing: UploadTiming): AsyncGenerator<Buffer> {
+    let out = [...this.#encodedFields(), this.writer.fileHead(IMAGE_FIELD, image.mime), ...image.head]
     const sentBeforeImage = this.#fields.size
     try {
-      const sniffer = new ImageSniffer()
-      let held: Buffer[] | undefined = [] // first bytes, until they say PNG or JPEG
-      for await (const chunk of image.file as AsyncIterable<Buffer>) {
-        // busboy cuts the file at fileSize and marks it truncated: stop reading there.
-        if (image.file.truncated) throw tooLarge()
-        if (!sniffer.push(chunk)) throw validationError(NOT_AN_IMAGE)
-        if (sniffer.mime === undefined) {
-          held!.push(chunk)
-          continue
-        }
-        if (held !== undefined) {
-          out.push(this.writer.fileHead(IMAGE_FIELD, sniffer.mime), ...held)
-          held = undefined
-        }
-        out.push(chunk)
+      for (;;) {
         timing.handedOver()
         yield out.length === 1 ? out[0]! : Buffer.concat(out)
         timing.taken()
-        out = []
+        const chunk = await this.#nextImageChunk()
+        if (chunk === undefined) break
+        out = [chunk]
       }
-      if (image.file.truncated) throw tooLarge()
-      if (sniffer.bytes === 0) throw validationError(`${IMAGE_FIELD} is empty`)
-      if (sniffer.mime === undefined) throw validationError(NOT_AN_IMAGE)
-      out.push(this.writer.fileTail)
+      out = [this.writer.fileTail]
       // The rest of the form, read and checked like the fields before the image.
       const another = await this.readUntilImage()
       if (another !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
       out.push(...this.#encodedFields().slice(sentBeforeImage))
       this.#checkComplete()
     } catch (err) {
-      throw clientError(err)
+      this.refusal = clientError(err)
+      yield this.writer.unfinished()
+      return
     }
     out.push(this.writer.end())
     timing.handedOver()
@@ -125,6 +161,35 @@ export class CreateUpload {
     timing.bodySent()
   }
 
+  /** Read the image's first bytes until they say PNG or JPEG; refuse anything else before the engine is called. */
+  async #sniff (part: MultipartFile): Promise<SniffedImage> {
+    const sniffer = new ImageSniffer()
+    this.#image = { part, chunks: (part.file as AsyncIterable<Buffer>)[Symbol.asyncIterator](), sniffer }
+    const head: Buffer[] = []
+    while (sniffer.mime === undefined) {
+      const chunk = await this.#nextImageChunk()
+      if (chunk === undefined) throw validationError(sniffer.bytes === 0 ? `${IMAGE_FIELD} is empty` : NOT_AN_IMAGE)
+      head.push(chunk)
+    }
+    return { mime: sniffer.mime, head }
+  }
+
+  /** The one place each image chunk passes: size and type checked; undefined at the end of the part. */
+  async #nextImageChunk (): Promise<Buffer | undefined> {
+    const { part, chunks, sniffer } = this.#image!
+    const next = await this.#next(chunks)
+    // busboy cuts the file at fileSize and marks it truncated: stop reading there.
+    if (part.file.truncated) throw tooLarge()
+    if (next.done === true) return undefined
+    if (!sniffer.push(next.value)) throw validationError(NOT_AN_IMAGE)
+    return next.value
+  }
+
+  #next<T> (iterator: AsyncIterator<T>): Promise<IteratorResult<T>> {
+    return Promise.race([iterator.next(), this.#cutOff])
+  }
+
+  /** The one place each text field passes: checked against its schema, then kept. */
   #acceptField (name: string, value: unknown, truncated: boolean): void {
     if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
     if (this.#fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
