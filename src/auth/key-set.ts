@@ -70,7 +70,8 @@ export function pinnedAlgorithm (jwk: JWK): string | undefined {
   return undefined
 }
 
-function maxAgeMs (cacheControl: string | string[] | undefined): number {
+/** How long the provider says its set is fresh (Cache-Control max-age), clamped to sane bounds. */
+export function maxAgeMs (cacheControl: string | string[] | undefined): number {
   const match = /(?:^|,)\s*max-age=(\d+)/i.exec(String(cacheControl ?? ''))
   if (match === null) return DEFAULT_MAX_AGE_MS
   return Math.min(MAX_MAX_AGE_MS, Math.max(MIN_MAX_AGE_MS, Number(match[1]) * 1000))
