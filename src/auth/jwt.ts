@@ -84,7 +84,7 @@ export async function registerAuth (app: FastifyInstance, opts: AuthOptions): Pr
     ...(opts.cacheSize === undefined ? {} : { max: opts.cacheSize }),
     ...(opts.cacheMaxAgeMs === undefined ? {} : { maxAgeMs: opts.cacheMaxAgeMs })
   })
-  const verifyAsync = opts.jwt.source === 'jwks'
+  const verifier: Verifier = opts.jwt.source === 'jwks'
     ? await keySetVerifier(app, opts.jwt, opts.keySet ?? {})
     : await staticKeyVerifier(app, opts.jwt)
 
@@ -95,15 +95,26 @@ export async function registerAuth (app: FastifyInstance, opts: AuthOptions): Pr
     if (match === null) return done(unauthorized('authorization header must be: Bearer <token>'))
     const token = match[1]!
     const cached = cache.get(token)
-    if (cached !== undefined && (cached.key === undefined || verifyAsync.trusts(cached.key))) {
+    if (cached !== undefined && (cached.key === undefined || verifier.trusts(cached.key))) {
       request.userId = cached.userId
       return done()
     }
-    verifyAsync.verify(token).then((identity) => {
+    let verified: Identity | Promise<Identity>
+    try {
+      verified = verifier.verify(token)
+    } catch (err) {
+      return done(err as Error)
+    }
+    // A static key verifies synchronously: no promise on the HS256/PEM path.
+    if (verified instanceof Promise) verified.then(accept, refuse)
+    else accept(verified)
+
+    function accept (identity: Identity): void {
       cache.set(token, identity.key === undefined ? { userId: identity.userId } : { userId: identity.userId, key: identity.key }, identity.validUntilMs)
       request.userId = identity.userId
       done()
-    }, (err: unknown) => {
+    }
+    function refuse (err: unknown): void {
       if (err instanceof KeyNotFound && err.retryAfterS !== undefined) {
         // DECISIONS 13: the provider is down, so 503 + Retry-After, never 401 (apps would log users out).
         reply.header('retry-after', String(err.retryAfterS))
@@ -111,12 +122,12 @@ export async function registerAuth (app: FastifyInstance, opts: AuthOptions): Pr
         return done(new GatewayError('AUTH_PROVIDER_UNAVAILABLE'))
       }
       done(err instanceof GatewayError ? err : unauthorized(err instanceof KeyNotFound ? err.message : 'invalid token'))
-    })
+    }
   }
 }
 
 interface Verifier {
-  verify: (token: string) => Promise<Identity>
+  verify: (token: string) => Identity | Promise<Identity>
   /** False once a cached verification's key has left the key set. */
   trusts: (key: SigningKey) => boolean
 }
@@ -135,7 +146,7 @@ async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig)
     ...(jwt.algorithm === 'HS256' ? { sign: { algorithm: 'HS256' } } : {})
   })
   return {
-    verify: async (token) => {
+    verify: (token) => {
       let payload: { sub?: unknown, exp?: unknown }
       try {
         payload = app.jwt.verify(token)
