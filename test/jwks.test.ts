@@ -4,6 +4,7 @@
  * the cooldown, outages, bounds, clock tolerance.
  */
 import { createPublicKey, type JsonWebKey } from 'node:crypto'
+import { once } from 'node:events'
 import t from 'tap'
 import { request } from 'undici'
 import { bearer, build, hs256 } from './helpers/app.js'
@@ -193,6 +194,21 @@ t.test('clock tolerance (default 5 s) on exp and nbf', async (t) => {
   t.same((await ping(await ks.sign(claims({ exp: now() - 30 }), 'rsa-1'))).body, { error: 'token expired' })
   t.equal((await ping(await ks.sign(claims({ nbf: now() + 2 }), 'rsa-1'))).status, 200, 'nbf in 2 s: within tolerance')
   t.same((await ping(await ks.sign(claims({ nbf: now() + 60 }), 'rsa-1'))).body, { error: 'token not yet valid' })
+})
+
+t.test('background refresh before expiry (Cache-Control max-age) distrusts a removed key with no request asking', async (t) => {
+  const ks = await startKeyServer()
+  ks.cacheControl = 'public, max-age=1'
+  const { app, ping } = await setup(t, { ks, env: { JWT_JWKS_COOLDOWN_S: '1' }, keySet: { minMaxAgeMs: 1000 } })
+  const { keySetEvents } = await import('../src/auth/key-set.js')
+  const token = await ks.sign(claims(), 'rsa-1')
+  t.equal((await ping(token)).status, 200, 'verified and cached')
+  ks.removeKey('rsa-1')
+  const [event] = await once(keySetEvents, 'fetch') as [{ url: string, ok: boolean, keys: number }]
+  t.match(event, { url: ks.url, ok: true, keys: 2 }, 'refreshed on its own, at 80% of max-age (no sooner than the cooldown)')
+  t.equal(ks.fetches, 2)
+  t.equal(app.keySet!.stats.fetches, 2)
+  t.same(await ping(token), { status: 401, body: UNKNOWN_KID, retryAfter: undefined })
 })
 
 t.test('Cache-Control max-age sets the refresh, within [60 s, 24 h]; 10 min without one', async (t) => {

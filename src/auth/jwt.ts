@@ -37,7 +37,7 @@ export interface AuthOptions {
   /** Upper bound on how long a verification is trusted, whatever the token's `exp`. */
   cacheMaxAgeMs?: number
   /** Key-set fetch settings that tests shorten (the fetch timeout, the body bound). */
-  keySet?: Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes'>>
+  keySet?: Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes' | 'minMaxAgeMs'>>
 }
 
 /** `sub` goes into a request header to the engine, so it must be header-safe and short. */

@@ -47,6 +47,8 @@ export interface KeySetOptions {
   /** DECISIONS 13: at most 5 s. */
   timeoutMs?: number
   maxBodyBytes?: number
+  /** Lower bound on the provider's max-age (60 s; tests shorten it). */
+  minMaxAgeMs?: number
   log?: { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
 }
 
@@ -71,10 +73,10 @@ export function pinnedAlgorithm (jwk: JWK): string | undefined {
 }
 
 /** How long the provider says its set is fresh (Cache-Control max-age), clamped to sane bounds. */
-export function maxAgeMs (cacheControl: string | string[] | undefined): number {
+export function maxAgeMs (cacheControl: string | string[] | undefined, minMs = MIN_MAX_AGE_MS): number {
   const match = /(?:^|,)\s*max-age=(\d+)/i.exec(String(cacheControl ?? ''))
   if (match === null) return DEFAULT_MAX_AGE_MS
-  return Math.min(MAX_MAX_AGE_MS, Math.max(MIN_MAX_AGE_MS, Number(match[1]) * 1000))
+  return Math.min(MAX_MAX_AGE_MS, Math.max(minMs, Number(match[1]) * 1000))
 }
 
 export class KeySet {
@@ -91,7 +93,7 @@ export class KeySet {
 
   constructor (opts: KeySetOptions) {
     this.url = opts.url
-    this.opts = { timeoutMs: 5_000, maxBodyBytes: 256 * 1024, ...opts, cooldownMs: opts.cooldownMs }
+    this.opts = { timeoutMs: 5_000, maxBodyBytes: 256 * 1024, minMaxAgeMs: MIN_MAX_AGE_MS, ...opts }
   }
 
   /** True while `key` is in the set: a key that left it is distrusted from that refresh on. */
@@ -209,6 +211,6 @@ export class KeySet {
       }
     }
     if (keys.length === 0) throw new Error('key set holds no usable signing key')
-    return { keys, maxAge: maxAgeMs(res.headers['cache-control']) }
+    return { keys, maxAge: maxAgeMs(res.headers['cache-control'], this.opts.minMaxAgeMs) }
   }
 }
