@@ -130,7 +130,7 @@ export class KeySet {
     return this.inFlight
   }
 
-  /** Ready means one fetch was attempted: the gateway listens only after it (src/server.ts). */
+  /** True once a fetch has succeeded and while the last one did (false during an outage). */
   get ready (): boolean { return this.lastOk }
 
   close (): void {
