@@ -17,6 +17,9 @@ export const Env = Type.Object({
   JWT_PUBLIC_KEY: Type.Optional(Type.String({ minLength: 1, description: 'PEM public key for RS256 or ES256' })),
   JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, description: 'required iss claim' })),
   JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, description: 'required aud claim' })),
+  JWT_JWKS_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: "the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)" })),
+  JWT_CLOCK_TOLERANCE_S: Integer(0, 300, 'seconds of clock drift allowed when checking exp and nbf', 5),
+  JWT_JWKS_COOLDOWN_S: Integer(1, 3600, 'seconds between key-set refetches caused by an unknown kid', 30),
   UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#]+/?$', description: 'base URL of the engine, http(s)://host:port with no path' })),
   UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000)
 })

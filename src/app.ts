@@ -8,7 +8,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
-import { registerAuth } from './auth/jwt.js'
+import { registerAuth, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
 import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
@@ -24,6 +24,8 @@ export interface AppDeps {
   uploadStallTimeoutMs?: number
   /** pino options or false; server.ts passes the real logger options. */
   logger?: FastifyServerOptions['logger']
+  /** Key-set fetch bounds (tests shorten the timeout). */
+  keySet?: AuthOptions['keySet']
 }
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
@@ -74,7 +76,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await app.register(livenessRoutes, { lifecycle })
 
   // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.
-  const authenticate = await registerAuth(app, { jwt: config.jwt })
+  const authenticate = await registerAuth(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', authenticate)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })

@@ -8,16 +8,35 @@ import { readEnv } from './shared/env.js'
 
 export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
 
-export interface JwtConfig {
+interface JwtClaimsConfig {
+  readonly issuer?: string
+  readonly audience?: string
+  /** Seconds of drift allowed on `exp` and `nbf` (provider and gateway clocks differ). */
+  readonly clockToleranceS: number
+}
+
+/** One key: an HS256 secret or a PEM public key. */
+export interface JwtStaticKeyConfig extends JwtClaimsConfig {
+  readonly source: 'static'
   /** HS256 secret or PEM public key. */
   readonly key: string
   /** The only algorithm accepted: pinned, never taken from the token. */
   readonly algorithm: JwtAlgorithm
-  readonly issuer?: string
-  readonly audience?: string
   /** True when no key was configured and a development secret was generated. */
   readonly generated: boolean
 }
+
+/** The identity provider's JSON Web Key Set (DECISIONS 13): each key pins its own algorithm. */
+export interface JwtKeySetConfig extends JwtClaimsConfig {
+  readonly source: 'jwks'
+  readonly jwksUrl: string
+  /** Seconds between refetches caused by an unknown `kid`. */
+  readonly jwksCooldownS: number
+  readonly issuer: string
+  readonly generated: false
+}
+
+export type JwtConfig = JwtStaticKeyConfig | JwtKeySetConfig
 
 export interface GatewayConfig {
   readonly production: boolean
@@ -89,23 +108,35 @@ function upstreamOrigin (text: string): string {
 function jwtConfig (env: Env, production: boolean): JwtConfig {
   const claims = {
     ...(env.JWT_ISSUER === undefined ? {} : { issuer: env.JWT_ISSUER }),
-    ...(env.JWT_AUDIENCE === undefined ? {} : { audience: env.JWT_AUDIENCE })
+    ...(env.JWT_AUDIENCE === undefined ? {} : { audience: env.JWT_AUDIENCE }),
+    clockToleranceS: env.JWT_CLOCK_TOLERANCE_S
   }
-  if (env.JWT_SECRET !== undefined && env.JWT_PUBLIC_KEY !== undefined) {
-    throw new ConfigError('JWT_SECRET and JWT_PUBLIC_KEY are both set: set exactly one (HS256 secret or RS256/ES256 public key)')
+  // DECISIONS 13: exactly one key source.
+  const sources = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name] !== undefined)
+  if (sources.length > 1) {
+    throw new ConfigError(`${sources.join(' and ')} are ${sources.length === 2 ? 'both' : 'all'} set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)`)
+  }
+  if (env.JWT_JWKS_URL !== undefined) {
+    if (env.JWT_ISSUER === undefined) {
+      throw new ConfigError("JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens")
+    }
+    if (production && env.JWT_AUDIENCE === undefined) {
+      throw new ConfigError('JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`')
+    }
+    return { source: 'jwks', jwksUrl: env.JWT_JWKS_URL, jwksCooldownS: env.JWT_JWKS_COOLDOWN_S, generated: false, ...claims, issuer: env.JWT_ISSUER }
   }
   if (env.JWT_PUBLIC_KEY !== undefined) {
     // Container environments often carry a PEM on one line with literal "\n".
     const pem = env.JWT_PUBLIC_KEY.replace(/\\n/g, '\n')
-    return { key: pem, algorithm: publicKeyAlgorithm(pem), generated: false, ...claims }
+    return { source: 'static', key: pem, algorithm: publicKeyAlgorithm(pem), generated: false, ...claims }
   }
   if (env.JWT_SECRET !== undefined) {
-    return { key: env.JWT_SECRET, algorithm: 'HS256', generated: false, ...claims }
+    return { source: 'static', key: env.JWT_SECRET, algorithm: 'HS256', generated: false, ...claims }
   }
   if (production) {
-    throw new ConfigError('NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)')
+    throw new ConfigError('NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)')
   }
-  return { key: randomBytes(32).toString('base64url'), algorithm: 'HS256', generated: true, ...claims }
+  return { source: 'static', key: randomBytes(32).toString('base64url'), algorithm: 'HS256', generated: true, ...claims }
 }
 
 /** The algorithm is pinned by the key's type: an RSA key only verifies RS256, a P-256 key only ES256. */

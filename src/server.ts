@@ -38,6 +38,7 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 
 const engine = new EngineClient({ url: upstreamUrl, timeoutMs: config.upstreamTimeoutMs })
 const lifecycle = { draining: false }
+// With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger })
 
 /**

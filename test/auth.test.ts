@@ -54,7 +54,8 @@ t.test('a valid token passes and its sub is the x-user-id the engine sees', asyn
 t.test('a cached token stops working at exp', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  const { app } = await build(t, { upstreamUrl: stub.url })
+  // No clock tolerance here: the test is about exp itself (tolerance: test/jwks.test.ts).
+  const { app } = await build(t, { upstreamUrl: stub.url, env: { JWT_CLOCK_TOLERANCE_S: '0' } })
   const token = hs256({ exp: now() + 2 })
   const first = await app.inject({ method: 'GET', url: '/api/portfolio/ping', headers: bearer(token) })
   t.equal(first.statusCode, 200, 'valid before exp (and now cached)')

@@ -38,7 +38,7 @@ t.test('each variable is read', async (t) => {
     port: 8080,
     host: '127.0.0.1',
     logLevel: 'debug',
-    jwt: { key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
+    jwt: { source: 'static', clockToleranceS: 5, key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
     upstreamUrl: 'http://engine:4000',
     upstreamTimeoutMs: 2500
   })
@@ -79,13 +79,14 @@ t.test('a short JWT_SECRET is never shown', async (t) => {
 
 t.test('production without a key refuses to start', async (t) => {
   t.throws(() => loadConfig({ NODE_ENV: 'production' }), new ConfigError(
-    'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)'
+    'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)'
   ))
 })
 
 t.test('development without a key generates a secret', async (t) => {
   const a = loadConfig({})
   const b = loadConfig({ NODE_ENV: 'development' })
+  if (a.jwt.source !== 'static' || b.jwt.source !== 'static') throw new Error('expected a static key')
   t.equal(a.jwt.generated, true)
   t.equal(a.jwt.algorithm, 'HS256')
   t.ok(a.jwt.key.length >= 32, 'as long as a configured secret must be')
@@ -94,15 +95,40 @@ t.test('development without a key generates a secret', async (t) => {
 
 t.test('JWT_SECRET and JWT_PUBLIC_KEY both set', async (t) => {
   t.throws(() => loadConfig({ JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('rsa').publicKey }), new ConfigError(
-    'JWT_SECRET and JWT_PUBLIC_KEY are both set: set exactly one (HS256 secret or RS256/ES256 public key)'
+    'JWT_SECRET and JWT_PUBLIC_KEY are both set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'
   ))
+})
+
+const JWKS = { JWT_JWKS_URL: 'https://id.example/.well-known/jwks.json', JWT_ISSUER: 'https://id.example/' }
+
+t.test('JWT_JWKS_URL: the key set, with its cooldown and the clock tolerance (DECISIONS 13)', async (t) => {
+  t.same(loadConfig(JWKS).jwt, {
+    source: 'jwks', jwksUrl: JWKS.JWT_JWKS_URL, jwksCooldownS: 30, generated: false, issuer: 'https://id.example/', clockToleranceS: 5
+  }, 'defaults: cooldown 30 s, tolerance 5 s')
+  t.same(loadConfig({ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_COOLDOWN_S: '60', JWT_CLOCK_TOLERANCE_S: '0', NODE_ENV: 'production' }).jwt, {
+    source: 'jwks', jwksUrl: JWKS.JWT_JWKS_URL, jwksCooldownS: 60, generated: false, issuer: 'https://id.example/', audience: 'portfolio', clockToleranceS: 0
+  })
+  t.equal(loadConfig({ JWT_SECRET: SECRET, JWT_CLOCK_TOLERANCE_S: '30' }).jwt.clockToleranceS, 30, 'the tolerance applies to static keys too')
+})
+
+t.test('JWT_JWKS_URL mistakes: one line naming the variable', async (t) => {
+  const cases: Array<[Record<string, string>, string]> = [
+    [{ JWT_JWKS_URL: JWKS.JWT_JWKS_URL }, "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"],
+    [{ ...JWKS, NODE_ENV: 'production' }, 'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'],
+    [{ ...JWKS, JWT_SECRET: SECRET }, 'JWT_SECRET and JWT_JWKS_URL are both set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
+    [{ ...JWKS, JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('ec').publicKey }, 'JWT_SECRET and JWT_PUBLIC_KEY and JWT_JWKS_URL are all set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
+    [{ ...JWKS, JWT_JWKS_URL: 'id.example/jwks' }, "JWT_JWKS_URL=(hidden) is invalid: does not have the expected form; expected the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)"],
+    [{ ...JWKS, JWT_JWKS_COOLDOWN_S: '0' }, 'JWT_JWKS_COOLDOWN_S=(hidden) is invalid: must be between 1 and 3600; expected seconds between key-set refetches caused by an unknown kid'],
+    [{ ...JWKS, JWT_CLOCK_TOLERANCE_S: '1.5' }, 'JWT_CLOCK_TOLERANCE_S=(hidden) is invalid: must be a whole number; expected seconds of clock drift allowed when checking exp and nbf']
+  ]
+  for (const [env, message] of cases) t.throws(() => loadConfig(env), new ConfigError(message), message.split(' ')[0] ?? message)
 })
 
 t.test('JWT_PUBLIC_KEY pins the algorithm by key type', async (t) => {
   const rsa = keyPair('rsa').publicKey
   const ec = keyPair('ec').publicKey
-  t.same(loadConfig({ JWT_PUBLIC_KEY: rsa }).jwt, { key: rsa, algorithm: 'RS256', generated: false })
-  t.same(loadConfig({ JWT_PUBLIC_KEY: ec }).jwt, { key: ec, algorithm: 'ES256', generated: false })
+  t.same(loadConfig({ JWT_PUBLIC_KEY: rsa }).jwt, { source: 'static', clockToleranceS: 5, key: rsa, algorithm: 'RS256', generated: false })
+  t.same(loadConfig({ JWT_PUBLIC_KEY: ec }).jwt, { source: 'static', clockToleranceS: 5, key: ec, algorithm: 'ES256', generated: false })
 
   const ed25519 = generateKeyPairSync('ed25519', { publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } }).publicKey
   t.throws(() => loadConfig({ JWT_PUBLIC_KEY: ed25519 }), new ConfigError(
@@ -122,7 +148,7 @@ t.test('a PEM on one line with literal \\n works', async (t) => {
   const pem = keyPair('ec').publicKey
   const oneLine = pem.replace(/\n/g, '\\n')
   t.notMatch(oneLine, /\n/)
-  t.same(loadConfig({ JWT_PUBLIC_KEY: oneLine }).jwt, { key: pem, algorithm: 'ES256', generated: false })
+  t.same(loadConfig({ JWT_PUBLIC_KEY: oneLine }).jwt, { source: 'static', clockToleranceS: 5, key: pem, algorithm: 'ES256', generated: false })
 })
 
 t.test('an empty variable counts as unset', async (t) => {
@@ -135,7 +161,7 @@ t.test('an empty variable counts as unset', async (t) => {
     port: 3000,
     host: '0.0.0.0',
     logLevel: 'info',
-    jwt: { key: undefined, algorithm: 'HS256', generated: true },
+    jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
     upstreamTimeoutMs: 10_000
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')

@@ -118,7 +118,7 @@ t.test('production without a JWT key exits 1 with one line', async (t) => {
   const child = start(t, SERVER, { NODE_ENV: 'production', PORT: '0' })
   t.same(await exitOf(child), { code: 1, signal: null })
   t.same(lines(child.err()), [
-    'portfolio-gateway: NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters) or JWT_PUBLIC_KEY (PEM, RS256/ES256)'
+    'portfolio-gateway: NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)'
   ])
   t.equal(child.out(), '', 'nothing on stdout: it never started')
 })
@@ -248,4 +248,13 @@ t.test('token CLI refuses a sub the gateway would refuse, with one line', async 
   const longest = start(t, TOKEN_CLI, { JWT_SECRET: SECRET }, ['--sub', 'x'.repeat(256)])
   t.same(await exitOf(longest), { code: 0, signal: null }, '256 characters is the longest sub allowed')
   t.equal(lines(longest.out()).length, 1)
+})
+
+t.test('token CLI in key-set mode exits 1 with one line: tokens come from the identity provider', async (t) => {
+  const child = start(t, TOKEN_CLI, { JWT_JWKS_URL: 'https://id.example/jwks', JWT_ISSUER: 'https://id.example/' }, ['--sub', 'alice'])
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), [
+    'token: JWT_JWKS_URL is set: tokens come from your identity provider, not from this tool (unset JWT_JWKS_URL to mint test tokens)'
+  ])
+  t.equal(child.out(), '')
 })

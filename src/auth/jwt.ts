@@ -1,16 +1,23 @@
 /**
- * Bearer JWT authentication (spec "Authentication"; DECISIONS 9).
+ * Bearer JWT authentication (spec "Authentication"; DECISIONS 9 and 13).
  *
- * @fastify/jwt (fast-jwt underneath) verifies the signature with the one
- * configured algorithm, `exp`, `nbf`, and `iss`/`aud` when configured.
- * Verified identities are cached by token in a bounded LRU, and an entry never
- * outlives the token's `exp`: a verification costs ~12 µs, a cache hit ~0.3 µs.
+ * Two key sources, one hook:
+ * - one static key (JWT_SECRET or JWT_PUBLIC_KEY): @fastify/jwt (fast-jwt)
+ *   verifies with the one configured algorithm;
+ * - the identity provider's key set (JWT_JWKS_URL): the token's `kid` picks a
+ *   key from key-set.ts, the key pins the algorithm, jose verifies.
+ * Both check the signature, `exp` and `nbf` (with JWT_CLOCK_TOLERANCE_S), and
+ * `iss`/`aud` when configured. Verified identities are cached by the token's
+ * hash (token-cache.ts) and never outlive `exp`; a key-set entry is dropped
+ * as soon as its key leaves the set (a revoked key is distrusted at once).
  */
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
-import { LRUCache } from 'lru-cache'
-import type { JwtConfig } from '../config.js'
-import { unauthorized } from '../http/errors.js'
+import { decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
+import type { JwtConfig, JwtKeySetConfig, JwtStaticKeyConfig } from '../config.js'
+import { GatewayError, unauthorized } from '../http/errors.js'
+import { KeyNotFound, KeySet, type KeySetOptions, type SigningKey } from './key-set.js'
+import { TokenCache } from './token-cache.js'
 import { SANE_SUBJECT } from '../shared/subject.js'
 
 declare module 'fastify' {
@@ -18,83 +25,173 @@ declare module 'fastify' {
     /** The verified token's `sub`: the only identity the engine ever sees. */
     userId: string
   }
+  interface FastifyInstance {
+    /** Key-set mode only: the provider's keys, with `stats` for metrics (see key-set.ts). */
+    keySet?: KeySet
+  }
 }
 
 export interface AuthOptions {
   jwt: JwtConfig
-  /** Verified tokens kept; each entry is a token string and a short id. */
+  /** Verified tokens kept; each entry is a hash of the token and a short id. */
   cacheSize?: number
   /** Upper bound on how long a verification is trusted, whatever the token's `exp`. */
   cacheMaxAgeMs?: number
+  /** Key-set fetch settings that tests shorten (the fetch timeout, the body bound). */
+  keySet?: Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes' | 'minMaxAgeMs'>>
 }
 
 const BEARER = /^Bearer +([A-Za-z0-9_.~+/=-]+) *$/i
 
-/** What fast-jwt's error codes mean to the client. The token itself is never echoed. */
+/** What fast-jwt's and jose's error codes mean to the client. The token itself is never echoed. */
+const MISSING_CLAIM = 'token lacks a required claim (sub, exp, and iss/aud when configured)'
 const REASONS: Record<string, string> = {
   FAST_JWT_EXPIRED: 'token expired',
   FAST_JWT_INACTIVE: 'token not yet valid',
-  FAST_JWT_MISSING_REQUIRED_CLAIM: 'token lacks a required claim (sub, exp, and iss/aud when configured)',
-  FAST_JWT_INVALID_CLAIM_VALUE: 'token issuer or audience not accepted'
+  FAST_JWT_MISSING_REQUIRED_CLAIM: MISSING_CLAIM,
+  FAST_JWT_INVALID_CLAIM_VALUE: 'token issuer or audience not accepted',
+  ERR_JWT_EXPIRED: 'token expired'
 }
 
-interface Identity { userId: string }
+function joseReason (err: unknown): string {
+  const { code, claim, reason } = err as { code?: string, claim?: string, reason?: string }
+  if (code === 'ERR_JWT_CLAIM_VALIDATION_FAILED') {
+    if (reason === 'missing') return MISSING_CLAIM
+    if (claim === 'nbf') return 'token not yet valid'
+    if (claim === 'iss' || claim === 'aud') return 'token issuer or audience not accepted'
+  }
+  return REASONS[code ?? ''] ?? 'invalid token'
+}
+
+interface Identity { userId: string, validUntilMs: number, key?: SigningKey }
+
+function identityOf (payload: { sub?: unknown, exp?: unknown }, toleranceS: number): Identity {
+  if (typeof payload.sub !== 'string' || !SANE_SUBJECT.test(payload.sub)) {
+    throw unauthorized('token sub claim must be 1-256 printable characters')
+  }
+  // Both verifiers have checked that exp is a number not yet past (with the tolerance).
+  return { userId: payload.sub, validUntilMs: ((payload.exp as number) + toleranceS) * 1000 }
+}
 
 /**
- * Register @fastify/jwt on `app` and return the onRequest hook that guards a
- * scope. The hook ends the request with 401 before the body is read or any
- * handler runs.
+ * Register the verifier on `app` and return the onRequest hook that guards a
+ * scope. The hook ends the request with 401 (or 503 when the identity
+ * provider cannot be reached) before the body is read or any handler runs.
  */
 export async function registerAuth (app: FastifyInstance, opts: AuthOptions): Promise<onRequestHookHandler> {
-  const { jwt } = opts
+  const cache = new TokenCache<SigningKey>({
+    ...(opts.cacheSize === undefined ? {} : { max: opts.cacheSize }),
+    ...(opts.cacheMaxAgeMs === undefined ? {} : { maxAgeMs: opts.cacheMaxAgeMs })
+  })
+  const verifier: Verifier = opts.jwt.source === 'jwks'
+    ? await keySetVerifier(app, opts.jwt, opts.keySet ?? {})
+    : await staticKeyVerifier(app, opts.jwt)
+
+  return function authenticate (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
+    const header = request.headers.authorization
+    if (header === undefined) return done(unauthorized('missing bearer token'))
+    const match = BEARER.exec(header)
+    if (match === null) return done(unauthorized('authorization header must be: Bearer <token>'))
+    const token = match[1]!
+    const cached = cache.get(token)
+    if (cached !== undefined && (cached.key === undefined || verifier.trusts(cached.key))) {
+      request.userId = cached.userId
+      return done()
+    }
+    let verified: Identity | Promise<Identity>
+    try {
+      verified = verifier.verify(token)
+    } catch (err) {
+      return done(err as Error)
+    }
+    // A static key verifies synchronously: no promise on the HS256/PEM path.
+    if (verified instanceof Promise) verified.then(accept, refuse)
+    else accept(verified)
+
+    function accept (identity: Identity): void {
+      cache.set(token, identity.key === undefined ? { userId: identity.userId } : { userId: identity.userId, key: identity.key }, identity.validUntilMs)
+      request.userId = identity.userId
+      done()
+    }
+    function refuse (err: unknown): void {
+      if (err instanceof KeyNotFound && err.retryAfterS !== undefined) {
+        // DECISIONS 13: the provider is down, so 503 + Retry-After, never 401 (apps would log users out).
+        reply.header('retry-after', String(err.retryAfterS))
+        request.log.warn({ retryAfterS: err.retryAfterS }, 'token refused: its key cannot be had, identity provider unreachable')
+        return done(new GatewayError('AUTH_PROVIDER_UNAVAILABLE'))
+      }
+      done(err instanceof GatewayError ? err : unauthorized(err instanceof KeyNotFound ? err.message : 'invalid token'))
+    }
+  }
+}
+
+interface Verifier {
+  verify: (token: string) => Identity | Promise<Identity>
+  /** False once a cached verification's key has left the key set. */
+  trusts: (key: SigningKey) => boolean
+}
+
+async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig): Promise<Verifier> {
   await app.register(fastifyJwt, {
     secret: jwt.algorithm === 'HS256' ? jwt.key : { public: jwt.key },
     verify: {
       algorithms: [jwt.algorithm],
       // fast-jwt checks allowedIss/allowedAud only when the claim is present, so require it too.
       requiredClaims: ['sub', 'exp', ...(jwt.issuer === undefined ? [] : ['iss']), ...(jwt.audience === undefined ? [] : ['aud'])],
+      clockTolerance: jwt.clockToleranceS * 1000,
       ...(jwt.issuer === undefined ? {} : { allowedIss: jwt.issuer }),
       ...(jwt.audience === undefined ? {} : { allowedAud: jwt.audience })
     },
     ...(jwt.algorithm === 'HS256' ? { sign: { algorithm: 'HS256' } } : {})
   })
-
-  const maxAge = opts.cacheMaxAgeMs ?? 5 * 60_000
-  const cache = new LRUCache<string, Identity>({ max: opts.cacheSize ?? 10_000 })
-
-  function verify (token: string): Identity {
-    let payload: { sub?: unknown, exp?: unknown }
-    try {
-      payload = app.jwt.verify(token)
-    } catch (err) {
-      const code = (err as { code?: string }).code ?? ''
-      throw unauthorized(REASONS[code] ?? 'invalid token')
-    }
-    if (typeof payload.sub !== 'string' || !SANE_SUBJECT.test(payload.sub)) {
-      throw unauthorized('token sub claim must be 1-256 printable characters')
-    }
-    const identity = { userId: payload.sub }
-    // fast-jwt has checked that exp is a number in the future.
-    const ttl = Math.min(maxAge, (payload.exp as number) * 1000 - Date.now())
-    if (ttl > 0) cache.set(token, identity, { ttl })
-    return identity
-  }
-
-  return function authenticate (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
-    const header = request.headers.authorization
-    if (header === undefined) return done(unauthorized('missing bearer token'))
-    const match = BEARER.exec(header)
-    if (match === null) return done(unauthorized('authorization header must be: Bearer <token>'))
-    const token = match[1]!
-    let identity = cache.get(token)
-    if (identity === undefined) {
+  return {
+    verify: (token) => {
+      let payload: { sub?: unknown, exp?: unknown }
       try {
-        identity = verify(token)
+        payload = app.jwt.verify(token)
       } catch (err) {
-        return done(err as Error)
+        const code = (err as { code?: string }).code ?? ''
+        throw unauthorized(REASONS[code] ?? 'invalid token')
       }
-    }
-    request.userId = identity.userId
-    done()
+      return identityOf(payload, jwt.clockToleranceS)
+    },
+    trusts: () => true
+  }
+}
+
+/** Fetch the key set once before the gateway listens (DECISIONS 13); a provider down at start is logged, not fatal. */
+async function keySetVerifier (app: FastifyInstance, jwt: JwtKeySetConfig, extra: AuthOptions['keySet'] & object): Promise<Verifier> {
+  const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log: app.log, ...extra })
+  app.decorate('keySet', keySet)
+  app.addHook('onClose', (_app, done) => { keySet.close(); done() })
+  await keySet.refresh()
+  if (!keySet.ready) app.log.warn({ url: jwt.jwksUrl }, 'key set unavailable at start: bearer routes answer 503 until it can be fetched')
+
+  const options = {
+    issuer: jwt.issuer,
+    ...(jwt.audience === undefined ? {} : { audience: jwt.audience }),
+    clockTolerance: jwt.clockToleranceS,
+    requiredClaims: ['sub', 'exp']
+  }
+  return {
+    verify: async (token) => {
+      let kid: string | undefined
+      try {
+        const header = decodeProtectedHeader(token)
+        kid = typeof header.kid === 'string' ? header.kid : undefined
+      } catch {
+        throw unauthorized('invalid token')
+      }
+      const key = await keySet.keyFor(kid)
+      let payload: JWTPayload
+      try {
+        // The key pins the one algorithm: HS256 or another family under an RSA kid fails here.
+        ({ payload } = await jwtVerify(token, key.key, { ...options, algorithms: [key.alg] }))
+      } catch (err) {
+        throw unauthorized(joseReason(err))
+      }
+      return { ...identityOf(payload, jwt.clockToleranceS), key }
+    },
+    trusts: (key) => keySet.trusts(key)
   }
 }

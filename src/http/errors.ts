@@ -18,6 +18,7 @@ export const CATALOGUE = {
   VALIDATION_ERROR: { status: 400, shape: 'structured', message: 'request is invalid' },
   UNAUTHORIZED: { status: 401, shape: 'simple', message: 'missing or invalid token' },
   ROUTE_NOT_FOUND: { status: 404, shape: 'simple', message: 'route not found' },
+  AUTH_PROVIDER_UNAVAILABLE: { status: 503, shape: 'simple', message: 'identity provider unavailable, retry later' },
   INTERNAL_ERROR: { status: 500, shape: 'structured', message: 'internal error' },
   UPSTREAM_UNAVAILABLE: { status: 502, shape: 'simple', message: 'portfolio engine unavailable' },
   UPSTREAM_BAD_RESPONSE: { status: 502, shape: 'simple', message: 'portfolio engine sent an invalid response' },

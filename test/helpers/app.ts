@@ -22,6 +22,7 @@ export interface BuildOptions {
   engineConnections?: number
   engineKeepAliveMs?: number
   logger?: AppDeps['logger']
+  keySet?: AppDeps['keySet']
 }
 
 export interface Built {
@@ -38,7 +39,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
     ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
-    ...(opts.logger === undefined ? {} : { logger: opts.logger })
+    ...(opts.logger === undefined ? {} : { logger: opts.logger }),
+    ...(opts.keySet === undefined ? {} : { keySet: opts.keySet })
   })
   t.teardown(async () => {
     await app.close()
