@@ -18,6 +18,7 @@ export const Env = Type.Object({
   JWT_ISSUER: Type.Optional(Type.String({ minLength: 1, description: 'required iss claim' })),
   JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1, description: 'required aud claim' })),
   UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#]+/?$', description: 'base URL of the engine, http(s)://host:port with no path' })),
-  UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000)
+  UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000),
+  METRICS_PORT: Integer(0, 65535, 'port of the Prometheus /metrics listener on HOST, 0 for none', 9464)
 })
 export type Env = Static<typeof Env>

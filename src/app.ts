@@ -1,7 +1,7 @@
 /**
  * buildApp: the whole request path, registered in the order it runs.
  *
- *   request -> request id -> [bearer scope: JWT] -> schema -> handler -> engine pool
+ *   request -> request id, trace context, metrics -> [bearer scope: JWT] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
@@ -16,6 +16,8 @@ import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
+import { installMetrics } from './observability/request-metrics.js'
+import { installTraceContext } from './observability/trace-context.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -62,6 +64,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     reply.header(REQUEST_ID_HEADER, request.id)
     done()
   })
+  installTraceContext(app)
+  installMetrics(app, deps.engine)
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
     app.addHook('onResponse', (request, reply, done) => {

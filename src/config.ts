@@ -28,6 +28,8 @@ export interface GatewayConfig {
   /** Unset: the gateway starts the embedded reference engine. */
   readonly upstreamUrl?: string
   readonly upstreamTimeoutMs: number
+  /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
+  readonly metricsPort: number
 }
 
 /** A configuration error: its message is one line that names the variable and the fix. */
@@ -45,6 +47,9 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   }
   const parsed = read.value
   const production = parsed.NODE_ENV === 'production'
+  if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
+    throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
+  }
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -52,7 +57,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     logLevel: parsed.LOG_LEVEL,
     jwt: Object.freeze(jwtConfig(parsed, production)),
     ...(parsed.UPSTREAM_URL === undefined ? {} : { upstreamUrl: parsed.UPSTREAM_URL.replace(/\/$/, '') }),
-    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    metricsPort: parsed.METRICS_PORT
   })
 }
 

@@ -55,7 +55,8 @@ interface Child {
  * (NODE_ENV, JWT_*) leaks in. Killed in teardown if it is still running.
  */
 function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
-  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  // METRICS_PORT=0 unless a test sets it: several gateways run at once (common brief).
+  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
