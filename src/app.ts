@@ -16,6 +16,7 @@ import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
+import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
 import { installTraceContext } from './observability/trace-context.js'
 
@@ -77,7 +78,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // 2. Errors: one handler, one catalogue.
   installErrorHandling(app)
 
-  // 3. Public routes.
+  // 3. Public routes; the OpenAPI generator first, so it sees every route.
+  await registerOpenApi(app)
   await app.register(livenessRoutes, { lifecycle })
 
   // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.
