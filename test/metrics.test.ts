@@ -6,6 +6,7 @@
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { contractHandler, faults, json, refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { GatewayMetrics } from '../src/observability/metrics.js'
 import { startMetricsServer } from '../src/observability/metrics-server.js'
 import { bearer, build, validUpdate } from './helpers/app.js'
 import { scrape, valueOf } from './helpers/prometheus.js'
@@ -140,4 +141,31 @@ t.test('each app has its own registry', async (t) => {
   await ping(one.url)
   t.equal(valueOf((await scrape(one.metricsUrl)).samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), 1)
   t.equal(valueOf((await scrape(two.metricsUrl)).samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), undefined)
+})
+
+t.test('the API other features plug into: key-set refreshes, idempotency short cuts, rate-limit fail-opens', async (t) => {
+  const metrics = new GatewayMetrics({ processMetrics: false })
+  metrics.keySetRefreshed(true)
+  metrics.keySetRefreshed(true)
+  metrics.keySetRefreshed(false)
+  metrics.idempotencyShortCut('replay')
+  metrics.idempotencyShortCut('conflict')
+  metrics.idempotencyShortCut('in_flight')
+  metrics.idempotencyShortCut('replay')
+  metrics.rateLimitFailedOpen()
+  metrics.rejected('rate_limit')
+  metrics.rejected('shed')
+  const server = await startMetricsServer(metrics, { port: 0, host: '127.0.0.1' })
+  t.teardown(server.close)
+  const { samples } = await scrape(`http://127.0.0.1:${server.port}`)
+  t.equal(valueOf(samples, 'gateway_jwks_refreshes_total', { result: 'ok' }), 2)
+  t.equal(valueOf(samples, 'gateway_jwks_refreshes_total', { result: 'failed' }), 1)
+  t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'replay' }), 2)
+  t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'conflict' }), 1)
+  t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'in_flight' }), 1)
+  t.equal(valueOf(samples, 'gateway_rate_limit_fail_open_total'), 1)
+  t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'rate_limit' }), 1)
+  t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'shed' }), 1)
+  t.equal(samples.some((s) => s.name.startsWith('process_')), false, 'process metrics can be left out')
+  t.equal(samples.some((s) => s.name === 'gateway_engine_pool_connections'), false, 'no pool, no pool gauge')
 })
