@@ -191,7 +191,9 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
     transform: documentRoute,
     transformObject: (document) => 'openapiObject' in document ? hoistNamedSchemas(document.openapiObject as Json) : document.swaggerObject
   })
-  app.get(OPENAPI_PATH, async (_request, reply) => reply.type('application/json; charset=utf-8').send(app.swagger()))
+  // The routes are fixed once the app is ready: serialize the document once.
+  let text: string | undefined
+  app.get(OPENAPI_PATH, async (_request, reply) => reply.type('application/json; charset=utf-8').send(text ??= JSON.stringify(app.swagger())))
 }
 
 type Json = Record<string, unknown>
