@@ -6,7 +6,10 @@
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { contractHandler, faults, json, refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { toGatewayError } from '../src/http/error-handler.js'
+import { GatewayError, validationError } from '../src/http/errors.js'
 import { GatewayMetrics } from '../src/observability/metrics.js'
+import { rejectionReason } from '../src/observability/request-metrics.js'
 import { startMetricsServer } from '../src/observability/metrics-server.js'
 import { bearer, build, validUpdate } from './helpers/app.js'
 import { scrape, valueOf } from './helpers/prometheus.js'
@@ -168,4 +171,14 @@ t.test('the API other features plug into: key-set refreshes, idempotency short c
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'shed' }), 1)
   t.equal(samples.some((s) => s.name.startsWith('process_')), false, 'process metrics can be left out')
   t.equal(samples.some((s) => s.name === 'gateway_engine_pool_connections'), false, 'no pool, no pool gauge')
+})
+
+t.test('rejection reasons: a 429 is the rate limit whatever raised it; 404 and 5xx are not rejections', async (t) => {
+  const tooMany = Object.assign(new Error('Rate limit exceeded'), { statusCode: 429 })
+  t.equal(rejectionReason(toGatewayError(tooMany), tooMany.statusCode), 'rate_limit')
+  t.equal(rejectionReason(new GatewayError('UNAUTHORIZED'), undefined), 'auth')
+  t.equal(rejectionReason(validationError('name must be at most 30 characters'), undefined), 'validation')
+  t.equal(rejectionReason(validationError('image must be at most 10485760 bytes'), undefined), 'body_too_large')
+  t.equal(rejectionReason(new GatewayError('ROUTE_NOT_FOUND'), undefined), undefined)
+  t.equal(rejectionReason(new GatewayError('UPSTREAM_TIMEOUT'), undefined), undefined)
 })

@@ -12,8 +12,14 @@ import { GatewayMetrics, STATUS_CLASSES, UNKNOWN_ROUTE, type RejectionReason } f
 /** The gateway's own "too large" messages (src/shared/client-errors.ts, routes/create): body, image. */
 const TOO_LARGE = /must be at most \d+ bytes$/
 
-/** Why the gateway refused a request, or undefined for failures that are not refusals (404, 5xx). */
-export function rejectionReason (failure: GatewayError): RejectionReason | undefined {
+/**
+ * Why the gateway refused a request, or undefined for failures that are not
+ * refusals (404, 5xx). A 429 is the rate limit whatever raised it; a shed 503
+ * is counted by the load shedder itself (`metrics.rejected('shed')`), since
+ * other 503s (key set, shared store) are not shedding.
+ */
+export function rejectionReason (failure: GatewayError, statusCode: number | undefined): RejectionReason | undefined {
+  if (statusCode === 429) return 'rate_limit'
   switch (failure.code) {
     case 'UNAUTHORIZED': return 'auth'
     case 'VALIDATION_ERROR': return TOO_LARGE.test(failure.message) ? 'body_too_large' : 'validation'
@@ -41,7 +47,7 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
   })
 
   app.addHook('onError', (request, _reply, error: FastifyError, done) => {
-    const reason = rejectionReason(toGatewayError(error, request))
+    const reason = rejectionReason(toGatewayError(error, request), error.statusCode)
     if (reason !== undefined) metrics.rejected(reason)
     done()
   })
