@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { Validator } from '@seriousme/openapi-schema-validator'
+import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
 import t from 'tap'
 import { request } from 'undici'
 import { openApiDocument } from '../src/routes/openapi-document.js'
@@ -36,6 +37,12 @@ t.test('served on the public port without a token, as JSON', async (t) => {
 
 t.test('openapi.json is in step with the schemas (npm run openapi regenerates it)', async (t) => {
   t.equal(await openApiDocument(), await readFile(COMMITTED, 'utf8'), 'run `npm run openapi` and commit openapi.json and client/schema.ts')
+})
+
+t.test('client/schema.ts is in step with openapi.json', async (t) => {
+  // What `openapi-typescript openapi.json -o client/schema.ts` (npm run openapi) writes.
+  const generated = COMMENT_HEADER + astToString(await openapiTS(COMMITTED))
+  t.equal(generated, await readFile(new URL('../client/schema.ts', import.meta.url), 'utf8'), 'run `npm run openapi` and commit client/schema.ts')
 })
 
 t.test('a valid OpenAPI 3.1 document', async (t) => {
