@@ -21,6 +21,7 @@ export const Env = Type.Object({
   JWT_CLOCK_TOLERANCE_S: Integer(0, 300, 'seconds of clock drift allowed when checking exp and nbf', 5),
   JWT_JWKS_COOLDOWN_S: Integer(1, 3600, 'seconds between key-set refetches caused by an unknown kid', 30),
   UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#]+/?$', description: 'base URL of the engine, http(s)://host:port with no path' })),
-  UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000)
+  UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000),
+  METRICS_PORT: Integer(0, 65535, 'port of the Prometheus /metrics listener on HOST, 0 for none', 9464)
 })
 export type Env = Static<typeof Env>

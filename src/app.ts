@@ -1,7 +1,7 @@
 /**
  * buildApp: the whole request path, registered in the order it runs.
  *
- *   request -> request id -> [bearer scope: JWT] -> schema -> handler -> engine pool
+ *   request -> request id, trace context, metrics -> [bearer scope: JWT] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
@@ -16,6 +16,9 @@ import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/hea
 import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
+import { registerOpenApi } from './routes/openapi.js'
+import { installMetrics } from './observability/request-metrics.js'
+import { installTraceContext } from './observability/trace-context.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -61,6 +64,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     reply.header(REQUEST_ID_HEADER, request.id)
     done()
   })
+  installTraceContext(app)
+  installMetrics(app, deps.engine)
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
     app.addHook('onResponse', (request, reply, done) => {
@@ -72,7 +77,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // 2. Errors: one handler, one catalogue.
   installErrorHandling(app)
 
-  // 3. Public routes.
+  // 3. Public routes; the OpenAPI generator first, so it sees every route.
+  await registerOpenApi(app)
   await app.register(livenessRoutes, { lifecycle })
 
   // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.

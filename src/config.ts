@@ -47,6 +47,8 @@ export interface GatewayConfig {
   /** Unset: the gateway starts the embedded reference engine. */
   readonly upstreamUrl?: string
   readonly upstreamTimeoutMs: number
+  /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
+  readonly metricsPort: number
 }
 
 /** A configuration error: its message is one line that names the variable and the fix. */
@@ -70,6 +72,9 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
     throw new ConfigError('NODE_ENV=production needs UPSTREAM_URL: set it to the engine\'s base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)')
   }
+  if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
+    throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
+  }
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -77,7 +82,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     logLevel: parsed.LOG_LEVEL,
     jwt: Object.freeze(jwt),
     ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
-    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    metricsPort: parsed.METRICS_PORT
   })
 }
 

@@ -12,6 +12,7 @@ import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
 import { buildEngine } from './reference-engine/engine.js'
+import { MetricsPortError, startMetricsServer, type MetricsServer } from './observability/metrics-server.js'
 
 let config
 try {
@@ -41,6 +42,18 @@ const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger })
 
+// DECISIONS 18: metrics on a listener of their own, never the public port; a busy port stops start-up.
+let metricsServer: MetricsServer | undefined
+if (config.metricsPort !== 0) {
+  try {
+    metricsServer = await startMetricsServer(app.metrics, { port: config.metricsPort, host: config.host })
+  } catch (err) {
+    if (!(err instanceof MetricsPortError)) throw err
+    process.stderr.write(`portfolio-gateway: ${err.message}\n`)
+    process.exit(1)
+  }
+}
+
 /**
  * In production, /health answers 500 for a few seconds before the listener
  * closes, so a load balancer sees the instance leave before connections are
@@ -54,6 +67,7 @@ closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
   lifecycle.draining = true
   if (err === undefined) await sleep(DRAIN_NOTICE_MS)
   await app.close()
+  await metricsServer?.close()
   await engine.close()
   await embedded?.close()
   if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
@@ -61,7 +75,10 @@ closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
 })
 
 await app.listen({ port: config.port, host: config.host })
-app.log.info({ upstream: embedded === undefined ? upstreamUrl : `embedded reference engine at ${upstreamUrl}` }, 'gateway ready')
+app.log.info({
+  upstream: embedded === undefined ? upstreamUrl : `embedded reference engine at ${upstreamUrl}`,
+  metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`
+}, 'gateway ready')
 
 if (config.jwt.generated) {
   const token = app.jwt.sign({ sub: 'dev-user' }, { expiresIn: '12h' })

@@ -15,7 +15,8 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     host: '0.0.0.0',
     logLevel: 'info',
     jwt: undefined,
-    upstreamTimeoutMs: 10_000
+    upstreamTimeoutMs: 10_000,
+    metricsPort: 9464
   })
   t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
   t.ok(Object.isFrozen(config) && Object.isFrozen(config.jwt), 'frozen')
@@ -31,7 +32,8 @@ t.test('each variable is read', async (t) => {
     JWT_ISSUER: 'https://issuer.example',
     JWT_AUDIENCE: 'portfolio',
     UPSTREAM_URL: 'http://engine:4000/',
-    UPSTREAM_TIMEOUT_MS: '2500'
+    UPSTREAM_TIMEOUT_MS: '2500',
+    METRICS_PORT: '9100'
   })
   t.same(config, {
     production: true,
@@ -40,8 +42,10 @@ t.test('each variable is read', async (t) => {
     logLevel: 'debug',
     jwt: { source: 'static', clockToleranceS: 5, key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
     upstreamUrl: 'http://engine:4000',
-    upstreamTimeoutMs: 2500
+    upstreamTimeoutMs: 2500,
+    metricsPort: 9100
   })
+  t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
   t.equal(loadConfig({ UPSTREAM_URL: 'https://engine.internal' }).upstreamUrl, 'https://engine.internal')
 })
@@ -58,6 +62,8 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'],
   [{ UPSTREAM_TIMEOUT_MS: '0' }, 'UPSTREAM_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long to wait for the engine response headers, in ms'],
   [{ UPSTREAM_TIMEOUT_MS: '1.5' }, 'UPSTREAM_TIMEOUT_MS="1.5" is invalid: must be a whole number; expected how long to wait for the engine response headers, in ms'],
+  [{ METRICS_PORT: '70000' }, 'METRICS_PORT="70000" is invalid: must be between 0 and 65535; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
+  [{ METRICS_PORT: 'off' }, 'METRICS_PORT="off" is invalid: must be a whole number; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
   [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
 ]
 
@@ -154,7 +160,7 @@ t.test('a PEM on one line with literal \\n works', async (t) => {
 t.test('an empty variable counts as unset', async (t) => {
   const config = loadConfig({
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
-    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: ''
+    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -162,7 +168,8 @@ t.test('an empty variable counts as unset', async (t) => {
     host: '0.0.0.0',
     logLevel: 'info',
     jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
-    upstreamTimeoutMs: 10_000
+    upstreamTimeoutMs: 10_000,
+    metricsPort: 9464
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })
@@ -222,4 +229,10 @@ t.test('NODE_ENV=production without UPSTREAM_URL is refused (DECISIONS 20)', asy
   ))
   t.equal(loadConfig({ NODE_ENV: 'production', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000' }).upstreamUrl, 'http://engine:4000')
   t.notOk('upstreamUrl' in loadConfig({ NODE_ENV: 'test', JWT_SECRET: SECRET }), 'test and development may use the embedded engine')
+})
+
+t.test('METRICS_PORT never shares the public port', async (t) => {
+  t.throws(() => loadConfig({ PORT: '8080', METRICS_PORT: '8080' }), new ConfigError(
+    'METRICS_PORT=8080 is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off'))
+  t.equal(loadConfig({ PORT: '0', METRICS_PORT: '0' }).metricsPort, 0, 'both 0 is fine: 0 is "any free port" and "off"')
 })

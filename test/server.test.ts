@@ -9,13 +9,15 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { createHmac } from 'node:crypto'
 import { once } from 'node:events'
 import { existsSync, readdirSync, statSync } from 'node:fs'
+import { createConnection, createServer as createNetServer, type AddressInfo } from 'node:net'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { Agent, request } from 'undici'
-import { contractHandler, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { contractHandler, refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS, SECRET } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
+import { parseExposition, valueOf } from './helpers/prometheus.js'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
 const SERVER = join(ROOT, 'dist', 'src', 'server.js')
@@ -55,7 +57,8 @@ interface Child {
  * (NODE_ENV, JWT_*) leaks in. Killed in teardown if it is still running.
  */
 function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
-  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  // METRICS_PORT=0 unless a test sets it: several gateways run at once (common brief).
+  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
@@ -257,4 +260,51 @@ t.test('token CLI in key-set mode exits 1 with one line: tokens come from the id
     'token: JWT_JWKS_URL is set: tokens come from your identity provider, not from this tool (unset JWT_JWKS_URL to mint test tokens)'
   ])
   t.equal(child.out(), '')
+})
+
+/** A port some other process holds for the whole test. */
+async function occupiedPort (t: Test): Promise<number> {
+  const holder = createNetServer().listen(0, '127.0.0.1')
+  await once(holder, 'listening')
+  t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())))
+  return (holder.address() as AddressInfo).port
+}
+
+t.test('a busy METRICS_PORT stops start-up with one line naming it', async (t) => {
+  const port = await occupiedPort(t)
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9', METRICS_PORT: String(port) })
+  t.same(await exitOf(child), { code: 1, signal: null })
+  t.same(lines(child.err()), [
+    `portfolio-gateway: METRICS_PORT=${port} is already in use on 127.0.0.1: pick a free port, or set METRICS_PORT=0 to turn metrics off`
+  ])
+  t.notMatch(child.out(), /gateway ready/, 'it never served')
+})
+
+t.test('the process serves metrics on METRICS_PORT and closes it on SIGTERM', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const free = await refusedPort()
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET, UPSTREAM_URL: stub.url, METRICS_PORT: String(free) })
+  const [, metricsUrl] = await child.waitForOutput(/"metrics":"(http:\/\/127\.0\.0\.1:\d+)\/metrics"/) as [string, string]
+  t.equal(metricsUrl, `http://127.0.0.1:${free}`)
+  const url = await gatewayUrl(child)
+  const dispatcher = client(t)
+  const ping = await request(`${url}/api/portfolio/ping`, { dispatcher, headers: bearer() })
+  t.equal(ping.statusCode, 200)
+  await ping.body.dump()
+  const publicMetrics = await request(`${url}/metrics`, { dispatcher })
+  t.equal(publicMetrics.statusCode, 404, 'never on the public port')
+  await publicMetrics.body.dump()
+
+  const scraped = await request(`${metricsUrl}/metrics`, { dispatcher })
+  t.equal(scraped.statusCode, 200)
+  const samples = parseExposition(await scraped.body.text())
+  t.equal(valueOf(samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), 1)
+  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'ping', outcome: 'ok' }), 1)
+
+  child.proc.kill('SIGTERM')
+  t.same(await exitOf(child), { code: 0, signal: null })
+  const connect = createConnection(free, '127.0.0.1')
+  const [err] = await once(connect, 'error') as [NodeJS.ErrnoException]
+  t.equal(err.code, 'ECONNREFUSED', 'the metrics listener is closed')
 })

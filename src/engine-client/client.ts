@@ -11,6 +11,7 @@ import type { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
+import type { EngineCallName, EngineOutcome, EnginePoolState } from '../observability/metrics.js'
 
 export interface EnginePoolOptions {
   url: string
@@ -42,6 +43,34 @@ export interface EngineRequest {
   onResponseStart?: () => void
   /** undici's own headers timeout (from the request on a socket): a backstop; default UPSTREAM_TIMEOUT_MS. */
   headersTimeoutMs?: number
+  /** W3C trace context for the engine (src/observability/trace-context.ts). */
+  traceparent?: string
+}
+
+/** Told of every finished call: the metrics' one hook into the engine client. */
+export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number) => void
+
+/** The metrics label of each engine path: a fixed set, never the path itself. */
+const CALL_NAMES: Readonly<Record<string, EngineCallName>> = {
+  '/api/portfolio/ping': 'ping',
+  '/api/portfolio/create': 'create',
+  '/api/portfolio/update': 'update',
+  '/health': 'health'
+}
+
+/**
+ * What a finished call means (DECISIONS 8): a 2xx, the engine's own (JSON)
+ * error, or how the call failed. Only the status and type are looked at here;
+ * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
+ */
+function outcomeOf (err: GatewayError | undefined, status: number, contentType: string): EngineOutcome {
+  if (err === undefined) {
+    if (status >= 200 && status < 300) return 'ok'
+    return status >= 400 && contentType.startsWith('application/json') ? 'engine_error' : 'bad_response'
+  }
+  if (err.code === 'UPSTREAM_TIMEOUT') return 'timeout'
+  if (err.code === 'UPSTREAM_BAD_RESPONSE') return 'bad_response'
+  return 'unavailable'
 }
 
 export interface EngineResponse {
@@ -56,6 +85,7 @@ export class EngineClient {
   readonly #pool: Pool
   readonly #timeoutMs: number
   readonly #maxResponseBytes: number
+  #observer: EngineCallObserver | undefined
 
   constructor (opts: EnginePoolOptions) {
     this.#timeoutMs = opts.timeoutMs
@@ -71,6 +101,17 @@ export class EngineClient {
     })
   }
 
+  /** Report every finished call to `observer` (one at a time: the last one set wins). */
+  observe (observer: EngineCallObserver): void {
+    this.#observer = observer
+  }
+
+  /** Sockets connected, requests waiting for a socket, requests on a socket (undici Pool stats). */
+  poolState (): EnginePoolState {
+    const { connected, queued, running } = this.#pool.stats
+    return { connected, queued, running }
+  }
+
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
     // An abort that came first never fires its event again: refuse at once, send nothing.
@@ -80,6 +121,9 @@ export class EngineClient {
       if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
       if (req.contentType !== undefined) headers['content-type'] = req.contentType
       if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
+      if (req.traceparent !== undefined) headers.traceparent = req.traceparent
+      const observer = this.#observer
+      const startedAt = observer === undefined ? 0 : performance.now()
 
       const max = this.#maxResponseBytes
       const chunks: Buffer[] = []
@@ -107,7 +151,9 @@ export class EngineClient {
         settled = true
         clearTimeout(deadline)
         signal?.removeEventListener('abort', onAbort)
-        if (err !== undefined) reject(upstreamError(err))
+        const failed = err === undefined ? undefined : upstreamError(err)
+        observer?.(CALL_NAMES[req.path] ?? 'other', outcomeOf(failed, status, contentType), (performance.now() - startedAt) / 1000)
+        if (failed !== undefined) reject(failed)
         else resolve(answer!)
       }
 

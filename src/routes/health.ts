@@ -48,6 +48,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         path: '/health',
         requestId: request.id,
         userId: request.userId,
+        traceparent: request.traceparent,
         // The whole probe, body included, within the cap: one signal instead of the headers deadline.
         responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)

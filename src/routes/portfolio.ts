@@ -17,7 +17,7 @@ export interface PortfolioRouteOptions {
 export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine }) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
   app.get('/ping', async function pingPortfolio (request, reply) {
-    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId: request.id, userId: request.userId })
+    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId: request.id, userId: request.userId, traceparent: request.traceparent })
     return sendEnginePong(reply, answer)
   })
 
@@ -33,6 +33,7 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
       path: '/api/portfolio/update',
       requestId: request.id,
       userId: request.userId,
+      traceparent: request.traceparent,
       contentType: 'application/json',
       // Re-encoded from the validated value: the engine sees exactly what was checked.
       body: JSON.stringify(request.body)

@@ -35,7 +35,8 @@ export async function runBench<T> (t: { teardown: (fn: () => unknown) => void },
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-smoke-'))
   t.teardown(async () => await rm(dir, { recursive: true, force: true }))
   const out = path.join(dir, 'report.json')
-  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
+  // METRICS_PORT=0: the harness starts several gateways at once, and each would take the default 9464.
+  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', METRICS_PORT: '0' }
   const run = await new Promise<Omit<BenchRun<T>, 'report'>>((resolve) => {
     const child = execFile(process.execPath, [script, ...args, '--json', out],
       { cwd: ROOT, env, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },

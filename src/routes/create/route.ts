@@ -48,6 +48,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         path: '/api/portfolio/create',
         requestId: request.id,
         userId: request.userId,
+        traceparent: request.traceparent,
         contentType: upload.writer.contentType,
         ...(image === undefined
           ? { body: upload.bufferedBody() }

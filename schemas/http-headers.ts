@@ -1,0 +1,29 @@
+/**
+ * Request and response headers of the client contract, as the OpenAPI
+ * document describes them (DECISIONS 10, 14-16, 19; W3C Trace Context).
+ * The gateway reads these headers in its own code, which is stricter where it
+ * must be (src/http/request-id.ts, src/observability/trace-context.ts).
+ */
+import { Type } from '@sinclair/typebox'
+
+export const RequestIdHeader = Type.String({
+  minLength: 1,
+  maxLength: 128,
+  pattern: '^[\\x21-\\x7e]+$',
+  description: 'Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine'
+})
+
+export const TraceParentHeader = Type.String({
+  pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$',
+  maxLength: 512,
+  description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace'
+})
+
+export const IdempotencyKeyHeader = Type.String({
+  minLength: 1,
+  maxLength: 257,
+  pattern: '^[\\x21-\\x7e]+$',
+  description: 'draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare or as a quoted string. A retry with the same key and request gets the stored answer (Idempotent-Replayed: true)'
+})
+
+export const RetryAfterHeader = Type.Integer({ minimum: 0, description: 'Seconds to wait before trying again' })

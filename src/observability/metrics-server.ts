@@ -1,0 +1,51 @@
+/**
+ * The metrics listener (DECISIONS 18): `GET /metrics` on a port of its own,
+ * so the public port never exposes it and a scrape never waits behind client
+ * traffic limits. A plain node:http server: one route, nothing to configure.
+ */
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import type { GatewayMetrics } from './metrics.js'
+
+export interface MetricsServer {
+  /** The port it listens on (useful when started on port 0). */
+  port: number
+  close: () => Promise<void>
+}
+
+/** Start-up failed because the port is taken: the message is the one line server.ts prints. */
+export class MetricsPortError extends Error {
+  override name = 'MetricsPortError'
+}
+
+export async function startMetricsServer (metrics: GatewayMetrics, opts: { port: number, host: string }): Promise<MetricsServer> {
+  const server: Server = createServer((req, res) => {
+    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'application/json; charset=utf-8' }).end('{"error":"not found: metrics are at GET /metrics"}')
+      return
+    }
+    metrics.scrape().then(({ contentType, body }) => {
+      res.writeHead(200, { 'content-type': contentType }).end(body)
+    }, () => {
+      res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' }).end('{"error":"metrics collection failed"}')
+    })
+  })
+  // A scraper keeps its connection; it must not hold shutdown.
+  server.keepAliveTimeout = 5_000
+  server.requestTimeout = 10_000
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      reject(err.code === 'EADDRINUSE'
+        ? new MetricsPortError(`METRICS_PORT=${opts.port} is already in use on ${opts.host}: pick a free port, or set METRICS_PORT=0 to turn metrics off`)
+        : err)
+    })
+    server.listen(opts.port, opts.host, () => resolve())
+  })
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve())
+      server.closeAllConnections()
+    })
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The gateway's Prometheus metrics (DECISIONS 18), one registry per app so
+ * tests can build many. Every label value comes from a fixed set in this file
+ * or from the route table, never from the request: a client cannot grow the
+ * series count.
+ *
+ * The small methods below are the API the rest of the gateway plugs into
+ * (engine client, rate limits, idempotency, key sets); each is one increment.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+
+/** 1 ms to 10 s: a low-latency edge answers in milliseconds, the engine's timeout is seconds. */
+export const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+/** The route label of a request no route matched: never the raw URL. */
+export const UNKNOWN_ROUTE = 'unmatched'
+
+export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
+
+export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
+/** ok: a 2xx; engine_error: the engine's own 4xx/5xx; the rest: the call failed (DECISIONS 8). */
+export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response'
+export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large'
+export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight'
+
+/** Pool counters read at scrape time (undici Pool `stats`). */
+export interface EnginePoolState {
+  connected: number
+  queued: number
+  running: number
+}
+
+export interface MetricsOptions {
+  /** Read at each scrape; absent when there is no engine pool to watch. */
+  enginePool?: () => EnginePoolState
+  /** Process metrics (CPU, memory, event loop, GC); on by default. */
+  processMetrics?: boolean
+}
+
+export class GatewayMetrics {
+  readonly registry = new Registry()
+
+  readonly requests = new Counter({
+    name: 'gateway_requests_total',
+    help: 'Answered requests by route template, method and status class',
+    labelNames: ['route', 'method', 'status_class'] as const,
+    registers: [this.registry]
+  })
+
+  readonly requestDuration = new Histogram({
+    name: 'gateway_request_duration_seconds',
+    help: 'Time from the request arriving to the answer being sent, by route template and method',
+    labelNames: ['route', 'method'] as const,
+    buckets: LATENCY_BUCKETS_S,
+    registers: [this.registry]
+  })
+
+  readonly inFlight = new Gauge({
+    name: 'gateway_requests_in_flight',
+    help: 'Requests received and not yet answered',
+    registers: [this.registry]
+  })
+
+  readonly rejections = new Counter({
+    name: 'gateway_rejections_total',
+    help: 'Requests refused by the gateway itself, by reason (auth, validation, rate_limit, shed, body_too_large)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry]
+  })
+
+  readonly engineCalls = new Counter({
+    name: 'gateway_engine_calls_total',
+    help: 'Calls to the engine by call and outcome (ok, engine_error, unavailable, timeout, bad_response)',
+    labelNames: ['call', 'outcome'] as const,
+    registers: [this.registry]
+  })
+
+  readonly engineCallDuration = new Histogram({
+    name: 'gateway_engine_call_duration_seconds',
+    help: 'Time from asking the engine (pool queue included) to its full answer or the failure, by call',
+    labelNames: ['call'] as const,
+    buckets: LATENCY_BUCKETS_S,
+    registers: [this.registry]
+  })
+
+  readonly keySetRefreshes = new Counter({
+    name: 'gateway_jwks_refreshes_total',
+    help: 'Fetches of the JSON Web Key Set by result (ok, failed)',
+    labelNames: ['result'] as const,
+    registers: [this.registry]
+  })
+
+  readonly idempotency = new Counter({
+    name: 'gateway_idempotency_total',
+    help: 'Idempotency-Key requests not sent to the engine: replay (stored answer), conflict (422 key reused), in_flight (409)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry]
+  })
+
+  readonly rateLimitFailOpen = new Counter({
+    name: 'gateway_rate_limit_fail_open_total',
+    help: 'Requests let through unlimited because the rate-limit store could not be reached',
+    registers: [this.registry]
+  })
+
+  constructor (opts: MetricsOptions = {}) {
+    const read = opts.enginePool
+    if (read !== undefined) {
+      // collect() runs at scrape time: nothing is paid per request.
+      new Gauge({
+        name: 'gateway_engine_pool_connections',
+        help: 'Engine pool state at scrape time: connected sockets, requests queued for a socket, requests running',
+        labelNames: ['state'] as const,
+        registers: [this.registry],
+        collect () {
+          const state = read()
+          this.set({ state: 'connected' }, state.connected)
+          this.set({ state: 'queued' }, state.queued)
+          this.set({ state: 'running' }, state.running)
+        }
+      })
+    }
+    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
+    // Series that exist from the start, so rate() and alerts see zeros instead of nothing.
+    for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large'] as const) this.rejections.inc({ reason }, 0)
+  }
+
+  /** One finished engine call (src/engine-client/client.ts). */
+  engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number): void {
+    this.engineCalls.inc({ call, outcome })
+    this.engineCallDuration.observe({ call }, seconds)
+  }
+
+  rejected (reason: RejectionReason): void {
+    this.rejections.inc({ reason })
+  }
+
+  /** A key-set fetch finished (helper "jwks"). */
+  keySetRefreshed (ok: boolean): void {
+    this.keySetRefreshes.inc({ result: ok ? 'ok' : 'failed' })
+  }
+
+  /** An Idempotency-Key request answered without the engine (helper "limits"). */
+  idempotencyShortCut (outcome: IdempotencyOutcome): void {
+    this.idempotency.inc({ outcome })
+  }
+
+  /** The rate-limit store was unreachable and a request went through unlimited (DECISIONS 17). */
+  rateLimitFailedOpen (): void {
+    this.rateLimitFailOpen.inc()
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  async scrape (): Promise<{ contentType: string, body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() }
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * The typed client (client/) against the real gateway on a real port, with
+ * the reference engine behind it: every result is the typed value or the
+ * typed error the contract names.
+ */
+import { readFile } from 'node:fs/promises'
+import t, { type Test } from 'tap'
+import { PNG_IMAGE } from '../fixtures/images.js'
+import { createGatewayClient, errorMessage, isStructuredError, type GatewayClient } from '../client/index.js'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { build, hs256, MINTS } from './helpers/app.js'
+import { startEngine } from './helpers/engine.js'
+
+async function setUp (t: Test, token = hs256({ sub: 'alice' })) {
+  const engine = await startEngine(t)
+  const { url } = await build(t, { upstreamUrl: engine.origin })
+  return { engine, url, gateway: createGatewayClient({ baseUrl: url, token }) }
+}
+
+t.test('ping, create with an image, update: typed values', async (t) => {
+  const { engine, gateway } = await setUp(t)
+  const png = await readFile(PNG_IMAGE)
+
+  const pong = await gateway.ping({ requestId: 'client-ping' })
+  t.same(pong, { ok: true, status: 200, data: 'pong', requestId: 'client-ping' })
+
+  const created = await gateway.create({ name: 'Blue chips', type: 'PORTFOLIO', description: 'from the client', image: png, filename: 'logo.png' })
+  if (!created.ok) throw new Error(`create failed: ${errorMessage(created.error)}`)
+  t.equal(created.status, 200)
+  const id: string = created.data.portfolio_id
+  t.match(engine.engine.portfolios.get(id), { owner: 'alice', name: 'Blue chips', description: 'from the client', image: { mime: 'image/png', bytes: png.length } })
+
+  const fromBlob = await gateway.create({ name: 'From a Blob', type: 'INDEX_PORTFOLIO', image: new Blob([png], { type: 'image/png' }) })
+  t.equal(fromBlob.ok, true, 'a Blob works as well as a Buffer')
+
+  const updated = await gateway.update({ portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.25 }, { mint: MINTS[1], allocation: 0.75 }] })
+  t.same(updated.ok && updated.data, { success: true, message: 'Target positions updated' })
+  t.same(engine.engine.portfolios.get(id)?.target_positions, [{ mint: MINTS[0], allocation: 0.25 }, { mint: MINTS[1], allocation: 0.75 }])
+
+  const health = await gateway.health()
+  t.match(health, { ok: true, status: 200, data: { status: 'ok', services: { database: 'connected', cache: 'connected' } } })
+})
+
+t.test('a 400: the typed structured error', async (t) => {
+  const { gateway } = await setUp(t)
+  const bad = await gateway.update({ portfolio_id: 'p-1', target_positions: [{ mint: MINTS[0], allocation: 0.5 }] })
+  t.equal(bad.ok, false)
+  if (bad.ok) return
+  t.equal(bad.status, 400)
+  t.ok(isStructuredError(bad.error))
+  t.same(bad.error, {
+    success: false,
+    error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message: 'target_positions allocations must sum to 1 (they sum to 0.5)', function: 'updatePortfolio' }
+  })
+  t.match(bad.requestId, /^[0-9a-f-]{36}$/, 'the gateway-made request id')
+
+  const noName = await gateway.create({ name: '', type: 'PORTFOLIO' })
+  t.match(noName, { ok: false, status: 400, error: { success: false, error: { code: 'VALIDATION_ERROR', function: 'createPortfolio' } } })
+
+  const unknown = await gateway.update({ portfolio_id: 'no-such-portfolio', target_positions: [{ mint: MINTS[0], allocation: 1 }] })
+  t.match(unknown, { ok: false, status: 404, error: { success: false, error: { code: 'NOT_FOUND' } } })
+})
+
+t.test('a 401: the typed simple error, on every call', async (t) => {
+  const { gateway } = await setUp(t, hs256({ sub: 'alice', exp: 1 }))
+  const calls: Array<[string, ReturnType<GatewayClient['ping']>]> = [
+    ['ping', gateway.ping()],
+    ['update', gateway.update({ portfolio_id: 'p-1', target_positions: [{ mint: MINTS[0], allocation: 1 }] }) as ReturnType<GatewayClient['ping']>],
+    ['create', gateway.create({ name: 'x', type: 'PORTFOLIO' }) as ReturnType<GatewayClient['ping']>]
+  ]
+  for (const [name, call] of calls) {
+    const res = await call
+    t.equal(res.ok, false, name)
+    if (res.ok) continue
+    t.equal(res.status, 401)
+    t.same(res.error, { error: 'token expired' }, `${name}: simple shape`)
+    t.equal(isStructuredError(res.error), false)
+    t.equal(errorMessage(res.error), 'token expired')
+  }
+})
+
+t.test('a token function is asked for each call; the traceparent reaches the engine', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  let asked = 0
+  const gateway = createGatewayClient({ baseUrl: `${url}/`, token: async () => { asked++; return hs256({ sub: 'bob' }) } })
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'
+  t.match(await gateway.ping({ traceparent }), { ok: true, data: 'pong' })
+  t.match(await gateway.ping(), { ok: true })
+  t.equal(asked, 2)
+  t.match(String(stub.requests[0]?.headers.traceparent), /^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/)
+  t.equal(stub.requests[1]?.headers['x-user-id'], 'bob')
+})

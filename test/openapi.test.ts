@@ -1,0 +1,108 @@
+/**
+ * GET /openapi.json (DECISIONS 19): served publicly, a valid OpenAPI 3.1
+ * document (checked by a real validator), the same as the committed copy, and
+ * saying what DECISIONS 19 says, route by route.
+ */
+import { readFile } from 'node:fs/promises'
+import { Validator } from '@seriousme/openapi-schema-validator'
+import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
+import t from 'tap'
+import { request } from 'undici'
+import { openApiDocument } from '../src/routes/openapi-document.js'
+import { build } from './helpers/app.js'
+
+const COMMITTED = new URL('../openapi.json', import.meta.url)
+
+interface Operation {
+  security?: unknown
+  parameters?: Array<{ name: string, in: string }>
+  requestBody?: { content: Record<string, { schema: unknown }> }
+  responses: Record<string, { content?: Record<string, { schema: { $ref?: string } }>, headers?: Record<string, unknown> }>
+}
+interface Document {
+  openapi: string
+  paths: Record<string, Record<string, Operation>>
+  components: { schemas: Record<string, { type?: string, properties?: Record<string, { type?: string, format?: string }>, required?: string[] }>, securitySchemes: unknown }
+}
+
+t.test('served on the public port without a token, as JSON', async (t) => {
+  const { url } = await build(t)
+  const res = await request(`${url}/openapi.json`)
+  t.equal(res.statusCode, 200)
+  t.equal(res.headers['content-type'], 'application/json; charset=utf-8')
+  t.ok(res.headers['x-request-id'])
+  const served = await res.body.json() as Document
+  t.same(served, JSON.parse(await readFile(COMMITTED, 'utf8')), 'what is served is what is committed')
+})
+
+t.test('openapi.json is in step with the schemas (npm run openapi regenerates it)', async (t) => {
+  t.equal(await openApiDocument(), await readFile(COMMITTED, 'utf8'), 'run `npm run openapi` and commit openapi.json and client/schema.ts')
+})
+
+t.test('client/schema.ts is in step with openapi.json', async (t) => {
+  // What `openapi-typescript openapi.json -o client/schema.ts` (npm run openapi) writes.
+  const generated = COMMENT_HEADER + astToString(await openapiTS(COMMITTED))
+  t.equal(generated, await readFile(new URL('../client/schema.ts', import.meta.url), 'utf8'), 'run `npm run openapi` and commit client/schema.ts')
+})
+
+t.test('a valid OpenAPI 3.1 document', async (t) => {
+  const validator = new Validator()
+  const result = await validator.validate(JSON.parse(await readFile(COMMITTED, 'utf8')) as Parameters<Validator['validate']>[0])
+  t.same(result.errors, undefined, 'no errors')
+  t.equal(result.valid, true)
+  t.equal(validator.version, '3.1')
+})
+
+t.test('every route with the statuses and shapes of DECISIONS 19', async (t) => {
+  const doc = JSON.parse(await readFile(COMMITTED, 'utf8')) as Document
+  const ref = (name: string) => `#/components/schemas/${name}`
+  const shapes = (op: Operation) => Object.fromEntries(Object.entries(op.responses).map(([status, r]) => [status, r.content?.['application/json']?.schema.$ref ?? Object.keys(r.content ?? {})[0]]))
+  const SIMPLE = ref('SimpleError')
+  const STRUCTURED = ref('StructuredError')
+  const bearerErrors = { 401: SIMPLE, 429: SIMPLE, 502: SIMPLE, 503: SIMPLE, 504: SIMPLE }
+
+  t.same(Object.keys(doc.paths).sort(), ['/api/health', '/api/portfolio/create', '/api/portfolio/ping', '/api/portfolio/update', '/health', '/openapi.json', '/ping'])
+  t.same(shapes(doc.paths['/health']!.get!), { 200: ref('Liveness'), 500: ref('HealthError') })
+  t.same(shapes(doc.paths['/ping']!.get!), { 200: ref('Pong'), 500: SIMPLE })
+  t.same(shapes(doc.paths['/api/health']!.get!), { 200: ref('ApiHealth'), ...bearerErrors, 500: SIMPLE })
+  t.same(shapes(doc.paths['/api/portfolio/ping']!.get!), { 200: 'text/plain', ...bearerErrors, 500: SIMPLE })
+  t.same(shapes(doc.paths['/api/portfolio/update']!.post!), {
+    200: ref('UpdatePortfolioResponse'), 400: STRUCTURED, 404: STRUCTURED, 409: STRUCTURED, 422: STRUCTURED, 500: STRUCTURED, ...bearerErrors
+  })
+  t.same(shapes(doc.paths['/api/portfolio/create']!.post!), {
+    200: ref('CreatePortfolioResponse'), 400: STRUCTURED, 409: STRUCTURED, 422: STRUCTURED, 500: STRUCTURED, ...bearerErrors
+  })
+
+  for (const [path, methods] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(methods)) {
+      const where = `${method.toUpperCase()} ${path}`
+      t.same(op.security, path.startsWith('/api/') ? [{ bearerAuth: [] }] : undefined, `${where}: bearer on /api/* only`)
+      const headers = (op.parameters ?? []).filter((p) => p.in === 'header').map((p) => p.name)
+      const idempotent = path === '/api/portfolio/create' || path === '/api/portfolio/update'
+      t.same(headers, ['x-request-id', 'traceparent', ...(idempotent ? ['idempotency-key'] : [])], `${where}: request headers`)
+      for (const [status, response] of Object.entries(op.responses)) t.ok(response.headers?.['x-request-id'], `${where} ${status}: x-request-id`)
+    }
+  }
+  t.ok(doc.paths['/api/portfolio/create']!.post!.responses['429']!.headers?.['retry-after'], '429 says Retry-After')
+  t.ok(doc.paths['/api/portfolio/update']!.post!.responses['503']!.headers?.['retry-after'], '503 says Retry-After')
+  t.same(doc.components.securitySchemes, { bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } })
+})
+
+t.test('create is multipart/form-data with a binary image and the field rules; update is the JSON body schema', async (t) => {
+  const doc = JSON.parse(await readFile(COMMITTED, 'utf8')) as Document
+  const create = doc.paths['/api/portfolio/create']!.post!.requestBody!.content
+  t.same(Object.keys(create), ['multipart/form-data'])
+  t.same(create['multipart/form-data']!.schema, { $ref: '#/components/schemas/CreatePortfolioForm', description: 'Each field at most once; the parts are checked as they stream, before the engine is called' })
+  const form = doc.components.schemas['CreatePortfolioForm']!
+  t.match(form.properties, {
+    image: { type: 'string', format: 'binary' },
+    name: { type: 'string', minLength: 1, maxLength: 30 },
+    type: { anyOf: [{ enum: ['PORTFOLIO'] }, { enum: ['INDEX_PORTFOLIO'] }] },
+    beneficiary_wallet: { type: 'string', format: 'solana-address', minLength: 32, maxLength: 44 },
+    description: { type: 'string', maxLength: 500 }
+  })
+  t.same(form.required, ['name', 'type'])
+  t.same(doc.paths['/api/portfolio/update']!.post!.requestBody!.content['application/json']!.schema, { $ref: '#/components/schemas/UpdatePortfolioBody' })
+  t.match(doc.components.schemas['UpdatePortfolioBody'], { required: ['portfolio_id', 'target_positions'], properties: { target_positions: { minItems: 1, maxItems: 100 } } })
+  t.notMatch(JSON.stringify(doc), /def-\d/, 'named components only')
+})
