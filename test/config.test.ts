@@ -111,7 +111,7 @@ t.test('JWT_JWKS_URL: the key set, with its cooldown and the clock tolerance (DE
   t.same(loadConfig(JWKS).jwt, {
     source: 'jwks', jwksUrl: JWKS.JWT_JWKS_URL, jwksCooldownS: 30, generated: false, issuer: 'https://id.example/', clockToleranceS: 5
   }, 'defaults: cooldown 30 s, tolerance 5 s')
-  t.same(loadConfig({ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_COOLDOWN_S: '60', JWT_CLOCK_TOLERANCE_S: '0', NODE_ENV: 'production' }).jwt, {
+  t.same(loadConfig({ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_COOLDOWN_S: '60', JWT_CLOCK_TOLERANCE_S: '0', NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }).jwt, {
     source: 'jwks', jwksUrl: JWKS.JWT_JWKS_URL, jwksCooldownS: 60, generated: false, issuer: 'https://id.example/', audience: 'portfolio', clockToleranceS: 0
   })
   t.equal(loadConfig({ JWT_SECRET: SECRET, JWT_CLOCK_TOLERANCE_S: '30' }).jwt.clockToleranceS, 30, 'the tolerance applies to static keys too')
@@ -120,7 +120,7 @@ t.test('JWT_JWKS_URL: the key set, with its cooldown and the clock tolerance (DE
 t.test('JWT_JWKS_URL mistakes: one line naming the variable', async (t) => {
   const cases: Array<[Record<string, string>, string]> = [
     [{ JWT_JWKS_URL: JWKS.JWT_JWKS_URL }, "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"],
-    [{ ...JWKS, NODE_ENV: 'production' }, 'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'],
+    [{ ...JWKS, NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }, 'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'],
     [{ ...JWKS, JWT_SECRET: SECRET }, 'JWT_SECRET and JWT_JWKS_URL are both set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
     [{ ...JWKS, JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('ec').publicKey }, 'JWT_SECRET and JWT_PUBLIC_KEY and JWT_JWKS_URL are all set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
     [{ ...JWKS, JWT_JWKS_URL: 'id.example/jwks' }, "JWT_JWKS_URL=(hidden) is invalid: does not have the expected form; expected the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)"],
