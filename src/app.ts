@@ -16,6 +16,7 @@ import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
 import { portfolioRoutes } from './routes/portfolio.js'
+import { buildLimits } from './limits/limits.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -76,18 +77,25 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // 3. Public routes.
   await app.register(livenessRoutes, { lifecycle })
 
-  // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.
+  // 4. Bearer routes: shedding (cheap, before auth), then the JWT hook before the
+  //    body is read or any handler runs, then the per-user rate limit.
   const authenticate = await registerAuth(app, { jwt: config.jwt })
+  const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
+  const limits = buildLimits(config.limits, deps.engine, app.log, callTimeoutMs)
+  app.addHook('onClose', limits.close)
   await app.register(async function bearerScope (api) {
+    api.addHook('onRequest', limits.shed)
     api.addHook('onRequest', authenticate)
+    if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
-    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine })
+    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
     await api.register(createPortfolioRoutes, {
       prefix: '/portfolio',
       engine: deps.engine,
+      idempotency: limits.idempotency,
       responseTimeoutMs: config.upstreamTimeoutMs,
       stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
-      callTimeoutMs: SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
+      callTimeoutMs
     })
   }, { prefix: '/api' })
 

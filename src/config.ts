@@ -28,6 +28,19 @@ export interface GatewayConfig {
   /** Unset: the gateway starts the embedded reference engine. */
   readonly upstreamUrl?: string
   readonly upstreamTimeoutMs: number
+  readonly limits: LimitsConfig
+}
+
+/** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
+export interface LimitsConfig {
+  /** 0: no rate limit. */
+  readonly ratePerMinute: number
+  /** Unset: counters and records live in the process. */
+  readonly redisUrl?: string
+  readonly idempotencyTtlS: number
+  /** 0: the event loop is not watched. */
+  readonly shedEventLoopDelayMs: number
+  readonly upstreamMaxQueue: number
 }
 
 /** A configuration error: its message is one line that names the variable and the fix. */
@@ -40,7 +53,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(read.given)
+    const shown = read.name.startsWith('JWT_') || read.name === 'REDIS_URL' ? '(hidden)' : JSON.stringify(read.given)
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -52,7 +65,14 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     logLevel: parsed.LOG_LEVEL,
     jwt: Object.freeze(jwtConfig(parsed, production)),
     ...(parsed.UPSTREAM_URL === undefined ? {} : { upstreamUrl: parsed.UPSTREAM_URL.replace(/\/$/, '') }),
-    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    limits: Object.freeze({
+      ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
+      ...(parsed.REDIS_URL === undefined ? {} : { redisUrl: parsed.REDIS_URL }),
+      idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
+      shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
+      upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
+    })
   })
 }
 

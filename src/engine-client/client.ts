@@ -11,6 +11,7 @@ import type { Readable } from 'node:stream'
 import { Pool, type Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
+import { overloaded } from '../limits/shedding.js'
 
 export interface EnginePoolOptions {
   url: string
@@ -24,6 +25,8 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once (DECISIONS 15). */
+  maxQueue?: number
 }
 
 export interface EngineRequest {
@@ -32,6 +35,8 @@ export interface EngineRequest {
   requestId: string
   userId?: string
   contentType?: string
+  /** The client's Idempotency-Key, passed on bare so the engine can deduplicate too (DECISIONS 16). */
+  idempotencyKey?: string
   /** Streams and async iterables are passed to undici as they are, never buffered. */
   body?: string | Buffer | Readable | AsyncIterable<Buffer>
   /** Aborts the call; the reason (a GatewayError) is what the call rejects with. */
@@ -54,10 +59,12 @@ export class EngineClient {
   readonly #pool: Pool
   readonly #timeoutMs: number
   readonly #maxResponseBytes: number
+  readonly #maxQueue: number
 
   constructor (opts: EnginePoolOptions) {
     this.#timeoutMs = opts.timeoutMs
     this.#maxResponseBytes = opts.maxResponseBytes ?? 1024 * 1024
+    this.#maxQueue = opts.maxQueue ?? 256
     this.#pool = new Pool(opts.url, {
       connections: opts.connections ?? 128,
       pipelining: opts.pipelining ?? 1,
@@ -69,12 +76,20 @@ export class EngineClient {
     })
   }
 
+  /** True when as many calls wait for a connection as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
+  queueFull (): boolean {
+    return this.#pool.stats.queued >= this.#maxQueue
+  }
+
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
+    // Past the bound the call would only wait into a timeout: refuse it now.
+    if (this.queueFull()) return Promise.reject(overloaded())
     return new Promise<EngineResponse>((resolve, reject) => {
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
       if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
       if (req.contentType !== undefined) headers['content-type'] = req.contentType
+      if (req.idempotencyKey !== undefined) headers['idempotency-key'] = req.idempotencyKey
       if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
 
       const max = this.#maxResponseBytes

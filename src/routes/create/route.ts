@@ -10,11 +10,15 @@ import { isEngineCreateResponse } from '../../../schemas/upstream.js'
 import { CreateUpload } from './upload.js'
 import type { EngineClient } from '../../engine-client/client.js'
 import { validationError } from '../../http/errors.js'
-import { sendEngineJson } from '../../engine-client/answers.js'
+import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
+import { fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../../limits/idempotency.js'
+
+const CREATE_ANSWER = '200 { portfolio_id }'
 
 export interface CreatePortfolioOptions {
   engine: EngineClient
+  idempotency: Idempotency
   /** UPSTREAM_TIMEOUT_MS: from the last byte sent to the engine's response headers. */
   responseTimeoutMs: number
   /** How long the engine may stop reading an upload before the call is given up. */
@@ -28,6 +32,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
+    let claim: Claim | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
@@ -35,6 +40,18 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       // A chunked body declares nothing: count it, and hang up once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES)
       const upload = new CreateUpload(request)
+      // DECISIONS 16: claim the key before the first byte goes to the engine.
+      const key = idempotencyKeyOf(request)
+      if (key !== undefined) {
+        const begun = await opts.idempotency.begin(request, key)
+        if ('held' in begun) {
+          if (begun.held.state === 'pending') return opts.idempotency.answerHeld(reply, begun.held, '')
+          // A completed record: read and check the whole form, never forward it.
+          await readWholeForm(upload)
+          return opts.idempotency.answerHeld(reply, begun.held, fingerprintOf('create', upload.contentDigest()))
+        }
+        claim = begun.claim
+      }
       const image = await upload.readUntilImage()
       const answer = await opts.engine.call({
         method: 'POST',
@@ -42,12 +59,20 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         requestId: request.id,
         userId: request.userId,
         contentType: upload.writer.contentType,
+        ...(key === undefined ? {} : { idempotencyKey: key }),
         ...(image === undefined
           ? { body: upload.bufferedBody() }
           : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs })
       })
-      return sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
+      const isAgreed = (v: unknown): boolean => isEngineCreateResponse.Check(v)
+      // The record is stored before the client can see the answer and retry.
+      if (claim !== undefined) {
+        assertEngineJson(answer, isAgreed, CREATE_ANSWER)
+        await claim.complete(fingerprintOf('create', upload.contentDigest()), answer)
+      }
+      return sendEngineJson(reply, answer, isAgreed, CREATE_ANSWER)
     } catch (err) {
+      await claim?.release()
       // Stop reading a body we have refused: close the connection after the answer.
       if (!request.raw.complete) reply.header('connection', 'close')
       throw err
@@ -55,6 +80,17 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       clock.stop()
     }
   })
+}
+
+/** Read, check and hash the whole form without sending it anywhere. */
+async function readWholeForm (upload: CreateUpload): Promise<void> {
+  const image = await upload.readUntilImage()
+  if (image === undefined) {
+    upload.bufferedBody()
+    return
+  }
+  const idle = { handedOver: () => {}, taken: () => {}, bodySent: () => {} }
+  for await (const _ of upload.streamBody(image, idle)) { /* drained: validated and hashed, not sent */ }
 }
 
 /** Destroy a request whose body grows past `max` bytes: the parse fails and the engine call is aborted. */

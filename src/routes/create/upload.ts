@@ -4,6 +4,7 @@
  * checked by its first bytes and its size as it passes; the engine gets a form
  * re-encoded by MultipartWriter. Memory per upload: the chunk in hand.
  */
+import { createHash } from 'node:crypto'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
@@ -42,6 +43,8 @@ export class CreateUpload {
   readonly #parts: AsyncIterator<Multipart>
   readonly #checkField: Validate
   readonly #checkForm: Validate
+  /** The image bytes as they pass, for the Idempotency-Key fingerprint (DECISIONS 16). */
+  readonly #imageHash = createHash('sha256')
 
   constructor (request: FastifyRequest) {
     this.#parts = request.parts()[Symbol.asyncIterator]()
@@ -92,6 +95,7 @@ export class CreateUpload {
       for await (const chunk of image.file as AsyncIterable<Buffer>) {
         // busboy cuts the file at fileSize and marks it truncated: stop reading there.
         if (image.file.truncated) throw tooLarge()
+        this.#imageHash.update(chunk)
         if (!sniffer.push(chunk)) throw validationError(NOT_AN_IMAGE)
         if (sniffer.mime === undefined) {
           held!.push(chunk)
@@ -123,6 +127,15 @@ export class CreateUpload {
     timing.handedOver()
     yield Buffer.concat(out)
     timing.bodySent()
+  }
+
+  /**
+   * What makes this form "the same request" (DECISIONS 16): the validated
+   * fields sorted by name, and the image's digest. The boundary and the order
+   * of the parts do not count. Valid once the whole form has been read.
+   */
+  contentDigest (): string {
+    return JSON.stringify([[...this.#fields].sort(([a], [b]) => (a < b ? -1 : 1)), this.#imageHash.digest('base64url')])
   }
 
   #acceptField (name: string, value: unknown, truncated: boolean): void {
