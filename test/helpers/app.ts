@@ -6,7 +6,7 @@ import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { EngineClient } from '../../src/engine-client/client.js'
+import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
@@ -19,6 +19,8 @@ export interface BuildOptions {
   lifecycle?: Lifecycle
   uploadStallTimeoutMs?: number
   logger?: AppDeps['logger']
+  /** Pool settings for the test (e.g. a small pool and queue). */
+  pool?: Partial<Pick<EnginePoolOptions, 'connections' | 'maxQueue'>>
 }
 
 export interface Built {
@@ -30,7 +32,7 @@ export interface Built {
 /** Build and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
-  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500 })
+  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500, maxQueue: config.limits.upstreamMaxQueue, ...opts.pool })
   const app = await buildApp(config, {
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
