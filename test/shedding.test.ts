@@ -19,7 +19,7 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   const stub = await startStubUpstream(faults.hang)
   t.teardown(() => stub.close())
   // A 5 s engine timeout: a request that waited for the engine could not answer sooner.
-  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000', SHED_EVENT_LOOP_DELAY_MS: '0' }, pool: { connections: 2, maxQueue: 2 } })
+  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 } })
 
   // Two calls hold both connections, two more wait in the queue.
   const stuck = Array.from({ length: 4 }, () => get(`${url}/api/portfolio/ping`, bearer()))

@@ -31,7 +31,9 @@ export interface Built {
 
 /** Build and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
+  // Event-loop shedding is off unless a test turns it on: this process runs the
+  // clients and tap as well, and a stall of theirs would shed the gateway's requests.
+  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
   const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: 500, maxQueue: config.limits.upstreamMaxQueue, ...opts.pool })
   const app = await buildApp(config, {
     engine,
