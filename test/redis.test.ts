@@ -163,6 +163,8 @@ if (requireRedis(t)) {
       // A new instance starts while Redis is down.
       const c = await startGateway()
       t.equal((await call(`${c.url}/api/portfolio/ping`, { headers: bearer() })).status, 200)
+      await c.waitFor(/redis unavailable/)
+      t.equal(c.count(/redis unavailable/), 1, 'says so once, not once per reconnect attempt')
 
       await redis.restart()
       for (const gw of [a, b, c]) {

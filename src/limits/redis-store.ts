@@ -29,7 +29,8 @@ export interface RedisStoreOptions {
 
 export class RedisStore implements LimitStore {
   readonly #redis: Redis
-  #up = false
+  /** Last state logged: each change is one line, not one per failed reconnect. */
+  #state: 'starting' | 'up' | 'down' = 'starting'
 
   constructor (opts: RedisStoreOptions) {
     const timeout = opts.commandTimeoutMs ?? 300
@@ -43,19 +44,16 @@ export class RedisStore implements LimitStore {
       enableReadyCheck: true
     })
     this.#redis.defineCommand('pgwHit', { numberOfKeys: 1, lua: HIT_SCRIPT })
-    // Log the transitions, not every failed reconnect.
     this.#redis.on('ready', () => {
-      if (!this.#up) opts.log.info('redis connected')
-      this.#up = true
+      if (this.#state !== 'up') opts.log.info('redis connected')
+      this.#state = 'up'
     })
-    this.#redis.on('error', (err: Error) => {
-      if (this.#up) opts.log.warn({ err: { message: err.message } }, 'redis unavailable')
-      this.#up = false
-    })
-    this.#redis.on('close', () => {
-      if (this.#up) opts.log.warn('redis connection closed')
-      this.#up = false
-    })
+    const down = (reason: string): void => {
+      if (this.#state !== 'down') opts.log.warn({ reason }, 'redis unavailable: rate limits fail open, Idempotency-Key requests get 503; reconnecting')
+      this.#state = 'down'
+    }
+    this.#redis.on('error', (err: Error) => down(err.message))
+    this.#redis.on('close', () => { if (this.#state === 'up') down('connection closed') })
   }
 
   async hit (key: string, windowMs: number): Promise<WindowHit> {
