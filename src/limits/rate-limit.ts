@@ -27,8 +27,9 @@ export function rateLimitHook (store: LimitStore, perMinute: number): onRequestH
       hit = await store.hit(request.userId, RATE_WINDOW_S * 1000)
     } catch (err) {
       // Fail open (DECISIONS 17): a store outage must not turn into an outage of the API.
+      // Counted here; the store logs the outage once (warn), each request only at debug.
       limitsStats.rateLimitFailOpen++
-      request.log.warn({ err: { message: (err as Error).message } }, 'rate limit store unavailable: request let through')
+      request.log.debug({ err: { message: (err as Error).message } }, 'rate limit store unavailable: request let through')
       return
     }
     const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000))
