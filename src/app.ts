@@ -81,8 +81,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   //    body is read or any handler runs, then the per-user rate limit.
   const authenticate = await registerAuth(app, { jwt: config.jwt })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
-  const limits = buildLimits(config.limits, deps.engine, app.log, callTimeoutMs)
-  app.addHook('onClose', limits.close)
+  const limits = buildLimits(app, config.limits, deps.engine, callTimeoutMs)
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', limits.shed)
     api.addHook('onRequest', authenticate)
