@@ -7,16 +7,18 @@
  *   of the pool's connections, bounded by UPSTREAM_MAX_QUEUE);
  * - the event loop's delay, sampled every 20 ms by a timer that measures how
  *   late it fires. A once-a-second mean (under-pressure's default) averages a
- *   stall away; a late timer tick sees it at the next turn of the loop. After a
- *   stall past the bound the gateway sheds for SHED_HOLD_MS, so the requests
- *   that piled up behind the stall are refused rather than served late.
+ *   stall away; a late tick sees it at the next turn of the loop, where timers
+ *   run before the sockets are read. So the requests that piled up behind a
+ *   stall past the bound are refused, and the state holds until the next
+ *   on-time tick: a loop that stays slow keeps shedding, one that recovers
+ *   serves again within 20 ms. (Holding longer made a single late tick, e.g.
+ *   a process descheduled on a busy machine, refuse a whole second.)
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { GatewayError } from '../http/errors.js'
 import { limitsStats } from './stats.js'
 
 const SAMPLE_MS = 20
-export const SHED_HOLD_MS = 1_000
 const RETRY_AFTER_S = '1'
 
 export interface EventLoopWatch {
@@ -24,18 +26,18 @@ export interface EventLoopWatch {
   readonly stop: () => void
 }
 
-/** Watch the event loop; `lagging()` is true for SHED_HOLD_MS after a delay past `boundMs`. */
+/** Watch the event loop; `lagging()` is true from a tick late by more than `boundMs` to the next tick on time. */
 export function watchEventLoop (boundMs: number): EventLoopWatch {
   let expected = performance.now() + SAMPLE_MS
-  let shedUntil = 0
+  let late = false
   const timer = setInterval(() => {
     const now = performance.now()
-    if (now - expected > boundMs) shedUntil = now + SHED_HOLD_MS
+    late = now - expected > boundMs
     expected = now + SAMPLE_MS
   }, SAMPLE_MS)
   timer.unref()
   return {
-    lagging: () => performance.now() < shedUntil,
+    lagging: () => late,
     stop: () => clearInterval(timer)
   }
 }
