@@ -6,6 +6,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Redis } from 'ioredis'
 import t from 'tap'
 import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
@@ -56,8 +57,19 @@ if (requireRedis(t)) {
 
     const first = await until(ping, (a) => a.headers['ratelimit'] !== undefined) // the first connect is in the background
     t.equal(first.status, 200)
-    t.match(first.headers['ratelimit'], /^"default";r=1;t=\d+$/)
+
+    // Cheap rejections stay cheap: a flood of bad tokens costs no Redis command.
+    const probe = new Redis(redis.url)
+    t.teardown(() => probe.disconnect())
+    /** Commands Redis has run, by name (those a script runs included), the probe's own INFO left out. */
+    const commands = async (): Promise<Record<string, number>> => Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
+      .filter(([, name]) => name !== 'info').map(([, name, calls]) => [name, Number(calls)]))
+    const before = await commands()
+    for (let i = 0; i < 20; i++) t.equal((await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256({}, 'not-the-secret-not-the-secret-not-the-s')) })).status, 401)
+    t.same(await commands(), before, '20 bad tokens, not one Redis command')
     t.equal((await ping()).status, 200)
+    t.equal((await commands())['evalsha'], (before['evalsha'] ?? 0) + 1, 'a verified request costs one call of the counter script')
+    t.match(first.headers['ratelimit'], /^"default";r=1;t=\d+$/)
     const refused = await ping()
     t.equal(refused.status, 429)
     t.same(refused.json, { error: 'rate limit exceeded' })
