@@ -138,9 +138,21 @@ export async function startMock (): Promise<Server> {
 
 export interface GatewayOptions {
   upstreamUrl: string
-  jwtSecret: string
+  /** HS256 secret; leave out when `env` configures another key source (JWT_JWKS_URL). */
+  jwtSecret?: string
   logLevel: string
+  /** Feature settings (RATE_LIMIT_PER_MINUTE, REDIS_URL, METRICS_PORT, ...), applied last. */
+  env?: Record<string, string>
+  /** Shown in messages; defaults to the log level. */
+  label?: string
 }
+
+/** Gateway settings that must come from the harness alone, never from the operator's shell. */
+const INHERITED_SETTINGS = [
+  'JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_ISSUER', 'JWT_AUDIENCE', 'JWT_JWKS_URL', 'JWT_CLOCK_TOLERANCE_S', 'JWT_JWKS_COOLDOWN_S',
+  'RATE_LIMIT_PER_MINUTE', 'REDIS_URL', 'IDEMPOTENCY_TTL_S', 'SHED_EVENT_LOOP_DELAY_MS', 'UPSTREAM_MAX_QUEUE',
+  'METRICS_PORT', 'UPSTREAM_TIMEOUT_MS', 'NODE_OPTIONS'
+]
 
 /**
  * Start `node dist/src/server.js` and wait for its liveness endpoint. With
@@ -156,19 +168,16 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
     HOST: '127.0.0.1',
     PORT: String(port),
     UPSTREAM_URL: options.upstreamUrl,
-    JWT_SECRET: options.jwtSecret,
     LOG_LEVEL: options.logLevel
   }
   // Settings the operator's shell may carry would change what is measured.
-  delete env.JWT_PUBLIC_KEY
-  delete env.JWT_ISSUER
-  delete env.JWT_AUDIENCE
-  delete env.UPSTREAM_TIMEOUT_MS
-  delete env.NODE_OPTIONS
+  for (const name of INHERITED_SETTINGS) delete env[name]
+  if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
+  Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
   const launched = launch(process.execPath, [GATEWAY_SCRIPT], env, stdout)
   const url = `http://127.0.0.1:${port}`
-  const name = `gateway (LOG_LEVEL=${options.logLevel})`
+  const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   await waitForOk(`${url}/health`, 20_000, launched, name)
   return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
@@ -263,6 +272,45 @@ http {
   }
 }
 
+export const REDIS_BINARY = '/usr/bin/redis-server'
+
+/**
+ * Debian's redis-server on a free loopback port, nothing persisted (no RDB,
+ * no AOF): the store behind the Redis rate-limit scenarios. Ready when it
+ * prints "Ready to accept connections".
+ */
+export async function startRedis (): Promise<Server> {
+  const port = await freePort()
+  const dir = await mkdtemp(path.join(tmpdir(), 'bench-redis-'))
+  scratch.add(dir)
+  const launched = launch(REDIS_BINARY, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], process.env, 'pipe')
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server not ready after 10 s:\n${launched.tail()}`)), 10_000)
+    let seen = ''
+    launched.child.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('utf8')
+      if (seen.includes('Ready to accept connections')) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    launched.child.once('exit', () => {
+      clearTimeout(timer)
+      reject(exitedError('redis-server', launched))
+    })
+  })
+  return {
+    name: 'redis',
+    url: `redis://127.0.0.1:${port}`,
+    pids: ownPids(launched.child),
+    stop: async () => {
+      await stopChild(launched.child)
+      await rm(dir, { recursive: true, force: true })
+      scratch.delete(dir)
+    }
+  }
+}
+
 /** Linux: a process's parent id, from /proc/<pid>/stat (fields after the `(comm)`). */
 async function parentOf (pid: number): Promise<number | undefined> {
   try {
@@ -324,3 +372,14 @@ export async function cpuSeconds (pids: number[]): Promise<CpuTime> {
   }
   return total
 }
+
+/**
+ * Every optional feature off, whatever its default (rate limit 600/min and
+ * metrics on :9464 once those land): the bare gateway the features are
+ * measured against. A feature scenario overrides one of these.
+ */
+export const BARE_GATEWAY_ENV: Readonly<Record<string, string>> = Object.freeze({
+  RATE_LIMIT_PER_MINUTE: '0',
+  METRICS_PORT: '0',
+  SHED_EVENT_LOOP_DELAY_MS: '0'
+})
