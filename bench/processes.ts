@@ -215,7 +215,18 @@ export async function startEngine (): Promise<Server & { imageDir: string }> {
  * Client keep-alive is unlimited on both sides, as it is for the gateway
  * (Node does not cap requests per socket), so neither pays for reconnects.
  */
-export async function startNginx (upstreamUrl: string): Promise<Server> {
+export interface NginxOptions {
+  /**
+   * Upload pass-through (issue 11 item 2): bodies of any size streamed to the
+   * upstream as they arrive (`proxy_request_buffering off`), as an operator
+   * would put nginx in front of the engine. It validates nothing.
+   */
+  upload?: boolean
+  /** Path that answers 200 once nginx and its upstream are up. */
+  readyPath?: string
+}
+
+export async function startNginx (upstreamUrl: string, options: NginxOptions = {}): Promise<Server> {
   const upstream = new URL(upstreamUrl)
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
@@ -244,7 +255,9 @@ http {
     location / {
       proxy_pass http://mock;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+      proxy_set_header Connection "";${options.upload === true ? `
+      client_max_body_size 0;
+      proxy_request_buffering off;` : ''}
     }
   }
 }
@@ -255,7 +268,7 @@ http {
   const launched = launch(NGINX_BINARY, ['-p', dir, '-e', `${dir}/error.log`, '-c', confPath], process.env, 'pipe')
   const url = `http://127.0.0.1:${port}`
   try {
-    await waitForOk(`${url}/api/portfolio/ping`, 10_000, launched, 'nginx')
+    await waitForOk(`${url}${options.readyPath ?? '/api/portfolio/ping'}`, 10_000, launched, 'nginx')
   } catch (err) {
     const log = await readFile(path.join(dir, 'error.log'), 'utf8').catch(() => '')
     throw new Error(`${err instanceof Error ? err.message : String(err)}\n${log}`)
