@@ -28,9 +28,11 @@ try {
  * lines gather in memory and leave in one write of at least 4 KiB, or every
  * 250 ms when traffic is light, instead of one blocking write(2) per access
  * line (docs/PERFORMANCE.md, "Logging"). The shutdown below flushes what is
- * still buffered, so no access line is lost on SIGTERM.
+ * still buffered, so no access line is lost on SIGTERM. The buffer is bounded
+ * (16 MiB): if stdout stops draining, lines past it are dropped rather than
+ * growing memory without limit or blocking requests on the write.
  */
-const logDestination = pino.destination({ dest: 1, sync: false, minLength: 4096, periodicFlush: 250 })
+const logDestination = pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: 16 * 1024 * 1024, periodicFlush: 250 })
 const flushLog = async (): Promise<void> => await new Promise((resolve) => logDestination.flush(() => resolve()))
 
 const logger = {
