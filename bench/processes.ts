@@ -44,7 +44,9 @@ export async function stopAll (): Promise<void> {
   scratch.clear()
 }
 
-async function stopChild (child: ChildProcess, graceMs = 5000): Promise<void> {
+// A production gateway announces its drain for 5 s before it closes (src/server.ts); 9 s lets it
+// finish on its own, so a --cpu-prof profile gets written.
+async function stopChild (child: ChildProcess, graceMs = 9000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   child.kill('SIGTERM')
@@ -145,6 +147,8 @@ export interface GatewayOptions {
   env?: Record<string, string>
   /** Shown in messages; defaults to the log level. */
   label?: string
+  /** Node flags, e.g. `--cpu-prof --cpu-prof-dir=DIR`. */
+  nodeArgs?: string[]
 }
 
 /** Gateway settings that must come from the harness alone, never from the operator's shell. */
@@ -175,7 +179,7 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [GATEWAY_SCRIPT], env, stdout)
+  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), GATEWAY_SCRIPT], env, stdout)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   await waitForOk(`${url}/health`, 20_000, launched, name)

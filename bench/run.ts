@@ -52,6 +52,8 @@ const HELP = `usage: node dist/bench/run.js [options]
                     offering load while the gateway queues)
   --json PATH       also write the results as JSON
   --chart PATH      also draw the ratios and the saturation curves as an SVG file
+  --profile DIR     run the everything-on gateways under \`node --cpu-prof\` and write their profiles
+                    to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
                     create-10mib only when named in --only)
   --token JWT       bearer token for --target (default: minted from $JWT_SECRET)
@@ -65,6 +67,7 @@ interface Options {
   only: string[]
   json?: string
   chart?: string
+  profile?: string
   saturationConnections: number
   target?: string
   token?: string
@@ -81,6 +84,7 @@ function parseOptions (argv: string[]): Options {
       only: { type: 'string' },
       json: { type: 'string' },
       chart: { type: 'string' },
+      profile: { type: 'string' },
       'saturation-connections': { type: 'string', default: '400' },
       target: { type: 'string' },
       token: { type: 'string' },
@@ -108,6 +112,7 @@ function parseOptions (argv: string[]): Options {
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
     ...(values.json === undefined ? {} : { json: values.json }),
     ...(values.chart === undefined ? {} : { chart: values.chart }),
+    ...(values.profile === undefined ? {} : { profile: path.resolve(values.profile) }),
     ...(values.target === undefined ? {} : { target: values.target.replace(/\/$/, '') }),
     ...(values.token === undefined ? {} : { token: values.token })
   }
@@ -247,6 +252,8 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
 /** What the gateways need from the harness: secrets, the key server, Redis. */
 interface GatewayContext {
   upstreamUrl: string
+  /** Where the everything-on gateways write CPU profiles, if anywhere. */
+  profileDir?: string
   secret: string
   keyServer: KeyServer | null
   redis: Server | null
@@ -275,7 +282,8 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
     env: await gatewayEnv(spec, context),
-    label: name
+    label: name,
+    ...(context.profileDir !== undefined && name.startsWith('gateway-prod') ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${path.join(context.profileDir, name)}`] } : {})
   })
 }
 
@@ -373,7 +381,7 @@ async function main (): Promise<void> {
   const keySetToken = keyServer === null ? null : await keyServer.sign('bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
   if (mock !== null) {
-    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis }
+    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     for (const name of gatewaysNeeded) {
       try {
         servers.set(name, await startConfiguredGateway(name, context))
