@@ -18,8 +18,6 @@ declare module 'autocannon' {
       title?: string
       /** Requests sent in turn; `setupRequest` runs before each one is sent. */
       requests?: Array<{ setupRequest?: (request: RawRequest) => RawRequest }>
-      /** Requests per second over all connections: an open loop instead of a closed one. */
-      overallRate?: number
     }
 
     /** The request autocannon is about to send, as `setupRequest` sees it. */

@@ -77,8 +77,10 @@ export interface SaturationPoint {
   shedShare: number
   limitedShare: number
   otherNon2xx: number
+  /** Connection errors and answers slower than 10 s. */
   errors: number
-  timeouts: number
+  /** Due but not sent: the generator's own queue (50,000) was full. */
+  notSent: number
   statusCodes: Record<string, number>
 }
 
@@ -98,12 +100,12 @@ export function saturationVerdict (points: SaturationPoint[]): Ratio {
 }
 
 export function formatSaturation (scenario: string, capacity: number, connections: number, points: SaturationPoint[], verdict: Ratio): string {
-  const header = ['offered', 'req/s', 'answered/s', 'goodput/s', 'p50 ok ms', 'p99 ok ms', 'shed 503', 'limited 429', 'other', 'errors']
+  const header = ['offered', 'req/s', 'answered/s', 'goodput/s', 'p50 ok ms', 'p99 ok ms', 'shed 503', 'limited 429', 'other', 'errors+unsent']
   const rows = points.map((p) => [`${p.multiple}x`, String(p.offeredRps), String(p.answeredRps), String(p.goodputRps), fixed(p.p50Accepted, 2), fixed(p.p99Accepted, 2),
-    percent1(p.shedShare), percent1(p.limitedShare), String(p.otherNon2xx), String(p.errors + p.timeouts)])
+    percent1(p.shedShare), percent1(p.limitedShare), String(p.otherNon2xx), String(p.errors + p.notSent)])
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)))
   const line = (cells: string[]): string => cells.map((c, i) => i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ')
-  return [`saturation: open loop on ${scenario}, capacity ${capacity} req/s (best closed-loop round), ${connections} connections`,
+  return [`saturation: open loop (paced, latency from when each request was due) on ${scenario}, capacity ${capacity} req/s (best closed-loop round), up to ${connections} connections`,
     line(header), ...rows.map(line),
     `p99 accepted at 2x / 0.5x ${fixed(verdict.value, 2)}  goal ${verdict.goal}${verdict.met === null ? '' : verdict.met ? '  (met)' : '  (NOT met)'}`].join('\n')
 }

@@ -14,6 +14,7 @@ import path from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
 import { renderChart } from './chart.js'
+import { openLoop } from './open-loop.js'
 import { detectFeatures, whyUnavailable, type Missing } from './features.js'
 import { KEY_SET_AUDIENCE, KEY_SET_ISSUER, startKeyServer, type KeyServer } from './key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
@@ -48,8 +49,8 @@ const HELP = `usage: node dist/bench/run.js [options]
   --only a,b        scenarios to run: ${KNOWN.join(', ')}
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
                     capacity measured by prod-ping, or ping when prod-ping is not run)
-  --saturation-connections N  connections for the open-loop runs (default 400: enough to keep
-                    offering load while the gateway queues)
+  --saturation-connections N  most connections the open loop opens (default 1000: so the load reaches
+                    the gateway, which can then shed it, instead of queueing in the generator)
   --json PATH       also write the results as JSON
   --chart PATH      also draw the ratios and the saturation curves as an SVG file
   --profile DIR     run the everything-on gateways under \`node --cpu-prof\` and write their profiles
@@ -85,7 +86,7 @@ function parseOptions (argv: string[]): Options {
       json: { type: 'string' },
       chart: { type: 'string' },
       profile: { type: 'string' },
-      'saturation-connections': { type: 'string', default: '400' },
+      'saturation-connections': { type: 'string', default: '1000' },
       target: { type: 'string' },
       token: { type: 'string' },
       help: { type: 'boolean', default: false }
@@ -122,8 +123,6 @@ interface LoadResult {
   result: autocannon.Result
   /** Every response's latency in ms, sorted. */
   latencies: Float64Array
-  /** The 2xx responses' latencies only, sorted: past saturation, what the accepted requests saw. */
-  accepted: Float64Array
 }
 
 /** A growable list of latencies; autocannon's own histogram would round them to whole ms. */
@@ -147,13 +146,10 @@ class Latencies {
 /**
  * Run autocannon and keep every latency ourselves: autocannon's histogram
  * stores whole milliseconds, and on loopback most answers take less than one,
- * so its p50 would read 0 for every scenario. `overallRate` makes it an open
- * loop: requests are offered at that rate whatever the answers take (as long
- * as a connection is free to carry them).
+ * so its p50 would read 0 for every scenario.
  */
-async function cannon (url: string, request: BuiltRequest, connections: number, duration: number, overallRate?: number): Promise<LoadResult> {
+async function cannon (url: string, request: BuiltRequest, connections: number, duration: number): Promise<LoadResult> {
   const all = new Latencies()
-  const accepted = new Latencies()
   const fresh = request.fresh ?? []
   return await new Promise((resolve, reject) => {
     const instance = autocannon({
@@ -165,16 +161,14 @@ async function cannon (url: string, request: BuiltRequest, connections: number, 
       ...(fresh.length === 0
         ? {}
         : { requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, ...freshHeaders(fresh) } }) }] }),
-      ...(overallRate === undefined ? {} : { overallRate }),
       connections,
       duration
     }, (err, result) => {
       if (err !== null) reject(err)
-      else resolve({ result, latencies: all.sorted(), accepted: accepted.sorted() })
+      else resolve({ result, latencies: all.sorted() })
     })
-    instance.on('response', (_client, status, _bytes, responseTime) => {
+    instance.on('response', (_client, _status, _bytes, responseTime) => {
       all.push(responseTime)
-      if (status >= 200 && status < 300) accepted.push(responseTime)
     })
   })
 }
@@ -310,27 +304,29 @@ function productionGaps (missing: Missing): string[] {
  */
 async function saturation (target: Measured, request: BuiltRequest, capacity: number, options: Options): Promise<SaturationPoint[]> {
   const points: SaturationPoint[] = []
+  // Unmeasured: opens the connections and lets the generator's own code warm up before the first step.
+  if (options.warmup > 0) await openLoop(target.url, request, Math.max(1, Math.round(capacity * 0.5)), options.warmup, options.saturationConnections)
   for (const multiple of SATURATION_MULTIPLES) {
     const offered = Math.max(1, Math.round(capacity * multiple))
     process.stderr.write(`saturation: ${multiple} x capacity = ${offered} req/s offered...`)
-    const { result, accepted } = await cannon(target.url, request, options.saturationConnections, options.duration, offered)
-    const codes: Record<string, number> = {}
-    for (const [code, { count }] of Object.entries(result.statusCodeStats)) codes[code] = Number(count)
+    const run = await openLoop(target.url, request, offered, options.duration, options.saturationConnections)
+    const codes = run.statusCodes
     const answered = Object.values(codes).reduce((n, c) => n + c, 0)
     const share = (n: number): number => answered === 0 ? Number.NaN : Math.round((n / answered) * 10000) / 10000
-    const ok = accepted.length
+    const ok = run.accepted.length
     const point: SaturationPoint = {
       multiple,
       offeredRps: offered,
-      answeredRps: Math.round(answered / result.duration),
-      goodputRps: Math.round(ok / result.duration),
-      p50Accepted: quantile(accepted, 0.5),
-      p99Accepted: quantile(accepted, 0.99),
+      // Over the time until the last answer: a server that falls behind is still answering after the offer stops.
+      answeredRps: Math.round(answered / run.elapsedS),
+      goodputRps: Math.round(ok / run.elapsedS),
+      p50Accepted: quantile(run.accepted, 0.5),
+      p99Accepted: quantile(run.accepted, 0.99),
       shedShare: share(codes['503'] ?? 0),
       limitedShare: share(codes['429'] ?? 0),
       otherNon2xx: answered - ok - (codes['503'] ?? 0) - (codes['429'] ?? 0),
-      errors: result.errors,
-      timeouts: result.timeouts,
+      errors: run.errors,
+      notSent: run.notSent,
       statusCodes: codes
     }
     points.push(point)

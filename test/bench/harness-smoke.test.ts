@@ -97,6 +97,7 @@ t.test('bench harness: one-second run writes a complete JSON report and a chart'
     for (const field of ['shedShare', 'limitedShare']) t.ok(isFigure(p[field]) && Number(p[field]) <= 1, `${label}.${field} is a share`)
     t.equal(p.otherNon2xx, 0, `${label}: every refusal was a 503 or a 429: ${JSON.stringify(p.statusCodes)}`)
     t.equal(p.errors, 0, `${label}: no connection errors`)
+    t.ok(isCount(p.notSent), `${label}: notSent`)
   }
   t.equal(typeof sat?.verdict.goal, 'string', 'saturation verdict')
 
