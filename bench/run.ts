@@ -53,6 +53,8 @@ const HELP = `usage: node dist/bench/run.js [options]
                     the gateway, which can then shed it, instead of queueing in the generator)
   --json PATH       also write the results as JSON
   --chart PATH      also draw the ratios and the saturation curves as an SVG file
+  --prod-env K=V,.. settings for the everything-on gateways on top of the profile, e.g.
+                    SHED_EVENT_LOOP_DELAY_MS=50,UPSTREAM_MAX_QUEUE=32 (to try a shedding setting)
   --profile DIR     run the everything-on gateways under \`node --cpu-prof\` and write their profiles
                     to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
@@ -69,6 +71,7 @@ interface Options {
   json?: string
   chart?: string
   profile?: string
+  prodEnv: Record<string, string>
   saturationConnections: number
   target?: string
   token?: string
@@ -86,6 +89,7 @@ function parseOptions (argv: string[]): Options {
       json: { type: 'string' },
       chart: { type: 'string' },
       profile: { type: 'string' },
+      'prod-env': { type: 'string' },
       'saturation-connections': { type: 'string', default: '1000' },
       target: { type: 'string' },
       token: { type: 'string' },
@@ -111,6 +115,11 @@ function parseOptions (argv: string[]): Options {
     warmup: number('warmup', values.warmup, 0, false),
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
+    prodEnv: Object.fromEntries((values['prod-env'] ?? '').split(',').filter((kv) => kv !== '').map((kv) => {
+      const at = kv.indexOf('=')
+      if (at < 1) throw new Error(`--prod-env ${kv}: expected NAME=value`)
+      return [kv.slice(0, at), kv.slice(at + 1)]
+    })),
     ...(values.json === undefined ? {} : { json: values.json }),
     ...(values.chart === undefined ? {} : { chart: values.chart }),
     ...(values.profile === undefined ? {} : { profile: path.resolve(values.profile) }),
@@ -248,6 +257,8 @@ interface GatewayContext {
   upstreamUrl: string
   /** Where the everything-on gateways write CPU profiles, if anywhere. */
   profileDir?: string
+  /** --prod-env: applied last to the everything-on gateways. */
+  prodEnv: Record<string, string>
   secret: string
   keyServer: KeyServer | null
   redis: Server | null
@@ -275,7 +286,7 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
     upstreamUrl: context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
-    env: await gatewayEnv(spec, context),
+    env: { ...await gatewayEnv(spec, context), ...(name.startsWith('gateway-prod') ? context.prodEnv : {}) },
     label: name,
     ...(context.profileDir !== undefined && name.startsWith('gateway-prod') ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${path.join(context.profileDir, name)}`] } : {})
   })
@@ -377,7 +388,7 @@ async function main (): Promise<void> {
   const keySetToken = keyServer === null ? null : await keyServer.sign('bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
   if (mock !== null) {
-    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
+    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     for (const name of gatewaysNeeded) {
       try {
         servers.set(name, await startConfiguredGateway(name, context))
@@ -458,7 +469,7 @@ async function main (): Promise<void> {
     machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.version, platform: process.platform, date: new Date().toISOString(),
       loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN } },
     options: { duration: options.duration, connections: options.connections, rounds: options.rounds, warmup: options.warmup, only: options.only, target: options.target ?? null,
-      saturationConnections: options.saturationConnections },
+      saturationConnections: options.saturationConnections, prodEnv: options.prodEnv },
     features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),
     keySetFetches,
     scenarios,
