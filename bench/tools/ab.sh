@@ -4,6 +4,8 @@
 #
 #   bench/tools/ab.sh ROUNDS label:DIST_DIR[:ENV=V ...] ...
 #
+# The ENV=V settings of a build come last, so they win (e.g. one build
+# measured at two log levels: warn:DIR:LOG_LEVEL=warn info:DIR:LOG_LEVEL=info).
 # DIST_DIR is a copy of dist/ (e.g. `cp -r dist node_modules/.ab/before`; under
 # node_modules/ so its imports resolve). Each build is started in turn against
 # one mock engine, warmed for 1 s, loaded for 5 s with autocannon (50
@@ -30,10 +32,10 @@ for _ in $(seq "$rounds"); do
     IFS=: read -r label dir envs <<< "$spec"
     # shellcheck disable=SC2086
     if [ "${PIPE:-0}" = 1 ]; then
-      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 $envs JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" \
+      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" $envs \
         node "$dir/src/server.js" > >(cat > /dev/null) 2>&1 &
     else
-      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 $envs JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" \
+      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" $envs \
         node "$dir/src/server.js" > /dev/null 2>&1 &
     fi
     GW=$!
