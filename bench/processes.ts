@@ -26,6 +26,13 @@ export interface Server {
 }
 
 const running = new Set<ChildProcess>()
+/**
+ * Gateways with nothing to write at exit: stopped with SIGKILL. A production
+ * gateway announces its drain for 5 s before closing (src/server.ts), which a
+ * benchmark need not wait for; a profiled one must exit by itself to write
+ * its profile, so it is not in this set.
+ */
+const killable = new WeakSet<ChildProcess>()
 /** Scratch directories (nginx config and temp files), removed by stopAll. */
 const scratch = new Set<string>()
 
@@ -49,7 +56,7 @@ export async function stopAll (): Promise<void> {
 async function stopChild (child: ChildProcess, graceMs = 9000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  child.kill('SIGTERM')
+  child.kill(killable.has(child) ? 'SIGKILL' : 'SIGTERM')
   // A gateway draining for shutdown may hold on to keep-alive sockets; do not wait forever.
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
   await exited
@@ -180,6 +187,7 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
   const launched = launch(process.execPath, [...(options.nodeArgs ?? []), GATEWAY_SCRIPT], env, stdout)
+  if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   await waitForOk(`${url}/health`, 20_000, launched, name)

@@ -1,6 +1,6 @@
 /**
  * A short run of the load-test harness, so it cannot rot unnoticed: every
- * scenario for about a second, the open loop past saturation, the chart. It
+ * scenario for 0.8 s, the open loop past saturation, the chart. It
  * checks the shape of the JSON report and that every answer was the one
  * expected (2xx; past saturation also 503/429), never a figure: figures
  * depend on the machine, and this suite runs on shared, noisy ones.
@@ -44,14 +44,14 @@ t.test('bench harness: one-second run writes a complete JSON report and a chart'
     scenarios: Record<string, Record<string, unknown>>
     ratios: Record<string, Record<string, unknown>>
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
-  }>(t, RUN, ['--duration', '1', '--connections', '2', '--rounds', '1', '--warmup', '0.3', '--saturation-connections', '8', '--chart', chart], 170_000)
+  }>(t, RUN, ['--duration', '0.8', '--connections', '2', '--rounds', '1', '--warmup', '0.1', '--saturation-connections', '8', '--chart', chart], 170_000)
   t.equal(run.code, 0, run.code === 0 ? 'harness exits 0' : `harness exits 0, stderr:\n${run.stderr}`)
   const report = run.report!
 
   t.ok(isCount(report.machine.cpus), 'machine.cpus')
   t.equal(typeof report.machine.node, 'string', 'machine.node')
   t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
-  t.match(report.options, { duration: 1, connections: 2, rounds: 1, saturationConnections: 8 }, 'options echo the command line')
+  t.match(report.options, { duration: 0.8, connections: 2, rounds: 1, saturationConnections: 8 }, 'options echo the command line')
   const missing = Object.keys(report.features)
   t.same(missing.filter((f) => !FEATURES.includes(f)), [], 'features: only known ones reported missing')
 
