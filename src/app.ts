@@ -19,6 +19,7 @@ import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
 import { installTraceContext } from './observability/trace-context.js'
+import { buildLimits } from './limits/limits.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -81,18 +82,24 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await registerOpenApi(app)
   await app.register(livenessRoutes, { lifecycle })
 
-  // 4. Bearer routes: the JWT hook runs before the body is read or any handler runs.
+  // 4. Bearer routes: shedding (cheap, before auth), then the JWT hook before the
+  //    body is read or any handler runs, then the per-user rate limit.
   const authenticate = await registerAuth(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
+  const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
+  const limits = buildLimits(app, config.limits, deps.engine, callTimeoutMs)
   await app.register(async function bearerScope (api) {
+    api.addHook('onRequest', limits.shed)
     api.addHook('onRequest', authenticate)
+    if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
-    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine })
+    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
     await api.register(createPortfolioRoutes, {
       prefix: '/portfolio',
       engine: deps.engine,
+      idempotency: limits.idempotency,
       responseTimeoutMs: config.upstreamTimeoutMs,
       stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
-      callTimeoutMs: SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
+      callTimeoutMs
     })
   }, { prefix: '/api' })
 

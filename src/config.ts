@@ -49,6 +49,19 @@ export interface GatewayConfig {
   readonly upstreamTimeoutMs: number
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
+  readonly limits: LimitsConfig
+}
+
+/** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
+export interface LimitsConfig {
+  /** 0: no rate limit. */
+  readonly ratePerMinute: number
+  /** Unset: counters and records live in the process. */
+  readonly redisUrl?: string
+  readonly idempotencyTtlS: number
+  /** 0: the event loop is not watched. */
+  readonly shedEventLoopDelayMs: number
+  readonly upstreamMaxQueue: number
 }
 
 /** A configuration error: its message is one line that names the variable and the fix. */
@@ -61,7 +74,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
+    const shown = read.name.startsWith('JWT_') || read.name === 'REDIS_URL' ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -83,7 +96,14 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     jwt: Object.freeze(jwt),
     ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
     upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
-    metricsPort: parsed.METRICS_PORT
+    metricsPort: parsed.METRICS_PORT,
+    limits: Object.freeze({
+      ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
+      ...(parsed.REDIS_URL === undefined ? {} : { redisUrl: parsed.REDIS_URL }),
+      idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
+      shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
+      upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
+    })
   })
 }
 

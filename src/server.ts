@@ -37,7 +37,7 @@ const embedded = imageDir === undefined
   : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' } })
 const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host: '127.0.0.1' })
 
-const engine = new EngineClient({ url: upstreamUrl, timeoutMs: config.upstreamTimeoutMs })
+const engine = new EngineClient({ url: upstreamUrl, timeoutMs: config.upstreamTimeoutMs, maxQueue: config.limits.upstreamMaxQueue })
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger })

@@ -16,8 +16,10 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     logLevel: 'info',
     jwt: undefined,
     upstreamTimeoutMs: 10_000,
-    metricsPort: 9464
+    metricsPort: 9464,
+    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 }
   })
+  t.ok(Object.isFrozen(config.limits), 'limits frozen')
   t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
   t.ok(Object.isFrozen(config) && Object.isFrozen(config.jwt), 'frozen')
 })
@@ -33,7 +35,12 @@ t.test('each variable is read', async (t) => {
     JWT_AUDIENCE: 'portfolio',
     UPSTREAM_URL: 'http://engine:4000/',
     UPSTREAM_TIMEOUT_MS: '2500',
-    METRICS_PORT: '9100'
+    METRICS_PORT: '9100',
+    RATE_LIMIT_PER_MINUTE: '0',
+    REDIS_URL: 'redis://:pw@redis:6379/2',
+    IDEMPOTENCY_TTL_S: '3600',
+    SHED_EVENT_LOOP_DELAY_MS: '0',
+    UPSTREAM_MAX_QUEUE: '16'
   })
   t.same(config, {
     production: true,
@@ -43,7 +50,8 @@ t.test('each variable is read', async (t) => {
     jwt: { source: 'static', clockToleranceS: 5, key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
     upstreamUrl: 'http://engine:4000',
     upstreamTimeoutMs: 2500,
-    metricsPort: 9100
+    metricsPort: 9100,
+    limits: { ratePerMinute: 0, redisUrl: 'redis://:pw@redis:6379/2', idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 }
   })
   t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
@@ -64,6 +72,11 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_TIMEOUT_MS: '1.5' }, 'UPSTREAM_TIMEOUT_MS="1.5" is invalid: must be a whole number; expected how long to wait for the engine response headers, in ms'],
   [{ METRICS_PORT: '70000' }, 'METRICS_PORT="70000" is invalid: must be between 0 and 65535; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
   [{ METRICS_PORT: 'off' }, 'METRICS_PORT="off" is invalid: must be a whole number; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
+  [{ RATE_LIMIT_PER_MINUTE: '-5' }, 'RATE_LIMIT_PER_MINUTE="-5" is invalid: must be a whole number; expected requests per user (token sub) per 60 s on /api/*, 0 turns the limit off'],
+  [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL=(hidden) is invalid: does not have the expected form; expected redis://[user:password@]host:port[/db] for shared rate limits and idempotency records'],
+  [{ IDEMPOTENCY_TTL_S: '0' }, 'IDEMPOTENCY_TTL_S="0" is invalid: must be between 1 and 2592000; expected how long an Idempotency-Key record is kept, in seconds'],
+  [{ SHED_EVENT_LOOP_DELAY_MS: '1.5' }, 'SHED_EVENT_LOOP_DELAY_MS="1.5" is invalid: must be a whole number; expected event loop delay past which new /api/* requests get 503, in ms; 0 turns it off'],
+  [{ UPSTREAM_MAX_QUEUE: '0' }, 'UPSTREAM_MAX_QUEUE="0" is invalid: must be between 1 and 100000; expected requests that may wait for an engine connection; past it new /api/* requests get 503'],
   [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
 ]
 
@@ -160,7 +173,8 @@ t.test('a PEM on one line with literal \\n works', async (t) => {
 t.test('an empty variable counts as unset', async (t) => {
   const config = loadConfig({
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
-    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: ''
+    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
+    RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -169,7 +183,8 @@ t.test('an empty variable counts as unset', async (t) => {
     logLevel: 'info',
     jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
     upstreamTimeoutMs: 10_000,
-    metricsPort: 9464
+    metricsPort: 9464,
+    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 }
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })

@@ -153,3 +153,24 @@ t.test('a disk failure is a 500 that hides the path', async (t) => {
   t.same(res.json, structured('INTERNAL_ERROR', 'Internal error'))
   t.equal(engine.engine.portfolios.size, 0)
 })
+
+t.test('idempotency-key: one owner and key never create two portfolios, even concurrently (DECISIONS 16)', async (t) => {
+  const engine = await startEngine(t)
+  const withImage = [...REQUIRED, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png }]
+  const first = await create(engine, withImage, { 'idempotency-key': 'k-1' })
+  t.equal(first.status, 200)
+  const again = await create(engine, withImage, { 'idempotency-key': 'k-1' })
+  t.same(again.json, first.json, 'the repeat answers the portfolio the key created')
+
+  const concurrent = await Promise.all(Array.from({ length: 5 }, async () => await create(engine, withImage, { 'idempotency-key': 'k-2' })))
+  const ids = new Set(concurrent.map(portfolioIdOf))
+  t.equal(ids.size, 1, 'five concurrent creates with one key: one portfolio')
+  t.equal(engine.engine.portfolios.size, 2)
+  t.equal(readdirSync(engine.imageDir).length, 2, 'the repeats left no image behind')
+
+  const otherOwner = await create(engine, withImage, { 'idempotency-key': 'k-1', 'x-user-id': 'user-bob' })
+  t.not(portfolioIdOf(otherOwner), portfolioIdOf(first), 'keys are per owner')
+  const noKey = await create(engine, withImage)
+  t.not(portfolioIdOf(noKey), portfolioIdOf(first))
+  t.equal(engine.engine.portfolios.size, 4)
+})

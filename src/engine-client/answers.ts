@@ -31,10 +31,15 @@ function badResponse (answer: EngineResponse, expected: string): GatewayError {
  * body. The engine's bytes are sent as they are: checked, never re-encoded.
  */
 export function sendEngineJson (reply: FastifyReply, answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string): FastifyReply {
+  assertEngineJson(answer, isAgreed, expected)
+  return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
+}
+
+/** Throw the 502 unless the answer is the agreed 200 body or the engine's structured error. */
+export function assertEngineJson (answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string): void {
   const payload = parseJson(answer)
   const ok = answer.status === 200 ? isAgreed(payload) : answer.status >= 400 && isEngineError.Check(payload)
   if (!ok) throw badResponse(answer, expected)
-  return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
 }
 
 /** The ping answer is text: 200 `pong`, or the engine's structured error. */

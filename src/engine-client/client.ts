@@ -12,6 +12,7 @@ import { Pool, type Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
 import type { EngineCallName, EngineOutcome, EnginePoolState } from '../observability/metrics.js'
+import { overloaded } from '../limits/shedding.js'
 
 export interface EnginePoolOptions {
   url: string
@@ -25,6 +26,8 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once (DECISIONS 15). */
+  maxQueue?: number
 }
 
 export interface EngineRequest {
@@ -33,6 +36,8 @@ export interface EngineRequest {
   requestId: string
   userId?: string
   contentType?: string
+  /** The client's Idempotency-Key, passed on bare so the engine can deduplicate too (DECISIONS 16). */
+  idempotencyKey?: string
   /** Streams and async iterables are passed to undici as they are, never buffered. */
   body?: string | Buffer | Readable | AsyncIterable<Buffer>
   /** Aborts the call; the reason (a GatewayError) is what the call rejects with. */
@@ -86,10 +91,13 @@ export class EngineClient {
   readonly #timeoutMs: number
   readonly #maxResponseBytes: number
   #observer: EngineCallObserver | undefined
+  readonly #maxQueue: number
+  readonly #queued: () => number
 
   constructor (opts: EnginePoolOptions) {
     this.#timeoutMs = opts.timeoutMs
     this.#maxResponseBytes = opts.maxResponseBytes ?? 1024 * 1024
+    this.#maxQueue = opts.maxQueue ?? 256
     this.#pool = new Pool(opts.url, {
       connections: opts.connections ?? 128,
       pipelining: opts.pipelining ?? 1,
@@ -99,6 +107,12 @@ export class EngineClient {
       headersTimeout: opts.timeoutMs,
       bodyTimeout: opts.timeoutMs
     })
+    // `pool.stats` builds a PoolStats that walks every connection (five getters,
+    // 128 clients each): measured at 6-8% of the gateway's CPU when read per
+    // request. The queued count itself is one field of the pool: read that.
+    const queued = Object.getOwnPropertySymbols(this.#pool).find((s) => s.description === 'queued')
+    const pool = this.#pool as unknown as Record<symbol, number>
+    this.#queued = queued === undefined ? () => this.#pool.stats.queued : () => pool[queued]!
   }
 
   /** Report every finished call to `observer` (one at a time: the last one set wins). */
@@ -112,14 +126,22 @@ export class EngineClient {
     return { connected, queued, running }
   }
 
+  /** True when as many calls wait for a connection as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
+  queueFull (): boolean {
+    return this.#queued() >= this.#maxQueue
+  }
+
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
     // An abort that came first never fires its event again: refuse at once, send nothing.
     if (req.signal?.aborted === true) return Promise.reject(upstreamError(req.signal.reason))
+    // Past the bound the call would only wait into a timeout: refuse it now.
+    if (this.queueFull()) return Promise.reject(overloaded())
     return new Promise<EngineResponse>((resolve, reject) => {
       const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
       if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
       if (req.contentType !== undefined) headers['content-type'] = req.contentType
+      if (req.idempotencyKey !== undefined) headers['idempotency-key'] = req.idempotencyKey
       if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
       if (req.traceparent !== undefined) headers.traceparent = req.traceparent
       const observer = this.#observer

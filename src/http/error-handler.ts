@@ -34,7 +34,7 @@ export function installErrorHandling (app: FastifyInstance): void {
     } else {
       request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
     }
-    return reply.code(failure.statusCode).send(wireBody(failure, request.routeOptions.config.handler))
+    return reply.code(failure.statusCode).headers(failure.headers).send(wireBody(failure, request.routeOptions.config.handler))
   })
 
   app.setNotFoundHandler(function routeNotFound (request: FastifyRequest, reply: FastifyReply) {

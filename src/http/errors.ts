@@ -22,7 +22,12 @@ export const CATALOGUE = {
   INTERNAL_ERROR: { status: 500, shape: 'structured', message: 'internal error' },
   UPSTREAM_UNAVAILABLE: { status: 502, shape: 'simple', message: 'portfolio engine unavailable' },
   UPSTREAM_BAD_RESPONSE: { status: 502, shape: 'simple', message: 'portfolio engine sent an invalid response' },
-  UPSTREAM_TIMEOUT: { status: 504, shape: 'simple', message: 'portfolio engine timed out' }
+  UPSTREAM_TIMEOUT: { status: 504, shape: 'simple', message: 'portfolio engine timed out' },
+  RATE_LIMITED: { status: 429, shape: 'simple', message: 'rate limit exceeded' },
+  OVERLOADED: { status: 503, shape: 'simple', message: 'gateway is overloaded, retry later' },
+  IDEMPOTENCY_STORE_UNAVAILABLE: { status: 503, shape: 'simple', message: 'idempotency store unavailable, retry later' },
+  IDEMPOTENCY_KEY_IN_USE: { status: 409, shape: 'structured', message: 'a request with this Idempotency-Key is still in progress' },
+  IDEMPOTENCY_KEY_REUSED: { status: 422, shape: 'structured', message: 'this Idempotency-Key was used for a different request' }
 } as const satisfies Record<string, { status: number, shape: Shape, message: string }>
 
 export type ErrorCode = keyof typeof CATALOGUE
@@ -31,11 +36,14 @@ export class GatewayError extends Error {
   override name = 'GatewayError'
   readonly code: ErrorCode
   readonly statusCode: number
+  /** Response headers that belong to this error (Retry-After, RateLimit). */
+  readonly headers: Readonly<Record<string, string>>
 
-  constructor (code: ErrorCode, message: string = CATALOGUE[code].message, options?: { cause?: unknown }) {
+  constructor (code: ErrorCode, message: string = CATALOGUE[code].message, options?: { cause?: unknown, headers?: Record<string, string> }) {
     super(message, options)
     this.code = code
     this.statusCode = CATALOGUE[code].status
+    this.headers = options?.headers ?? {}
   }
 }
 

@@ -30,6 +30,12 @@ export function requireUserId (request: FastifyRequest): string {
   return value
 }
 
+/** The gateway passes the client's Idempotency-Key on bare (DECISIONS 16). */
+function idempotencyKey (request: FastifyRequest): string | undefined {
+  const value = request.headers['idempotency-key']
+  return typeof value === 'string' && value !== '' ? value : undefined
+}
+
 export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRoutesOptions): Promise<void> {
   const { store, imageDir } = opts
 
@@ -42,6 +48,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
 
   app.post('/api/portfolio/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request): Promise<CreatePortfolioResponse> {
     const owner = requireUserId(request)
+    const key = idempotencyKey(request)
     const fields = new Map<string, string>()
     // Files to delete if anything fails; emptied once the portfolio is recorded.
     const leftovers: string[] = []
@@ -85,13 +92,20 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
       const valid = parseCreateFields(request, Object.fromEntries(fields))
 
+      // DECISIONS 16: a repeated key answers the portfolio it created; the new upload goes.
+      const prior = key === undefined ? undefined : store.createdWithKey(owner, key)
+      if (prior !== undefined) {
+        await Promise.all(leftovers.map(discardFile))
+        request.log.info({ portfolioId: prior }, 'portfolio create repeated with its idempotency key')
+        return { portfolio_id: prior }
+      }
       const id = randomUUID()
       let image: StoredImage | undefined
       if (received !== undefined) {
         image = await storeImage(received, imageDir, id)
         leftovers.push(image.path)
       }
-      store.insert({
+      const portfolio = {
         id,
         owner,
         name: valid.name,
@@ -102,7 +116,15 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         status: 'DRAFT',
         positions: [],
         target_positions: []
-      })
+      } as const
+      // Another create with this key may have finished while this image was stored.
+      let stored: string = id
+      if (key === undefined) store.insert(portfolio)
+      else stored = store.insertOnce(portfolio, key)
+      if (stored !== id) {
+        await Promise.all(leftovers.map(discardFile))
+        return { portfolio_id: stored }
+      }
       leftovers.length = 0
       request.log.info({ portfolioId: id, image: image?.bytes }, 'portfolio created')
       return { portfolio_id: id }

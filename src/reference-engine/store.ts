@@ -23,6 +23,8 @@ export interface StoreState {
 
 export class PortfolioStore {
   readonly #portfolios = new Map<string, Portfolio>()
+  /** owner + Idempotency-Key -> portfolio id (DECISIONS 16): one key never creates two portfolios. */
+  readonly #byKey = new Map<string, string>()
 
   /** What GET /health reports. Always connected: the data lives in this process. */
   state (): StoreState {
@@ -48,6 +50,24 @@ export class PortfolioStore {
     this.#portfolios.set(portfolio.id, freeze(portfolio))
   }
 
+  /** The portfolio this owner already created with this key, if any. */
+  createdWithKey (owner: string, key: string): string | undefined {
+    return this.#byKey.get(ownerKey(owner, key))
+  }
+
+  /**
+   * Insert unless the owner already created one with `key`: check and insert
+   * in one synchronous step, so concurrent creates with one key make one
+   * portfolio. Returns the id that stands for the key.
+   */
+  insertOnce (portfolio: Portfolio, key: string): string {
+    const prior = this.createdWithKey(portfolio.owner, key)
+    if (prior !== undefined) return prior
+    this.insert(portfolio)
+    this.#byKey.set(ownerKey(portfolio.owner, key), portfolio.id)
+    return portfolio.id
+  }
+
   /** DECISIONS 2: an update replaces the whole set; a merge could break the sum-to-1 rule. */
   replaceTargets (id: string, owner: string, targets: readonly TargetPosition[]): boolean {
     const portfolio = this.getOwned(id, owner)
@@ -56,6 +76,8 @@ export class PortfolioStore {
     return true
   }
 }
+
+const ownerKey = (owner: string, key: string): string => `${owner.length}:${owner}:${key}`
 
 /** Records are frozen so a caller holding one cannot change the store behind its back. */
 function freeze (portfolio: Portfolio): Portfolio {

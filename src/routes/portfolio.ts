@@ -7,14 +7,18 @@ import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import type { EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
-import { sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
+import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
+import { canonicalJson, fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../limits/idempotency.js'
+
+const UPDATE_ANSWER = '200 { success: true, message }'
 
 export interface PortfolioRouteOptions {
   engine: EngineClient
+  idempotency: Idempotency
 }
 
-export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine }) => {
+export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency }) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
   app.get('/ping', async function pingPortfolio (request, reply) {
     const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId: request.id, userId: request.userId, traceparent: request.traceparent })
@@ -28,16 +32,37 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
   }, async function updatePortfolio (request, reply) {
     const problem = targetPositionsProblem(request.body.target_positions)
     if (problem !== undefined) throw validationError(problem)
-    const answer = await engine.call({
-      method: 'POST',
-      path: '/api/portfolio/update',
-      requestId: request.id,
-      userId: request.userId,
-      traceparent: request.traceparent,
-      contentType: 'application/json',
-      // Re-encoded from the validated value: the engine sees exactly what was checked.
-      body: JSON.stringify(request.body)
-    })
-    return sendEngineJson(reply, answer, (v) => isEngineUpdateResponse.Check(v), '200 { success: true, message }')
+    // DECISIONS 16: with an Idempotency-Key, claim it before the engine is asked.
+    const key = idempotencyKeyOf(request)
+    let claim: Claim | undefined
+    const fingerprint = key === undefined ? '' : fingerprintOf('update', canonicalJson(request.body))
+    if (key !== undefined) {
+      const begun = await idempotency.begin(request, key)
+      if ('held' in begun) return idempotency.answerHeld(reply, begun.held, fingerprint)
+      claim = begun.claim
+    }
+    try {
+      const answer = await engine.call({
+        method: 'POST',
+        path: '/api/portfolio/update',
+        requestId: request.id,
+        userId: request.userId,
+        traceparent: request.traceparent,
+        contentType: 'application/json',
+        ...(key === undefined ? {} : { idempotencyKey: key }),
+        // Re-encoded from the validated value: the engine sees exactly what was checked.
+        body: JSON.stringify(request.body)
+      })
+      const isAgreed = (v: unknown): boolean => isEngineUpdateResponse.Check(v)
+      // The record is stored before the client can see the answer and retry.
+      if (claim !== undefined) {
+        assertEngineJson(answer, isAgreed, UPDATE_ANSWER)
+        await claim.complete(fingerprint, answer)
+      }
+      return sendEngineJson(reply, answer, isAgreed, UPDATE_ANSWER)
+    } catch (err) {
+      await claim?.release()
+      throw err
+    }
   })
 }

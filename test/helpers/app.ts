@@ -6,7 +6,7 @@ import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { EngineClient } from '../../src/engine-client/client.js'
+import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
@@ -23,6 +23,8 @@ export interface BuildOptions {
   engineKeepAliveMs?: number
   logger?: AppDeps['logger']
   keySet?: AppDeps['keySet']
+  /** Pool settings for the test (e.g. a small pool and queue). */
+  pool?: Partial<Pick<EnginePoolOptions, 'connections' | 'maxQueue'>>
 }
 
 export interface Built {
@@ -33,8 +35,10 @@ export interface Built {
 
 /** Build and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', ...opts.env })
-  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }) })
+  // Event-loop shedding is off unless a test turns it on: this process runs the
+  // clients and tap as well, and a stall of theirs would shed the gateway's requests.
+  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
+  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...opts.pool })
   const app = await buildApp(config, {
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),

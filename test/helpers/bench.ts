@@ -36,7 +36,8 @@ export async function runBench<T> (t: { teardown: (fn: () => unknown) => void },
   t.teardown(async () => await rm(dir, { recursive: true, force: true }))
   const out = path.join(dir, 'report.json')
   // METRICS_PORT=0: the harness starts several gateways at once, and each would take the default 9464.
-  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', METRICS_PORT: '0' }
+  // RATE_LIMIT_PER_MINUTE=0: the smoke runs send thousands of requests with one token.
+  const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', METRICS_PORT: '0', RATE_LIMIT_PER_MINUTE: '0' }
   const run = await new Promise<Omit<BenchRun<T>, 'report'>>((resolve) => {
     const child = execFile(process.execPath, [script, ...args, '--json', out],
       { cwd: ROOT, env, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },

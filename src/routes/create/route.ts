@@ -10,12 +10,16 @@ import { isEngineCreateResponse } from '../../../schemas/upstream.js'
 import { CreateUpload } from './upload.js'
 import type { EngineClient } from '../../engine-client/client.js'
 import { validationError } from '../../http/errors.js'
-import { sendEngineJson } from '../../engine-client/answers.js'
+import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
+import { fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../../limits/idempotency.js'
+
+const CREATE_ANSWER = '200 { portfolio_id }'
 
 export interface CreatePortfolioOptions {
   engine: EngineClient
+  idempotency: Idempotency
   /** UPSTREAM_TIMEOUT_MS: from the last byte sent to the engine's response headers. */
   responseTimeoutMs: number
   /** How long the engine may stop reading an upload before the call is given up. */
@@ -34,6 +38,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
     let upload: CreateUpload | undefined
+    let claim: Claim | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
@@ -41,6 +46,18 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       upload = new CreateUpload(request)
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
+      // DECISIONS 16: claim the key before the first byte goes to the engine.
+      const key = idempotencyKeyOf(request)
+      if (key !== undefined) {
+        const begun = await opts.idempotency.begin(request, key)
+        if ('held' in begun) {
+          if (begun.held.state === 'pending') return opts.idempotency.answerHeld(reply, begun.held, '')
+          // A completed record: read and check the whole form, never forward it.
+          await readWholeForm(upload)
+          return opts.idempotency.answerHeld(reply, begun.held, fingerprintOf('create', upload.contentDigest()))
+        }
+        claim = begun.claim
+      }
       const image = await upload.readUntilImage()
       if (image !== undefined) clock.queued()
       const answer = await opts.engine.call({
@@ -50,6 +67,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         userId: request.userId,
         traceparent: request.traceparent,
         contentType: upload.writer.contentType,
+        ...(key === undefined ? {} : { idempotencyKey: key }),
         ...(image === undefined
           ? { body: upload.bufferedBody() }
           : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs, onResponseStart: () => clock.responded() })
@@ -58,8 +76,15 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       if (upload.refusal !== undefined) throw upload.refusal
       // An engine that answered before the upload ended leaves the client's body unread (DECISIONS 21).
       if (!request.raw.complete) reply.header('connection', 'close')
-      return await sendEngineJson(reply, answer, (v) => isEngineCreateResponse.Check(v), '200 { portfolio_id }')
+      const isAgreed = (v: unknown): boolean => isEngineCreateResponse.Check(v)
+      // The record is stored before the client can see the answer and retry.
+      if (claim !== undefined) {
+        assertEngineJson(answer, isAgreed, CREATE_ANSWER)
+        await claim.complete(fingerprintOf('create', upload.contentDigest()), answer)
+      }
+      return await sendEngineJson(reply, answer, isAgreed, CREATE_ANSWER)
     } catch (err) {
+      await claim?.release()
       // Stop reading a body we have refused: close the connection after the answer.
       if (!request.raw.complete) reply.header('connection', 'close')
       // The client's mistake explains a failed engine call better than the failure does.
@@ -79,6 +104,18 @@ const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
  * socket with unread bytes sends a reset, which can destroy the answer
  * before the client reads it.
  */
+/** Read, check and hash the whole form without sending it anywhere (a replay must still be the same form). */
+async function readWholeForm (upload: CreateUpload): Promise<void> {
+  const image = await upload.readUntilImage()
+  if (image === undefined) {
+    upload.bufferedBody()
+    return
+  }
+  const idle = { handedOver: () => {}, taken: () => {}, bodySent: () => {} }
+  for await (const _ of upload.streamBody(image, idle)) { /* drained: validated and hashed, not sent */ }
+  if (upload.refusal !== undefined) throw upload.refusal
+}
+
 function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): void {
   let seen = 0
   const count = (chunk: Buffer): void => {

@@ -9,6 +9,7 @@
  * through #nextImageChunk: the two places where a digest of the form (for
  * idempotency) can be taken.
  */
+import { createHash } from 'node:crypto'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
@@ -66,6 +67,8 @@ export class CreateUpload {
   /** Rejects once the body is cut off (see cutOff): wakes every wait on the parser. */
   readonly #cutOff: Promise<never>
   #cut: (err: GatewayError) => void = () => {}
+  /** The image bytes as they pass, for the Idempotency-Key fingerprint (DECISIONS 16). */
+  readonly #imageHash = createHash('sha256')
 
   constructor (request: FastifyRequest) {
     this.#parts = request.parts()[Symbol.asyncIterator]()
@@ -182,11 +185,21 @@ export class CreateUpload {
     if (part.file.truncated) throw tooLarge()
     if (next.done === true) return undefined
     if (!sniffer.push(next.value)) throw validationError(NOT_AN_IMAGE)
+    this.#imageHash.update(next.value)
     return next.value
   }
 
   #next<T> (iterator: AsyncIterator<T>): Promise<IteratorResult<T>> {
     return Promise.race([iterator.next(), this.#cutOff])
+  }
+
+  /**
+   * What makes this form "the same request" (DECISIONS 16): the validated
+   * fields sorted by name, and the image's digest. The boundary and the order
+   * of the parts do not count. Valid once the whole form has been read.
+   */
+  contentDigest (): string {
+    return JSON.stringify([[...this.#fields].sort(([a], [b]) => (a < b ? -1 : 1)), this.#imageHash.digest('base64url')])
   }
 
   /** The one place each text field passes: checked against its schema, then kept. */

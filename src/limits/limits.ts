@@ -1,0 +1,53 @@
+/**
+ * The limits layer, built once from the config: the store (memory or Redis),
+ * the shedding and rate-limit hooks, and the idempotency records.
+ */
+import type { FastifyInstance, onRequestHookHandler } from 'fastify'
+import type { LimitsConfig } from '../config.js'
+import type { EngineClient } from '../engine-client/client.js'
+import { Idempotency } from './idempotency.js'
+import { MemoryStore } from './memory-store.js'
+import { rateLimitHook } from './rate-limit.js'
+import { RedisStore } from './redis-store.js'
+import { shedHook, watchEventLoop, type EventLoopWatch } from './shedding.js'
+import type { LimitStore } from './store.js'
+
+export interface Limits {
+  /** onRequest, before auth: cheap, refuses when overloaded. */
+  shed: onRequestHookHandler
+  /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
+  rateLimit?: onRequestHookHandler
+  idempotency: Idempotency
+}
+
+/**
+ * Build the layer for `app`: its store closes with the app, and the event
+ * loop is watched from onReady, so start-up work (loading, compiling routes)
+ * is not mistaken for load.
+ */
+export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, callTimeoutMs: number): Limits {
+  const store: LimitStore = config.redisUrl === undefined ? new MemoryStore() : new RedisStore({ url: config.redisUrl, log: app.log })
+  const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
+  if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })
+  app.addHook('onClose', async () => {
+    eventLoop?.stop()
+    await store.close()
+  })
+  const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute) : undefined
+  return {
+    shed: shedHook({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }),
+    ...(rateLimit === undefined ? {} : { rateLimit }),
+    // An in-flight claim outlives the longest engine call, then frees the key if its instance died.
+    idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: Math.min(config.idempotencyTtlS * 1000, callTimeoutMs + 5_000) })
+  }
+}
+
+/** An event-loop watch that starts measuring when told to; until then nothing lags. */
+function lazyWatch (boundMs: number): EventLoopWatch & { start: () => void } {
+  let watch: EventLoopWatch | undefined
+  return {
+    start: () => { watch ??= watchEventLoop(boundMs) },
+    lagging: () => watch?.lagging() === true,
+    stop: () => watch?.stop()
+  }
+}

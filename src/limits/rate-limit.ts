@@ -1,0 +1,47 @@
+/**
+ * Per-user rate limit (DECISIONS 14): RATE_LIMIT_PER_MINUTE requests per token
+ * `sub` per fixed 60 s window, all /api/* routes together. The hook runs after
+ * the token is verified, so a 401 never counts and a flood of bad tokens costs
+ * no store call.
+ *
+ * Headers: draft-ietf-httpapi-ratelimit-headers in its structured-field form,
+ *   RateLimit-Policy: "default";q=600;w=60
+ *   RateLimit: "default";r=42;t=17
+ * on every counted answer, and Retry-After on the 429. @fastify/rate-limit 11
+ * is not used: its `enableDraftSpec` emits the older `ratelimit-limit`,
+ * `ratelimit-remaining`, `ratelimit-reset` fields, not these (README "Running
+ * several instances").
+ */
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import { GatewayError } from '../http/errors.js'
+import type { LimitStore } from './store.js'
+import { limitsStats } from './stats.js'
+
+export const RATE_WINDOW_S = 60
+
+export function rateLimitHook (store: LimitStore, perMinute: number): onRequestHookHandler {
+  const policy = `"default";q=${perMinute};w=${RATE_WINDOW_S}`
+  return async function rateLimit (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    let hit
+    try {
+      hit = await store.hit(request.userId, RATE_WINDOW_S * 1000)
+    } catch (err) {
+      // Fail open (DECISIONS 17): a store outage must not turn into an outage of the API.
+      // Counted here; the store logs the outage once (warn), each request only at debug.
+      limitsStats.rateLimitFailOpen++
+      request.log.debug({ err: { message: (err as Error).message } }, 'rate limit store unavailable: request let through')
+      return
+    }
+    const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000))
+    const remaining = Math.max(0, perMinute - hit.count)
+    reply.header('ratelimit-policy', policy)
+    reply.header('ratelimit', `"default";r=${remaining};t=${resetS}`)
+    if (hit.count > perMinute) {
+      limitsStats.rateLimited++
+      const headers: Record<string, string> = { 'retry-after': String(resetS) }
+      // DECISIONS 21: the body is not read; do not keep a socket that still carries it.
+      if (!request.raw.complete) headers['connection'] = 'close'
+      throw new GatewayError('RATE_LIMITED', undefined, { headers })
+    }
+  }
+}

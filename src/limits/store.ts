@@ -1,0 +1,30 @@
+/**
+ * Where rate-limit counters and idempotency records live (DECISIONS 17):
+ * in the process (MemoryStore) or in Redis (RedisStore). Both implement
+ * LimitStore; every method may reject when the store cannot be reached.
+ */
+
+/** The state of one fixed 60 s window of one user. */
+export interface WindowHit {
+  /** Requests counted in this window, this one included. */
+  count: number
+  /** Milliseconds until the window resets. */
+  resetMs: number
+}
+
+/** An idempotency record: claimed and in flight, or the engine's stored answer. */
+export type IdempotencyRecord =
+  | { state: 'pending' }
+  | { state: 'done', fingerprint: string, status: number, contentType: string, body: string /* base64 */ }
+
+export interface LimitStore {
+  /** Count one request in the window of `key`, starting a `windowMs` window when there is none. */
+  hit: (key: string, windowMs: number) => Promise<WindowHit>
+  /** Claim `key` atomically. Resolves undefined when this caller now holds it, else the record that holds it. */
+  claim: (key: string, pendingTtlMs: number) => Promise<IdempotencyRecord | undefined>
+  /** Replace the claim with the finished answer, kept `ttlMs`. */
+  complete: (key: string, record: IdempotencyRecord, ttlMs: number) => Promise<void>
+  /** Give a claim up (the gateway's own error: nothing to store). */
+  release: (key: string) => Promise<void>
+  close: () => Promise<void>
+}

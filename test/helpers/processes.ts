@@ -1,0 +1,90 @@
+/**
+ * The gateway and the reference engine as real processes (dist/), for tests
+ * that need several: each with only PATH and the given environment, killed in
+ * teardown, its output kept for waiting and counting.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { existsSync, readdirSync, statSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type { Test } from 'tap'
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+export const GATEWAY_SCRIPT = join(ROOT, 'dist', 'src', 'server.js')
+export const ENGINE_SCRIPT = join(ROOT, 'dist', 'src', 'reference-engine', 'standalone.js')
+const WAIT_MS = 15_000
+
+function newestSource (dir: string): number {
+  let newest = 0
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path))
+    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs)
+  }
+  return newest
+}
+
+/** Compile dist/ when it is missing or older than the sources. */
+export function ensureBuilt (): void {
+  const built = existsSync(GATEWAY_SCRIPT) && existsSync(ENGINE_SCRIPT) ? statSync(GATEWAY_SCRIPT).mtimeMs : 0
+  if (built < Math.max(newestSource(join(ROOT, 'src')), newestSource(join(ROOT, 'schemas')))) {
+    execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit', timeout: 120_000 })
+  }
+}
+
+export async function freePort (): Promise<number> {
+  const server = createServer()
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+  server.close()
+  await once(server, 'close')
+  return port
+}
+
+export interface Proc {
+  proc: ChildProcess
+  url: string
+  out: () => string
+  /** Resolves when stdout holds at least `count` matches of `pattern`. */
+  waitFor: (pattern: RegExp, count?: number) => Promise<void>
+  count: (pattern: RegExp) => number
+}
+
+export async function startProcess (t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp): Promise<Proc> {
+  const proc = spawn(process.execPath, [script], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  const waiters = new Set<() => void>()
+  proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    out += chunk
+    for (const w of waiters) w()
+  })
+  proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => { err += chunk })
+  const exited = once(proc, 'exit')
+  t.teardown(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL')
+      await exited
+    }
+  })
+  const count = (pattern: RegExp): number => out.match(new RegExp(pattern.source, 'g'))?.length ?? 0
+  async function waitFor (pattern: RegExp, n = 1): Promise<void> {
+    if (count(pattern) >= n) return
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => { waiters.delete(check); reject(new Error(`no ${String(pattern)} x${n} within ${WAIT_MS} ms:\n${out}\n${err}`)) }, WAIT_MS)
+      function check (): void {
+        if (count(pattern) < n) return
+        clearTimeout(timer)
+        waiters.delete(check)
+        resolve()
+      }
+      waiters.add(check)
+      proc.once('exit', () => { clearTimeout(timer); reject(new Error(`process exited before ${String(pattern)}:\n${out}\n${err}`)) })
+    })
+  }
+  await waitFor(ready)
+  return { proc, url: `http://127.0.0.1:${port}`, out: () => out, waitFor, count }
+}

@@ -1,0 +1,63 @@
+/**
+ * A real redis-server (Debian's package) for one test: on a free loopback
+ * port, no persistence, ready when it says "Ready to accept connections".
+ * It can be killed and restarted on the same port. Without redis-server the
+ * tests skip with one line, except under CI=true, where that is a failure.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import type { Test } from 'tap'
+import { freePort } from './processes.js'
+
+export const REDIS_MISSING = 'redis-server not found: apt-get install redis-server (Debian/Ubuntu) to run the Redis tests'
+
+export function redisAvailable (): boolean {
+  return spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0
+}
+
+/** Skip (or, under CI, fail) a test file when redis-server is missing; true when the tests can run. */
+export function requireRedis (t: Test): boolean {
+  if (redisAvailable()) return true
+  if (process.env['CI'] === 'true') t.fail(REDIS_MISSING)
+  else t.plan(0, REDIS_MISSING)
+  return false
+}
+
+export interface RedisServer {
+  port: number
+  url: string
+  /** SIGKILL, as a crash would; resolves once the process is gone. */
+  kill: () => Promise<void>
+  /** Start again on the same port, empty. */
+  restart: () => Promise<void>
+}
+
+export async function startRedis (t: Test): Promise<RedisServer> {
+  const port = await freePort()
+  let proc: ChildProcess | undefined
+
+  async function launch (): Promise<void> {
+    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    proc = child
+    let out = ''
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+        out += chunk
+        if (out.includes('Ready to accept connections')) resolve()
+      })
+      child.once('exit', (code) => reject(new Error(`redis-server exited (${String(code)}) before it was ready:\n${out}`)))
+    })
+  }
+
+  async function kill (): Promise<void> {
+    const child = proc
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return
+    const exited = once(child, 'exit')
+    child.kill('SIGKILL')
+    await exited
+  }
+
+  await launch()
+  t.teardown(kill)
+  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch }
+}

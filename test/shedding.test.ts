@@ -1,0 +1,94 @@
+/**
+ * Load shedding (DECISIONS 15) over real sockets: an engine that stops
+ * answering fills a small pool and queue, and the excess is refused with 503
+ * at once while /health stays fast; an event-loop stall sheds too.
+ */
+import { once } from 'node:events'
+import { connect } from 'node:net'
+import t from 'tap'
+import { request } from 'undici'
+import { contractHandler, faults, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build } from './helpers/app.js'
+import { eventually } from './helpers/engine.js'
+
+async function get (url: string, headers: Record<string, string> = {}) {
+  const res = await request(url, { headers })
+  const text = await res.body.text()
+  return { status: res.statusCode, headers: res.headers, text }
+}
+
+t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, health stays up', async (t) => {
+  const stub = await startStubUpstream(faults.hang)
+  t.teardown(() => stub.close())
+  // A 5 s engine timeout: a request that waited for the engine could not answer sooner.
+  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 } })
+
+  // Two calls hold both connections, two more wait in the queue.
+  const stuck = Array.from({ length: 4 }, () => get(`${url}/api/portfolio/ping`, bearer()))
+  t.ok(await eventually(() => stub.stats.started === 2 && engine.queueFull(), 4000), 'two calls at the engine, two queued')
+
+  const began = Date.now()
+  const shed = await get(`${url}/api/portfolio/ping`, bearer())
+  const tookMs = Date.now() - began
+  t.equal(shed.status, 503)
+  t.same(JSON.parse(shed.text), { error: 'gateway is overloaded, retry later' })
+  t.equal(shed.headers['retry-after'], '1')
+  t.ok(shed.headers['x-request-id'])
+  t.ok(tookMs < 4000, `refused without waiting for the engine (${tookMs} ms)`)
+
+  const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: '{}' })
+  t.equal(update.statusCode, 503, 'shedding comes before the body is validated')
+  await update.body.dump()
+
+  // Public health is never shed.
+  t.equal((await get(`${url}/health`)).status, 200)
+  t.equal((await get(`${url}/ping`)).status, 200)
+  t.equal(stub.stats.started, 2, 'nothing more reached the engine')
+
+  // The engine recovers: the stuck calls get answers, and new calls go through again.
+  stub.handle(contractHandler)
+  stub.resetAll()
+  const finished = await Promise.all(stuck)
+  t.same(finished.map((r) => r.status).sort(), [200, 200, 502, 502], 'the two at the engine fail with it, the queued two are served by fresh connections')
+  t.equal((await get(`${url}/api/portfolio/ping`, bearer())).status, 200)
+})
+
+t.test('requests that arrive during an event-loop stall past SHED_EVENT_LOOP_DELAY_MS are shed; then it serves again', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(() => stub.close())
+  const { url } = await build(t, { upstreamUrl: stub.url, env: { SHED_EVENT_LOOP_DELAY_MS: '100' } })
+  t.equal((await get(`${url}/api/portfolio/ping`, bearer())).status, 200, 'a calm loop serves')
+
+  // Requests already in the gateway's sockets when this process (the gateway's)
+  // stalls for 400 ms: after the stall, timers run before sockets are read.
+  const { port } = new URL(url)
+  const sockets = await Promise.all(['/api/portfolio/ping', '/health', '/ping'].map(async (path) => {
+    const socket = connect(Number(port), '127.0.0.1')
+    await once(socket, 'connect')
+    let text = ''
+    socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
+    const ended = once(socket, 'end').then(() => text)
+    t.teardown(() => socket.destroy())
+    return { socket, path, ended }
+  }))
+  for (const { socket, path } of sockets) {
+    socket.end(`GET ${path} HTTP/1.1\r\nhost: gw\r\nauthorization: ${bearer().authorization}\r\nconnection: close\r\n\r\n`)
+  }
+  const until = performance.now() + 400
+  while (performance.now() < until) { /* the stall */ }
+  const [api, health, ping] = await Promise.all(sockets.map((s) => s.ended))
+
+  t.match(api, /^HTTP\/1\.1 503 /)
+  t.match(api, /\r\nretry-after: 1\r\n/i)
+  t.match(api, /\r\nx-request-id: /i)
+  t.equal(api!.slice(api!.indexOf('\r\n\r\n') + 4), JSON.stringify({ error: 'gateway is overloaded, retry later' }))
+  t.match(health, /^HTTP\/1\.1 200 /, '/health is never shed')
+  t.match(ping, /^HTTP\/1\.1 200 /, '/ping is never shed')
+  t.equal(stub.requests.length, 1, 'the shed request never reached the engine')
+
+  // The next on-time tick ends it (a busy runner may take a few).
+  const deadline = Date.now() + 10_000
+  let status = 0
+  while (status !== 200 && Date.now() < deadline) status = (await get(`${url}/api/portfolio/ping`, bearer())).status
+  t.equal(status, 200, 'serves again once the loop is on time')
+})
