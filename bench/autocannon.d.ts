@@ -16,6 +16,16 @@ declare module 'autocannon' {
       headers?: Record<string, string>
       body?: string | Buffer
       title?: string
+      /** Requests sent in turn; `setupRequest` runs before each one is sent. */
+      requests?: Array<{ setupRequest?: (request: RawRequest) => RawRequest }>
+    }
+
+    /** The request autocannon is about to send, as `setupRequest` sees it. */
+    interface RawRequest {
+      method?: string
+      path?: string
+      headers?: Record<string, string>
+      body?: string | Buffer
     }
 
     /** A histogram summary: values are ms for latency, per second for requests. */

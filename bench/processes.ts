@@ -26,6 +26,13 @@ export interface Server {
 }
 
 const running = new Set<ChildProcess>()
+/**
+ * Gateways with nothing to write at exit: stopped with SIGKILL. A production
+ * gateway announces its drain for 5 s before closing (src/server.ts), which a
+ * benchmark need not wait for; a profiled one must exit by itself to write
+ * its profile, so it is not in this set.
+ */
+const killable = new WeakSet<ChildProcess>()
 /** Scratch directories (nginx config and temp files), removed by stopAll. */
 const scratch = new Set<string>()
 
@@ -44,10 +51,12 @@ export async function stopAll (): Promise<void> {
   scratch.clear()
 }
 
-async function stopChild (child: ChildProcess, graceMs = 5000): Promise<void> {
+// A production gateway announces its drain for 5 s before it closes (src/server.ts); 9 s lets it
+// finish on its own, so a --cpu-prof profile gets written.
+async function stopChild (child: ChildProcess, graceMs = 9000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  child.kill('SIGTERM')
+  child.kill(killable.has(child) ? 'SIGKILL' : 'SIGTERM')
   // A gateway draining for shutdown may hold on to keep-alive sockets; do not wait forever.
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
   await exited
@@ -138,9 +147,23 @@ export async function startMock (): Promise<Server> {
 
 export interface GatewayOptions {
   upstreamUrl: string
-  jwtSecret: string
+  /** HS256 secret; leave out when `env` configures another key source (JWT_JWKS_URL). */
+  jwtSecret?: string
   logLevel: string
+  /** Feature settings (RATE_LIMIT_PER_MINUTE, REDIS_URL, METRICS_PORT, ...), applied last. */
+  env?: Record<string, string>
+  /** Shown in messages; defaults to the log level. */
+  label?: string
+  /** Node flags, e.g. `--cpu-prof --cpu-prof-dir=DIR`. */
+  nodeArgs?: string[]
 }
+
+/** Gateway settings that must come from the harness alone, never from the operator's shell. */
+const INHERITED_SETTINGS = [
+  'JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_ISSUER', 'JWT_AUDIENCE', 'JWT_JWKS_URL', 'JWT_CLOCK_TOLERANCE_S', 'JWT_JWKS_COOLDOWN_S',
+  'RATE_LIMIT_PER_MINUTE', 'REDIS_URL', 'IDEMPOTENCY_TTL_S', 'SHED_EVENT_LOOP_DELAY_MS', 'UPSTREAM_MAX_QUEUE',
+  'METRICS_PORT', 'UPSTREAM_TIMEOUT_MS', 'NODE_OPTIONS'
+]
 
 /**
  * Start `node dist/src/server.js` and wait for its liveness endpoint. With
@@ -156,19 +179,17 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
     HOST: '127.0.0.1',
     PORT: String(port),
     UPSTREAM_URL: options.upstreamUrl,
-    JWT_SECRET: options.jwtSecret,
     LOG_LEVEL: options.logLevel
   }
   // Settings the operator's shell may carry would change what is measured.
-  delete env.JWT_PUBLIC_KEY
-  delete env.JWT_ISSUER
-  delete env.JWT_AUDIENCE
-  delete env.UPSTREAM_TIMEOUT_MS
-  delete env.NODE_OPTIONS
+  for (const name of INHERITED_SETTINGS) delete env[name]
+  if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
+  Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [GATEWAY_SCRIPT], env, stdout)
+  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), GATEWAY_SCRIPT], env, stdout)
+  if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
-  const name = `gateway (LOG_LEVEL=${options.logLevel})`
+  const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   await waitForOk(`${url}/health`, 20_000, launched, name)
   return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
@@ -206,7 +227,18 @@ export async function startEngine (): Promise<Server & { imageDir: string }> {
  * Client keep-alive is unlimited on both sides, as it is for the gateway
  * (Node does not cap requests per socket), so neither pays for reconnects.
  */
-export async function startNginx (upstreamUrl: string): Promise<Server> {
+export interface NginxOptions {
+  /**
+   * Upload pass-through (issue 11 item 2): bodies of any size streamed to the
+   * upstream as they arrive (`proxy_request_buffering off`), as an operator
+   * would put nginx in front of the engine. It validates nothing.
+   */
+  upload?: boolean
+  /** Path that answers 200 once nginx and its upstream are up. */
+  readyPath?: string
+}
+
+export async function startNginx (upstreamUrl: string, options: NginxOptions = {}): Promise<Server> {
   const upstream = new URL(upstreamUrl)
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
@@ -235,7 +267,9 @@ http {
     location / {
       proxy_pass http://mock;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+      proxy_set_header Connection "";${options.upload === true ? `
+      client_max_body_size 0;
+      proxy_request_buffering off;` : ''}
     }
   }
 }
@@ -246,7 +280,7 @@ http {
   const launched = launch(NGINX_BINARY, ['-p', dir, '-e', `${dir}/error.log`, '-c', confPath], process.env, 'pipe')
   const url = `http://127.0.0.1:${port}`
   try {
-    await waitForOk(`${url}/api/portfolio/ping`, 10_000, launched, 'nginx')
+    await waitForOk(`${url}${options.readyPath ?? '/api/portfolio/ping'}`, 10_000, launched, 'nginx')
   } catch (err) {
     const log = await readFile(path.join(dir, 'error.log'), 'utf8').catch(() => '')
     throw new Error(`${err instanceof Error ? err.message : String(err)}\n${log}`)
@@ -254,6 +288,45 @@ http {
   return {
     name: 'nginx',
     url,
+    pids: ownPids(launched.child),
+    stop: async () => {
+      await stopChild(launched.child)
+      await rm(dir, { recursive: true, force: true })
+      scratch.delete(dir)
+    }
+  }
+}
+
+export const REDIS_BINARY = '/usr/bin/redis-server'
+
+/**
+ * Debian's redis-server on a free loopback port, nothing persisted (no RDB,
+ * no AOF): the store behind the Redis rate-limit scenarios. Ready when it
+ * prints "Ready to accept connections".
+ */
+export async function startRedis (): Promise<Server> {
+  const port = await freePort()
+  const dir = await mkdtemp(path.join(tmpdir(), 'bench-redis-'))
+  scratch.add(dir)
+  const launched = launch(REDIS_BINARY, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], process.env, 'pipe')
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server not ready after 10 s:\n${launched.tail()}`)), 10_000)
+    let seen = ''
+    launched.child.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('utf8')
+      if (seen.includes('Ready to accept connections')) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    launched.child.once('exit', () => {
+      clearTimeout(timer)
+      reject(exitedError('redis-server', launched))
+    })
+  })
+  return {
+    name: 'redis',
+    url: `redis://127.0.0.1:${port}`,
     pids: ownPids(launched.child),
     stop: async () => {
       await stopChild(launched.child)
@@ -324,3 +397,14 @@ export async function cpuSeconds (pids: number[]): Promise<CpuTime> {
   }
   return total
 }
+
+/**
+ * Every optional feature off, whatever its default (rate limit 600/min and
+ * metrics on :9464 once those land): the bare gateway the features are
+ * measured against. A feature scenario overrides one of these.
+ */
+export const BARE_GATEWAY_ENV: Readonly<Record<string, string>> = Object.freeze({
+  RATE_LIMIT_PER_MINUTE: '0',
+  METRICS_PORT: '0',
+  SHED_EVENT_LOOP_DELAY_MS: '0'
+})

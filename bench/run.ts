@@ -10,22 +10,53 @@
 import { existsSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { cpus, loadavg } from 'node:os'
+import path from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
+import { renderChart } from './chart.js'
+import { openLoop } from './open-loop.js'
+import { detectFeatures, whyUnavailable, type Missing } from './features.js'
+import { KEY_SET_AUDIENCE, KEY_SET_ISSUER, startKeyServer, type KeyServer } from './key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
 import {
-  cpuSeconds, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, stopAll, type Server
+  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, stopAll, type Server
 } from './processes.js'
-import { formatProblems, formatRatios, formatTable, ratios, skippedSummary, summarize, type Probe, type Round, type ScenarioSummary } from './report.js'
-import { buildRequest, SCENARIOS, setupCreateRequest, type BuiltRequest, type RequestContext, type Scenario, type TargetName } from './scenarios.js'
+import {
+  formatProblems, formatRatios, formatSaturation, formatTable, quantile, ratios, saturationVerdict, skippedSummary, summarize,
+  type Probe, type Round, type SaturationPoint, type ScenarioSummary
+} from './report.js'
+import {
+  buildRequest, freshHeaders, GATEWAYS, isGateway, SCENARIOS, setupCreateRequest,
+  type BuiltRequest, type GatewayName, type GatewaySpec, type RequestContext, type Scenario, type TargetName
+} from './scenarios.js'
+
+/**
+ * The rate limit when on: the highest RATE_LIMIT_PER_MINUTE accepts, per user
+ * and fixed 60 s window. A round (10 s at up to ~20,000 req/s) stays well
+ * under it; the open loop uses a user of its own so it starts a fresh window.
+ */
+const NEVER_REACHED_PER_MINUTE = '1000000'
+/** Offered load past saturation, as multiples of the measured capacity (issue 11 item 3). */
+const SATURATION_MULTIPLES = [0.5, 1, 1.5, 2] as const
+const SATURATION = 'saturation'
+const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION]
 
 const HELP = `usage: node dist/bench/run.js [options]
   --duration S      seconds per scenario per round (default 10)
   --connections N   concurrent connections (default 50; create-10mib uses at most 4)
   --rounds N        rounds; the report shows the median (default 2)
   --warmup S        seconds of unmeasured load per scenario before round 1 (default 1)
-  --only a,b        scenarios to run: ${SCENARIOS.map((s) => s.name).join(', ')}
+  --only a,b        scenarios to run: ${KNOWN.join(', ')}
+                    (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
+                    capacity measured by prod-ping, or ping when prod-ping is not run)
+  --saturation-connections N  most connections the open loop opens (default 1000: so the load reaches
+                    the gateway, which can then shed it, instead of queueing in the generator)
   --json PATH       also write the results as JSON
+  --chart PATH      also draw the ratios and the saturation curves as an SVG file
+  --prod-env K=V,.. settings for the everything-on gateways on top of the profile, e.g.
+                    SHED_EVENT_LOOP_DELAY_MS=50,UPSTREAM_MAX_QUEUE=32 (to try a shedding setting)
+  --profile DIR     run the everything-on gateways under \`node --cpu-prof\` and write their profiles
+                    to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
                     create-10mib only when named in --only)
   --token JWT       bearer token for --target (default: minted from $JWT_SECRET)
@@ -38,6 +69,10 @@ interface Options {
   warmup: number
   only: string[]
   json?: string
+  chart?: string
+  profile?: string
+  prodEnv: Record<string, string>
+  saturationConnections: number
   target?: string
   token?: string
 }
@@ -52,6 +87,10 @@ function parseOptions (argv: string[]): Options {
       warmup: { type: 'string', default: '1' },
       only: { type: 'string' },
       json: { type: 'string' },
+      chart: { type: 'string' },
+      profile: { type: 'string' },
+      'prod-env': { type: 'string' },
+      'saturation-connections': { type: 'string', default: '1000' },
       target: { type: 'string' },
       token: { type: 'string' },
       help: { type: 'boolean', default: false }
@@ -67,15 +106,23 @@ function parseOptions (argv: string[]): Options {
     return n
   }
   const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
-  const unknown = only.filter((name) => !SCENARIOS.some((s) => s.name === name))
-  if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`)
+  const unknown = only.filter((name) => !KNOWN.includes(name))
+  if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
   return {
     duration: number('duration', values.duration, 0.1, false),
     connections: number('connections', values.connections, 1, true),
     rounds: number('rounds', values.rounds, 1, true),
     warmup: number('warmup', values.warmup, 0, false),
     only,
+    saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
+    prodEnv: Object.fromEntries((values['prod-env'] ?? '').split(',').filter((kv) => kv !== '').map((kv) => {
+      const at = kv.indexOf('=')
+      if (at < 1) throw new Error(`--prod-env ${kv}: expected NAME=value`)
+      return [kv.slice(0, at), kv.slice(at + 1)]
+    })),
     ...(values.json === undefined ? {} : { json: values.json }),
+    ...(values.chart === undefined ? {} : { chart: values.chart }),
+    ...(values.profile === undefined ? {} : { profile: path.resolve(values.profile) }),
     ...(values.target === undefined ? {} : { target: values.target.replace(/\/$/, '') }),
     ...(values.token === undefined ? {} : { token: values.token })
   }
@@ -87,42 +134,52 @@ interface LoadResult {
   latencies: Float64Array
 }
 
+/** A growable list of latencies; autocannon's own histogram would round them to whole ms. */
+class Latencies {
+  private values = new Float64Array(1 << 16)
+  private count = 0
+  push (value: number): void {
+    if (this.count === this.values.length) {
+      const grown = new Float64Array(this.values.length * 2)
+      grown.set(this.values)
+      this.values = grown
+    }
+    this.values[this.count++] = value
+  }
+
+  sorted (): Float64Array {
+    return this.values.subarray(0, this.count).sort()
+  }
+}
+
 /**
  * Run autocannon and keep every latency ourselves: autocannon's histogram
  * stores whole milliseconds, and on loopback most answers take less than one,
  * so its p50 would read 0 for every scenario.
  */
 async function cannon (url: string, request: BuiltRequest, connections: number, duration: number): Promise<LoadResult> {
-  let latencies = new Float64Array(1 << 16)
-  let count = 0
+  const all = new Latencies()
+  const fresh = request.fresh ?? []
   return await new Promise((resolve, reject) => {
     const instance = autocannon({
       url: url + request.path,
       method: request.method,
       headers: request.headers,
       ...(request.body === undefined ? {} : { body: request.body }),
+      // New header values on every request (a reused Idempotency-Key is a replay, not an update).
+      ...(fresh.length === 0
+        ? {}
+        : { requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, ...freshHeaders(fresh) } }) }] }),
       connections,
       duration
     }, (err, result) => {
       if (err !== null) reject(err)
-      else resolve({ result, latencies: latencies.subarray(0, count).sort() })
+      else resolve({ result, latencies: all.sorted() })
     })
     instance.on('response', (_client, _status, _bytes, responseTime) => {
-      if (count === latencies.length) {
-        const grown = new Float64Array(latencies.length * 2)
-        grown.set(latencies)
-        latencies = grown
-      }
-      latencies[count++] = responseTime
+      all.push(responseTime)
     })
   })
-}
-
-/** The q-quantile (0..1) of sorted values, nearest rank, rounded to 0.01 ms. */
-function quantile (sorted: Float64Array, q: number): number {
-  if (sorted.length === 0) return Number.NaN
-  const value = sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] ?? Number.NaN
-  return Math.round(value * 100) / 100
 }
 
 /** One request outside the load, to record what the server answers (and why, when it is not 2xx). */
@@ -195,6 +252,100 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
   }
 }
 
+/** What the gateways need from the harness: secrets, the key server, Redis. */
+interface GatewayContext {
+  upstreamUrl: string
+  /** Where the everything-on gateways write CPU profiles, if anywhere. */
+  profileDir?: string
+  /** --prod-env: applied last to the everything-on gateways. */
+  prodEnv: Record<string, string>
+  secret: string
+  keyServer: KeyServer | null
+  redis: Server | null
+}
+
+/** The environment for one gateway configuration: every feature off unless the spec turns it on. */
+async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<Record<string, string>> {
+  const env: Record<string, string> = { ...BARE_GATEWAY_ENV }
+  if (spec.auth === 'keyset' && context.keyServer !== null) {
+    Object.assign(env, { JWT_JWKS_URL: context.keyServer.jwksUrl, JWT_ISSUER: KEY_SET_ISSUER, JWT_AUDIENCE: KEY_SET_AUDIENCE })
+  }
+  if (spec.rateLimit !== 'off') env.RATE_LIMIT_PER_MINUTE = NEVER_REACHED_PER_MINUTE
+  if (spec.rateLimit === 'redis' && context.redis !== null) env.REDIS_URL = context.redis.url
+  // Metrics on a port of its own, never the default 9464 another process may hold.
+  if (spec.metrics) env.METRICS_PORT = String(await freePort())
+  if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
+  return env
+}
+
+async function startConfiguredGateway (name: GatewayName, context: GatewayContext): Promise<Server> {
+  const spec = GATEWAYS[name]
+  // Without the key-set feature the production profile falls back to HS256 (and says so in the report).
+  const keySet = spec.auth === 'keyset' && context.keyServer !== null
+  return await startGateway({
+    upstreamUrl: context.upstreamUrl,
+    ...(keySet ? {} : { jwtSecret: context.secret }),
+    logLevel: spec.logLevel,
+    env: { ...await gatewayEnv(spec, context), ...(name.startsWith('gateway-prod') ? context.prodEnv : {}) },
+    label: name,
+    ...(context.profileDir !== undefined && name.startsWith('gateway-prod') ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${path.join(context.profileDir, name)}`] } : {})
+  })
+}
+
+/** Why a scenario cannot run here, or undefined when it can. */
+function skipReason (s: Scenario, local: boolean, missing: Missing): string | undefined {
+  if (!local && s.localOnly) return 'needs the local mock; not available with --target'
+  const needs = [...(isGateway(s.target) ? GATEWAYS[s.target].needs : []), ...(s.needs ?? [])]
+  // The production profile runs with whatever features this build has, and says which are missing.
+  if (s.target === 'gateway-prod') return undefined
+  if (s.target === 'gateway-prod-redis') return whyUnavailable(['redis', 'rate-limit'], missing)
+  return whyUnavailable(needs, missing)
+}
+
+/** The features the everything-on gateway lacks in this build: shown beside its figures. */
+function productionGaps (missing: Missing): string[] {
+  return GATEWAYS['gateway-prod'].needs.filter((f) => missing.has(f))
+}
+
+/**
+ * Issue 11 item 3: a fixed arrival rate at multiples of the capacity just
+ * measured, on the same gateway and request. Reports goodput (2xx per
+ * second), the p99 of the accepted (2xx) answers, and the shares refused
+ * with 503 (shed) or 429 (limited).
+ */
+async function saturation (target: Measured, request: BuiltRequest, capacity: number, options: Options): Promise<SaturationPoint[]> {
+  const points: SaturationPoint[] = []
+  // Unmeasured: opens the connections and lets the generator's own code warm up before the first step.
+  if (options.warmup > 0) await openLoop(target.url, request, Math.max(1, Math.round(capacity * 0.5)), options.warmup, options.saturationConnections)
+  for (const multiple of SATURATION_MULTIPLES) {
+    const offered = Math.max(1, Math.round(capacity * multiple))
+    process.stderr.write(`saturation: ${multiple} x capacity = ${offered} req/s offered...`)
+    const run = await openLoop(target.url, request, offered, options.duration, options.saturationConnections)
+    const codes = run.statusCodes
+    const answered = Object.values(codes).reduce((n, c) => n + c, 0)
+    const share = (n: number): number => answered === 0 ? Number.NaN : Math.round((n / answered) * 10000) / 10000
+    const ok = run.accepted.length
+    const point: SaturationPoint = {
+      multiple,
+      offeredRps: offered,
+      // Over the time until the last answer: a server that falls behind is still answering after the offer stops.
+      answeredRps: Math.round(answered / run.elapsedS),
+      goodputRps: Math.round(ok / run.elapsedS),
+      p50Accepted: quantile(run.accepted, 0.5),
+      p99Accepted: quantile(run.accepted, 0.99),
+      shedShare: share(codes['503'] ?? 0),
+      limitedShare: share(codes['429'] ?? 0),
+      otherNon2xx: answered - ok - (codes['503'] ?? 0) - (codes['429'] ?? 0),
+      errors: run.errors,
+      notSent: run.notSent,
+      statusCodes: codes
+    }
+    points.push(point)
+    process.stderr.write(` goodput ${point.goodputRps} req/s, p99 accepted ${point.p99Accepted} ms, shed ${point.shedShare}, limited ${point.limitedShare}\n`)
+  }
+  return points
+}
+
 async function main (): Promise<void> {
   const options = parseOptions(process.argv.slice(2))
   // The 1-minute load average before and after: on a shared machine it tells whether a run was disturbed.
@@ -202,13 +353,19 @@ async function main (): Promise<void> {
   const local = options.target === undefined
   const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
   const selected = SCENARIOS.filter(wanted)
-  const needs = (target: TargetName): boolean => local && selected.some((s) => s.target === target)
+  const wantSaturation = local && (options.only.length === 0 || options.only.includes(SATURATION))
+  const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
 
+  const missing = await detectFeatures(path.dirname(path.dirname(GATEWAY_SCRIPT)))
   const skipped = new Map<string, string>()
-  if (!local) for (const s of selected) if (s.localOnly) skipped.set(s.name, 'needs the local mock; not available with --target')
-  const nginxMissing = needs('nginx') && !existsSync(NGINX_BINARY)
-  if (nginxMissing) skipped.set('nginx', `${NGINX_BINARY} not installed`)
-  if ((needs('gateway') || needs('gateway-logging')) && !existsSync(GATEWAY_SCRIPT)) {
+  for (const s of selected) {
+    const reason = skipReason(s, local, missing)
+    if (reason !== undefined) skipped.set(s.name, reason)
+  }
+  const needs = (target: TargetName): boolean => local && (selected.some((s) => s.target === target && !skipped.has(s.name)) || saturationBase?.target === target)
+  if (needs('nginx') && !existsSync(NGINX_BINARY)) skipped.set('nginx', `${NGINX_BINARY} not installed`)
+  const gatewaysNeeded = (Object.keys(GATEWAYS) as GatewayName[]).filter(needs)
+  if (gatewaysNeeded.length > 0 && !existsSync(GATEWAY_SCRIPT)) {
     throw new Error(`${GATEWAY_SCRIPT} does not exist: run \`npm run build\` (or use --only direct,nginx)`)
   }
 
@@ -224,27 +381,46 @@ async function main (): Promise<void> {
   const mock = local ? await startMock() : null
   const servers = new Map<TargetName, Server>()
   if (mock !== null) servers.set('mock', mock)
-  if (mock !== null && needs('nginx') && !nginxMissing) servers.set('nginx', await startNginx(mock.url))
-  if (mock !== null && needs('gateway')) servers.set('gateway', await startGateway({ upstreamUrl: mock.url, jwtSecret: secret, logLevel: 'warn' }))
-  if (mock !== null && needs('gateway-logging')) servers.set('gateway-logging', await startGateway({ upstreamUrl: mock.url, jwtSecret: secret, logLevel: 'info' }))
+  if (mock !== null && needs('nginx') && !skipped.has('nginx')) servers.set('nginx', await startNginx(mock.url))
+  const keySet = gatewaysNeeded.some((g) => GATEWAYS[g].auth === 'keyset') && !missing.has('jwks')
+  const keyServer = keySet ? await startKeyServer() : null
+  const redis = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
+  const keySetToken = keyServer === null ? null : await keyServer.sign('bench-user')
+  const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
+  if (mock !== null) {
+    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
+    // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
+    await Promise.all(gatewaysNeeded.map(async (name) => {
+      try {
+        servers.set(name, await startConfiguredGateway(name, context))
+      } catch (err) {
+        // A configuration this build refuses (a feature half-landed) skips its scenarios, with the gateway's words.
+        const reason = `${name} did not start: ${(err instanceof Error ? err.message : String(err)).split('\n').slice(0, 3).join(' | ')}`
+        for (const s of selected) if (s.target === name) skipped.set(s.name, reason)
+        process.stderr.write(`${reason}\n`)
+      }
+    }))
+  }
   const targetOf = (s: Scenario): Measured => {
     const server = servers.get(s.target) ?? null
     return { server, url: server?.url ?? options.target ?? '' }
   }
 
   const runnable = selected.filter((s) => !skipped.has(s.name))
-  const gatewayUrl = local ? servers.get('gateway')?.url : options.target
-  const setup = runnable.some((s) => s.name === 'update') && gatewayUrl !== undefined
-    ? await setupPortfolio(gatewayUrl, token)
+  const gatewayUrl = local ? servers.get('gateway')?.url ?? servers.get('gateway-prod')?.url : options.target
+  const setupToken = local && servers.get('gateway') === undefined ? tokenFor('gateway-prod') : token
+  const setup = runnable.some((s) => s.path.endsWith('/update')) && gatewayUrl !== undefined
+    ? await setupPortfolio(gatewayUrl, setupToken)
     : { context: { portfolioId: 'bench-portfolio' } }
   if (setup.note !== undefined) process.stderr.write(`note: ${setup.note}\n`)
 
-  const requests = new Map(runnable.map((s) => [s.name, buildRequest(s, token, setup.context)]))
+  const requests = new Map(runnable.map((s) => [s.name, buildRequest(s, tokenFor(s.target), setup.context)]))
   const probes = new Map<string, Probe>()
   for (const s of runnable) {
     const target = targetOf(s)
-    probes.set(s.name, await probe(target.url, requests.get(s.name)!))
-    if (options.warmup > 0) await cannon(target.url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, options.warmup)
+    const request = requests.get(s.name)!
+    probes.set(s.name, await probe(target.url, { ...request, headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) } }))
+    if (options.warmup > 0) await cannon(target.url, request, s.connections?.(options.connections) ?? options.connections, options.warmup)
   }
 
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
@@ -256,33 +432,75 @@ async function main (): Promise<void> {
       process.stderr.write(` ${round.rps} req/s, p99 ${round.p99} ms\n`)
     }
   }
+
+  // Past saturation: open loop at multiples of the capacity the closed loop just measured.
+  let saturationReport: { scenario: string, capacityRps: number, connections: number, points: SaturationPoint[], verdict: ReturnType<typeof saturationVerdict> } | { skipped: string } | null = null
+  if (saturationBase !== undefined) {
+    const base = servers.has(saturationBase.target) ? saturationBase : SCENARIOS.find((s) => s.name === 'ping')!
+    const measured = rounds.get(base.name)
+    const capacity = measured !== undefined && measured.length > 0 ? Math.max(...measured.map((r) => r.rps)) : Number.NaN
+    const target = targetOf(base)
+    if (target.server === null || !Number.isFinite(capacity) || capacity <= 0) {
+      saturationReport = { skipped: `needs a measured ${base.name} (run it in the same invocation)` }
+    } else {
+      // A user of its own: the closed-loop rounds have used much of bench-user's rate-limit window.
+      const saturationToken = isGateway(base.target) && GATEWAYS[base.target].auth === 'keyset' && keyServer !== null
+        ? await keyServer.sign('bench-saturation')
+        : mintToken(secret, 'bench-saturation')
+      const request = buildRequest(base, saturationToken, setup.context)
+      const points = await saturation(target, request, capacity, options)
+      saturationReport = { scenario: base.name, capacityRps: capacity, connections: options.saturationConnections, points, verdict: saturationVerdict(points) }
+    }
+  }
+  const keySetFetches = keyServer?.fetches() ?? null
+  await keyServer?.close()
   await stopAll()
 
   const scenarios: Record<string, ScenarioSummary> = {}
+  const gaps = productionGaps(missing)
   for (const s of selected) {
     const connections = s.connections?.(options.connections) ?? options.connections
     const reason = skipped.get(s.name)
+    const description = s.target.startsWith('gateway-prod') && gaps.length > 0 ? `${s.description} [not in this build: ${gaps.join(', ')}]` : s.description
     scenarios[s.name] = reason !== undefined
-      ? skippedSummary(s.description, connections, reason)
-      : summarize(s.description, targetOf(s).url + s.path, connections, rounds.get(s.name)!, probes.get(s.name) ?? null)
+      ? skippedSummary(description, connections, reason)
+      : summarize(description, targetOf(s).url + s.path, connections, rounds.get(s.name)!, probes.get(s.name) ?? null)
   }
   const report = {
     machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.version, platform: process.platform, date: new Date().toISOString(),
       loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN } },
-    options: { duration: options.duration, connections: options.connections, rounds: options.rounds, warmup: options.warmup, only: options.only, target: options.target ?? null },
+    options: { duration: options.duration, connections: options.connections, rounds: options.rounds, warmup: options.warmup, only: options.only, target: options.target ?? null,
+      saturationConnections: options.saturationConnections, prodEnv: options.prodEnv },
+    features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),
+    keySetFetches,
     scenarios,
-    ratios: ratios(scenarios)
+    ratios: ratios(scenarios),
+    saturation: saturationReport
   }
 
   const { duration, connections } = options
   process.stdout.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, ${duration} s x ${options.rounds} rounds, ${connections} connections, median of rounds, ` +
     `load average ${report.machine.loadavg1m.before.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
   process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n\n${formatRatios(report.ratios)}\n`)
+  if (saturationReport !== null) {
+    process.stdout.write('skipped' in saturationReport
+      ? `\nsaturation: skipped: ${saturationReport.skipped}\n`
+      : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`)
+  }
+  if (missing.size > 0) process.stdout.write(`\nfeatures not in this build:\n${[...missing].map(([f, why]) => `  ${f}: ${why}`).join('\n')}\n`)
   const problems = formatProblems(scenarios)
   if (problems !== '') process.stdout.write(`\nproblems:\n${problems}\n`)
   if (options.json !== undefined) {
     await writeFile(options.json, `${JSON.stringify(report, null, 2)}\n`)
     process.stdout.write(`\nJSON written to ${options.json}\n`)
+  }
+  if (options.chart !== undefined) {
+    await writeFile(options.chart, renderChart({
+      title: `Portfolio Gateway, ${report.machine.date.slice(0, 10)}, ${report.machine.cpus} cpus, node ${report.machine.node}`,
+      scenarios,
+      saturation: saturationReport !== null && !('skipped' in saturationReport) ? saturationReport : null
+    }))
+    process.stdout.write(`chart written to ${options.chart}\n`)
   }
 }
 

@@ -3,10 +3,52 @@
  * the same mock the gateway forwards to, so the ratios compare proxy hops and
  * nothing else.
  */
+import { randomBytes, randomUUID } from 'node:crypto'
+import type { Feature } from './features.js'
 import { createForm, pngImage, updateBody } from './payloads.js'
 
-/** mock: the upstream itself; gateway-logging: a second gateway with LOG_LEVEL=info. */
-export type TargetName = 'mock' | 'nginx' | 'gateway' | 'gateway-logging'
+/**
+ * mock: the upstream itself; nginx: nginx in front of it; every other target
+ * is a gateway process configured as GATEWAYS says.
+ */
+export type TargetName = 'mock' | 'nginx' | GatewayName
+
+export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' |
+  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis'
+
+/** How one gateway process is configured. Everything not named is off (processes.ts BARE_GATEWAY_ENV). */
+export interface GatewaySpec {
+  logLevel: 'warn' | 'info'
+  /** hs256: JWT_SECRET; keyset: JWT_JWKS_URL of the harness's key server. */
+  auth: 'hs256' | 'keyset'
+  /** in-process or Redis-backed, set so high it never refuses (issue 11: "set high enough not to trigger"). */
+  rateLimit: 'off' | 'memory' | 'redis'
+  metrics: boolean
+  /** SHED_EVENT_LOOP_DELAY_MS at its default (200 ms) instead of 0. */
+  shedding: boolean
+  /** What the gateway must have for this configuration to mean anything. */
+  needs: Feature[]
+}
+
+const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
+/** Issue 11 item 1: what an operator runs. Idempotency is per request (the header), not a setting. */
+const PRODUCTION: GatewaySpec = { logLevel: 'info', auth: 'keyset', rateLimit: 'memory', metrics: true, shedding: true, needs: ['jwks', 'rate-limit', 'metrics', 'shedding', 'traceparent'] }
+
+export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
+  gateway: BARE,
+  'gateway-logging': { ...BARE, logLevel: 'info' },
+  'gateway-jwks': { ...BARE, auth: 'keyset', needs: ['jwks'] },
+  'gateway-ratelimit': { ...BARE, rateLimit: 'memory', needs: ['rate-limit'] },
+  'gateway-redis': { ...BARE, rateLimit: 'redis', needs: ['rate-limit', 'redis'] },
+  'gateway-metrics': { ...BARE, metrics: true, needs: ['metrics'] },
+  'gateway-prod': PRODUCTION,
+  'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] }
+}
+
+export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx'
+
+/** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
+export type FreshHeader = 'idempotency-key' | 'traceparent'
 
 export interface Scenario {
   name: string
@@ -24,6 +66,10 @@ export interface Scenario {
   connections?: (requested: number) => number
   /** Built on demand: the 10 MiB body should only exist when that scenario runs. */
   body?: (context: RequestContext) => { body: Buffer | string, contentType: string }
+  /** Headers made new for every request. */
+  fresh?: FreshHeader[]
+  /** Features the scenario needs beyond its gateway's (GATEWAYS[target].needs). */
+  needs?: Feature[]
 }
 
 export interface RequestContext {
@@ -36,9 +82,24 @@ export interface BuiltRequest {
   path: string
   headers: Record<string, string>
   body?: Buffer | string
+  fresh?: FreshHeader[]
+}
+
+/** W3C Trace Context: version 00, a random trace id and parent id, sampled. */
+export function newTraceparent (): string {
+  return `00-${randomBytes(16).toString('hex')}-${randomBytes(8).toString('hex')}-01`
+}
+
+/** The values of the fresh headers for one request. */
+export function freshHeaders (names: readonly FreshHeader[]): Record<string, string> {
+  const headers: Record<string, string> = {}
+  for (const name of names) headers[name] = name === 'traceparent' ? newTraceparent() : randomUUID()
+  return headers
 }
 
 const PING = '/api/portfolio/ping'
+const UPDATE = '/api/portfolio/update'
+const CREATE = '/api/portfolio/create'
 const SMALL_IMAGE_BYTES = 4 * 1024
 /** The largest image well inside the 10 MiB limit: 10 MiB - 1 KiB (DECISIONS 5). */
 const LARGE_IMAGE_BYTES = 10 * 1024 * 1024 - 1024
@@ -93,7 +154,46 @@ export const SCENARIOS: readonly Scenario[] = [
       return largeForm
     }
   },
-  { name: 'ping-logging', description: 'gateway ping, JWT, LOG_LEVEL=info', target: 'gateway-logging', method: 'GET', path: PING, auth: true, localOnly: true }
+  { name: 'ping-logging', description: 'gateway ping, JWT, LOG_LEVEL=info', target: 'gateway-logging', method: 'GET', path: PING, auth: true, localOnly: true },
+  // One feature at a time, each against the bare `ping` / `update` above (issues 8, 9, 10).
+  { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true },
+  { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true },
+  { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true },
+  { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true },
+  { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'] },
+  {
+    name: 'update-idempotent',
+    description: 'gateway update, a new Idempotency-Key per request',
+    target: 'gateway',
+    method: 'POST',
+    path: UPDATE,
+    auth: true,
+    localOnly: false,
+    fresh: ['idempotency-key'],
+    needs: ['idempotency'],
+    body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' })
+  },
+  // Issue 11 item 1: everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
+  ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): Scenario[] => {
+    const prefix = target === 'gateway-prod' ? 'prod' : 'prod-redis'
+    const store = target === 'gateway-prod' ? 'in-process' : 'Redis'
+    const common = { target, auth: true, localOnly: true, fresh: ['traceparent'] as FreshHeader[] }
+    return [
+      { ...common, name: `${prefix}-ping`, description: `everything on (${store} limit): ping`, method: 'GET', path: PING },
+      { ...common, name: `${prefix}-update`, description: `everything on (${store} limit): update`, method: 'POST', path: UPDATE, body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' }) },
+      {
+        ...common,
+        name: `${prefix}-create`,
+        description: `everything on (${store} limit): create ${SMALL_IMAGE_BYTES / 1024} KiB`,
+        method: 'POST',
+        path: CREATE,
+        body: () => {
+          smallForm ??= createForm(pngImage(SMALL_IMAGE_BYTES))
+          return smallForm
+        }
+      }
+    ]
+  })
 ]
 
 export function findScenario (name: string): Scenario | undefined {
@@ -103,7 +203,7 @@ export function findScenario (name: string): Scenario | undefined {
 export function buildRequest (scenario: Scenario, token: string, context: RequestContext): BuiltRequest {
   const headers: Record<string, string> = {}
   if (scenario.auth) headers.authorization = `Bearer ${token}`
-  const built: BuiltRequest = { method: scenario.method, path: scenario.path, headers }
+  const built: BuiltRequest = { method: scenario.method, path: scenario.path, headers, ...(scenario.fresh === undefined ? {} : { fresh: scenario.fresh }) }
   if (scenario.body !== undefined) {
     const { body, contentType } = scenario.body(context)
     headers['content-type'] = contentType

@@ -2,8 +2,11 @@
  * Upload benchmarks of the "Portfolio creation" issue:
  *
  * - Upload time: 1 MiB and 10 MiB images, sequential creates straight to the
- *   reference engine and through the gateway, in the same run, rounds
- *   interleaved. Goal: gateway / direct <= 1.15 (median ms per upload).
+ *   reference engine, through nginx passing the body through unbuffered
+ *   (`proxy_request_buffering off`, the fair anchor: issue 11 item 2), and
+ *   through the gateway, in the same run, rounds interleaved. Goals: gateway /
+ *   nginx <= 1.15 at 10 MiB (issue 11); gateway / direct <= 1.15 (the
+ *   original goal, kept for comparison).
  * - Memory: the gateway's peak RSS growth under waves of concurrent 9 MiB
  *   uploads (16 by default, each on its own connection). Goal: < 80 MB.
  *
@@ -19,7 +22,9 @@ import { cpus, loadavg } from 'node:os'
 import path from 'node:path'
 import { Agent, Client, request, type Dispatcher } from 'undici'
 import { createForm, mintToken, pngImage, type Multipart } from './payloads.js'
-import { ENGINE_SCRIPT, GATEWAY_SCRIPT, signalAll, startEngine, startGateway, stopAll, type Server } from './processes.js'
+import {
+  BARE_GATEWAY_ENV, ENGINE_SCRIPT, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startEngine, startGateway, startNginx, stopAll, type Server
+} from './processes.js'
 import { randomBytes } from 'node:crypto'
 
 const MiB = 1024 * 1024
@@ -79,7 +84,7 @@ function parseOptions (argv: string[]): Options {
   return options
 }
 
-type TargetName = 'direct' | 'gateway'
+type TargetName = 'direct' | 'nginx' | 'gateway'
 
 interface Target {
   name: TargetName
@@ -148,8 +153,16 @@ interface SizeResult {
   bytes: number
   direct: { medianMs: number, rounds: TargetRound[] }
   gateway: { medianMs: number, rounds: TargetRound[] }
+  /** null when nginx is not installed. */
+  nginx: { medianMs: number, rounds: TargetRound[] } | null
   /** Median of all gateway uploads / median of all direct uploads. */
   ratio: number
+  /** Median of all gateway uploads / median of all nginx uploads (issue 11's anchor). */
+  nginxRatio: number | null
+  nginxRoundRatios: number[]
+  nginxGoal: string
+  /** Judged at 10 MiB only (issue 11); null for other sizes or without nginx. */
+  nginxMet: boolean | null
   /** The same ratio per round, for the spread. */
   roundRatios: number[]
   goal: string
@@ -220,13 +233,22 @@ async function timeUploads (targets: Target[], agents: Map<TargetName, Agent>, i
     const ratio = round2(gateway / direct)
     const dRounds = perRound.get(key(s, 'direct')) ?? []
     const gRounds = perRound.get(key(s, 'gateway')) ?? []
-    const failed = (failures.get(key(s, 'direct')) ?? 0) + (failures.get(key(s, 'gateway')) ?? 0)
+    const failed = targets.reduce((n, t) => n + (failures.get(key(s, t.name)) ?? 0), 0)
+    const hasNginx = targets.some((t) => t.name === 'nginx')
+    const nginx = hasNginx ? median(all.get(key(s, 'nginx')) ?? []) : Number.NaN
+    const nRounds = perRound.get(key(s, 'nginx')) ?? []
+    const nginxRatio = hasNginx ? round2(gateway / nginx) : null
     results.push({
       label: SIZES[s]!.label,
       bytes: SIZES[s]!.bytes,
       direct: { medianMs: round2(direct), rounds: dRounds },
       gateway: { medianMs: round2(gateway), rounds: gRounds },
+      nginx: hasNginx ? { medianMs: round2(nginx), rounds: nRounds } : null,
       ratio,
+      nginxRatio,
+      nginxRoundRatios: hasNginx ? gRounds.map((g, i) => round2(g.medianMs / (nRounds[i]?.medianMs ?? Number.NaN))) : [],
+      nginxGoal: `<= ${TIME_GOAL} at 10 MiB`,
+      nginxMet: nginxRatio === null || SIZES[s]!.bytes !== 10 * MiB ? null : Number.isFinite(nginxRatio) && nginxRatio <= TIME_GOAL && failed === 0,
       roundRatios: gRounds.map((g, i) => round2(g.medianMs / (dRounds[i]?.medianMs ?? Number.NaN))),
       goal: `<= ${TIME_GOAL}`,
       met: Number.isFinite(ratio) && ratio <= TIME_GOAL && failed === 0,
@@ -424,14 +446,14 @@ const verdict = (met: boolean): string => met ? 'met' : 'NOT met'
 
 function formatTime (sizes: SizeResult[], rounds: number, uploads: number): string {
   const lines = [`upload time: median ms per upload over ${rounds} rounds x ${uploads} sequential uploads per target (keep-alive)`, '',
-    `size     ${pad('direct ms', 10)} ${pad('gateway ms', 11)} ${pad('ratio', 6)}  per-round ratio             failures`]
+    `size     ${pad('direct ms', 10)} ${pad('nginx ms', 9)} ${pad('gateway ms', 11)} ${pad('gw/direct', 9)} ${pad('gw/nginx', 9)}  per-round gw/nginx          failures`]
   for (const s of sizes) {
-    lines.push(`${s.label.padEnd(8)} ${pad(s.direct.medianMs.toFixed(2), 10)} ${pad(s.gateway.medianMs.toFixed(2), 11)} ${pad(s.ratio.toFixed(2), 6)}  ` +
-      `${s.roundRatios.map((r) => r.toFixed(2)).join(' ').padEnd(27)} ${pad(s.failures, 8)}`)
+    lines.push(`${s.label.padEnd(8)} ${pad(s.direct.medianMs.toFixed(2), 10)} ${pad(s.nginx?.medianMs.toFixed(2) ?? '-', 9)} ${pad(s.gateway.medianMs.toFixed(2), 11)} ` +
+      `${pad(s.ratio.toFixed(2), 9)} ${pad(s.nginxRatio?.toFixed(2) ?? '-', 9)}  ${s.nginxRoundRatios.map((r) => r.toFixed(2)).join(' ').padEnd(27)} ${pad(s.failures, 8)}`)
   }
-  lines.push('', 'per round, median ms direct / gateway:')
+  lines.push('', 'per round, median ms direct / nginx / gateway:')
   for (const s of sizes) {
-    lines.push(`  ${s.label.padEnd(7)} ${s.direct.rounds.map((d, i) => `${d.medianMs.toFixed(1)}/${s.gateway.rounds[i]?.medianMs.toFixed(1) ?? '-'}`).join('  ')}`)
+    lines.push(`  ${s.label.padEnd(7)} ${s.direct.rounds.map((d, i) => `${d.medianMs.toFixed(1)}/${s.nginx?.rounds[i]?.medianMs.toFixed(1) ?? '-'}/${s.gateway.rounds[i]?.medianMs.toFixed(1) ?? '-'}`).join('  ')}`)
   }
   return lines.join('\n')
 }
@@ -460,7 +482,9 @@ async function main (): Promise<void> {
   const loadBefore = loadavg()[0] ?? Number.NaN
   const secret = randomBytes(32).toString('hex')
   const engine = await startEngine()
-  const gateway = await startGateway({ upstreamUrl: engine.url, jwtSecret: secret, logLevel: 'warn' })
+  const gateway = await startGateway({ upstreamUrl: engine.url, jwtSecret: secret, logLevel: 'warn', env: { ...BARE_GATEWAY_ENV } })
+  const nginx = existsSync(NGINX_BINARY) ? await startNginx(engine.url, { upload: true, readyPath: '/health' }) : null
+  if (nginx === null) process.stderr.write(`note: ${NGINX_BINARY} not installed: no gateway/nginx figures\n`)
   const enginePid = (await engine.pids())[0]
   const gatewayPid = (await gateway.pids())[0]
   if (enginePid === undefined || gatewayPid === undefined) throw new Error('no process id for the engine or the gateway')
@@ -470,6 +494,8 @@ async function main (): Promise<void> {
 
   const targets: Target[] = [
     { name: 'direct', server: engine, headers: { 'x-user-id': 'bench-user' } },
+    // nginx checks nothing: the client sends the identity header the engine trusts, as with direct.
+    ...(nginx === null ? [] : [{ name: 'nginx' as const, server: nginx, headers: { 'x-user-id': 'bench-user' } }]),
     { name: 'gateway', server: gateway, headers: { authorization: `Bearer ${mintToken(secret)}` } }
   ]
 
@@ -477,7 +503,7 @@ async function main (): Promise<void> {
   // has not been inflated by earlier load, so the growth is the whole story.
   process.stderr.write('memory: uploads through the gateway...\n')
   const waveForm = createForm(pngImage(WAVE_IMAGE_BYTES))
-  const viaGateway = await measureMemory(targets[1]!, [{ name: 'gateway', pid: gatewayPid }, { name: 'engine', pid: enginePid }], waveForm, engine.imageDir, options)
+  const viaGateway = await measureMemory(targets.find((t) => t.name === 'gateway')!, [{ name: 'gateway', pid: gatewayPid }, { name: 'engine', pid: enginePid }], waveForm, engine.imageDir, options)
   process.stderr.write('memory: the same uploads straight to the engine (context)...\n')
   const direct = await measureMemory(targets[0]!, [{ name: 'engine', pid: enginePid }], waveForm, engine.imageDir, options)
 
@@ -515,6 +541,9 @@ async function main (): Promise<void> {
   out.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, load average ${loadBefore.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
   out.write(`${formatTime(sizes, options.rounds, options.uploads)}\n\n${formatMemory(report.memory.phases)}\n\n`)
   for (const s of sizes) out.write(`upload ${s.label.padEnd(7)} gateway/direct ${s.ratio.toFixed(2)}  goal <= ${TIME_GOAL}  (${verdict(s.met)})\n`)
+  for (const s of sizes) {
+    out.write(`upload ${s.label.padEnd(7)} gateway/nginx  ${s.nginxRatio?.toFixed(2) ?? '-'}  ${s.nginxMet === null ? '(informational)' : `goal ${s.nginxGoal}  (${verdict(s.nginxMet)})`}\n`)
+  }
   out.write(`memory         gateway peak RSS growth ${gw.growthMb.toFixed(1)} MB  goal < ${MEMORY_GOAL_MB} MB  (${verdict(memoryMet)}); ` +
     `since start: RSS at ready ${atReady.gatewayMb.toFixed(1)} MB, VmHWM ${gw.hwmAfterMb.toFixed(1)} MB (+${report.memory.gatewayHwmOverReadyMb.toFixed(1)})\n`)
   const problems = [

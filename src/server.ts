@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
@@ -23,8 +24,21 @@ try {
   process.exit(1)
 }
 
+/**
+ * Log lines go to stdout through pino's asynchronous destination (sonic-boom):
+ * lines gather in memory and leave in one write of at least 4 KiB, or every
+ * 250 ms when traffic is light, instead of one blocking write(2) per access
+ * line (docs/PERFORMANCE.md, "Logging"). The shutdown below flushes what is
+ * still buffered, so no access line is lost on SIGTERM. The buffer is bounded
+ * (16 MiB): if stdout stops draining, lines past it are dropped rather than
+ * growing memory without limit or blocking requests on the write.
+ */
+const logDestination = pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: 16 * 1024 * 1024, periodicFlush: 250 })
+const flushLog = async (): Promise<void> => await new Promise((resolve) => logDestination.flush(() => resolve()))
+
 const logger = {
   level: config.logLevel,
+  stream: logDestination,
   // Nothing logs headers today; this keeps a future `req` serializer from leaking tokens.
   redact: { paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
 }
@@ -72,6 +86,7 @@ closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
   await embedded?.close()
   if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
   app.log.info('closed')
+  await flushLog()
 })
 
 await app.listen({ port: config.port, host: config.host })

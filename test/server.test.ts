@@ -308,3 +308,29 @@ t.test('the process serves metrics on METRICS_PORT and closes it on SIGTERM', as
   const [err] = await once(connect, 'error') as [NodeJS.ErrnoException]
   t.equal(err.code, 'ECONNREFUSED', 'the metrics listener is closed')
 })
+
+t.test('SIGTERM right after N requests: all N access lines reach stdout (the async log buffer is flushed at shutdown)', async (t) => {
+  // Lines leave the asynchronous destination in 4 KiB batches (src/server.ts);
+  // the signal comes the moment the last answer is in, while the tail is still buffered.
+  const N = 300
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9' })
+  const url = await gatewayUrl(child)
+  const dispatcher = new Agent({ connections: 8, keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })
+  t.teardown(() => dispatcher.close())
+  const statuses = await Promise.all(Array.from({ length: N }, async (_, i) => {
+    const res = await request(`${url}/health?n=${i}`, { dispatcher })
+    await res.body.dump()
+    return res.statusCode
+  }))
+  child.proc.kill('SIGTERM')
+  t.same(await exitOf(child), { code: 0, signal: null })
+  t.equal(statuses.filter((s) => s === 200).length, N, 'every request answered 200')
+
+  const access = lines(child.out())
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { msg?: string, url?: string, status?: number })
+    .filter((e) => e.msg === 'request' && e.url?.startsWith('/health?n=') === true)
+  t.equal(access.length, N, 'one access line per request, none lost')
+  t.equal(new Set(access.map((e) => e.url)).size, N, 'each request once')
+  t.match(lines(child.out()).at(-1), /"msg":"closed"/, 'the last line written is the shutdown\'s own')
+})

@@ -4,6 +4,8 @@
 #
 #   bench/tools/ab.sh ROUNDS label:DIST_DIR[:ENV=V ...] ...
 #
+# The ENV=V settings of a build come last, so they win (e.g. one build
+# measured at two log levels: warn:DIR:LOG_LEVEL=warn info:DIR:LOG_LEVEL=info).
 # DIST_DIR is a copy of dist/ (e.g. `cp -r dist node_modules/.ab/before`; under
 # node_modules/ so its imports resolve). Each build is started in turn against
 # one mock engine, warmed for 1 s, loaded for 5 s with autocannon (50
@@ -11,7 +13,9 @@
 # req/s and CPU microseconds per request over the rounds.
 # Environment: URLPATH (default /api/portfolio/ping), EXTRA (more autocannon
 # flags, e.g. '-m POST -H content-type=application/json -i body.json'),
-# LL (the gateway's LOG_LEVEL, default warn).
+# LL (the gateway's LOG_LEVEL, default warn), PIPE=1 (the gateway's stdout is a
+# pipe read by `cat > /dev/null`, as a log shipper would read it, instead of
+# /dev/null itself, where a write costs next to nothing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=$1; shift
@@ -27,8 +31,13 @@ for _ in $(seq "$rounds"); do
   for spec in "$@"; do
     IFS=: read -r label dir envs <<< "$spec"
     # shellcheck disable=SC2086
-    env $envs JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" \
-      node "$dir/src/server.js" > /dev/null 2>&1 &
+    if [ "${PIPE:-0}" = 1 ]; then
+      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" $envs \
+        node "$dir/src/server.js" > >(cat > /dev/null) 2>&1 &
+    else
+      env METRICS_PORT=0 RATE_LIMIT_PER_MINUTE=0 SHED_EVENT_LOOP_DELAY_MS=0 JWT_SECRET="$SECRET" UPSTREAM_URL=http://127.0.0.1:4811 PORT=4812 HOST=127.0.0.1 LOG_LEVEL="${LL:-warn}" $envs \
+        node "$dir/src/server.js" > /dev/null 2>&1 &
+    fi
     GW=$!
     sleep 1
     # shellcheck disable=SC2086

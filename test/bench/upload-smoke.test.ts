@@ -3,16 +3,19 @@
  * unnoticed. It checks the shape of the JSON report only, never a figure:
  * figures depend on the machine, and this suite runs on shared, noisy ones.
  */
+import { existsSync } from 'node:fs'
 import t from 'tap'
 import { dist, isCount, isNumber, runBench, skipUnlessBuilt } from '../helpers/bench.js'
 
 const UPLOAD = dist('bench', 'upload.js')
+// nginx in front of the engine is the issue 11 anchor; without the binary its figures are null.
+const NGINX = existsSync('/usr/sbin/nginx')
 
 // Two child processes to start, a few 1-10 MiB uploads: seconds, but on a busy machine it may be many.
 t.setTimeout(120_000)
 
 // The benchmark runs compiled code (dist/); without a build there is nothing to run.
-const skip = skipUnlessBuilt(UPLOAD, dist('src', 'server.js'), dist('src', 'engine', 'standalone.js'))
+const skip = skipUnlessBuilt(UPLOAD, dist('src', 'server.js'), dist('src', 'reference-engine', 'standalone.js'))
 
 t.test('upload bench: a minimal run writes a complete JSON report', { skip }, async (t) => {
   const run = await runBench<{
@@ -33,7 +36,7 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
   for (const size of report.uploadTime) {
     const label = String(size.label)
     t.ok(isCount(size.bytes), `${label}: bytes`)
-    for (const target of ['direct', 'gateway']) {
+    for (const target of NGINX ? ['direct', 'nginx', 'gateway'] : ['direct', 'gateway']) {
       const side = size[target] as { medianMs: unknown, rounds: Array<Record<string, unknown>> }
       t.ok(side !== undefined && Array.isArray(side.rounds) && side.rounds.length === 1, `${label} ${target}: one round`)
       t.ok(side.medianMs === null || typeof side.medianMs === 'number', `${label} ${target}: medianMs`)
@@ -41,6 +44,12 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
     }
     t.ok(size.ratio === null || typeof size.ratio === 'number', `${label}: ratio`)
     t.ok(Array.isArray(size.roundRatios), `${label}: roundRatios`)
+    if (NGINX) {
+      t.ok(typeof size.nginxRatio === 'number' && Number.isFinite(size.nginxRatio), `${label}: gateway/nginx ratio`)
+      t.equal(size.nginxMet === null, label !== '10 MiB', `${label}: gateway/nginx judged at 10 MiB only`)
+    } else {
+      t.equal(size.nginx, null, `${label}: no nginx figures without nginx`)
+    }
     t.equal(typeof size.goal, 'string', `${label}: goal`)
     t.equal(typeof size.met, 'boolean', `${label}: met`)
     t.equal(size.failures, 0, `${label}: every upload answered 200 with a portfolio_id`)
