@@ -1,46 +1,29 @@
 /**
- * The gateway as a real process (src/server.ts, src/token.ts): refusing bad
+ * The gateway as a real process (src/server.ts, src/cli/token.ts): refusing bad
  * configuration with one line, the development path with the embedded engine,
  * graceful shutdown with a request in flight, and the token CLI.
  * Runs the compiled files in dist/, building them first when they are
  * missing or older than the sources.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { createHmac } from 'node:crypto'
 import { once } from 'node:events'
-import { existsSync, readdirSync, statSync } from 'node:fs'
 import { createConnection, createServer as createNetServer, type AddressInfo } from 'node:net'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { Agent, request } from 'undici'
 import { contractHandler, refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS, SECRET } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
 import { parseExposition, valueOf } from './helpers/prometheus.js'
+import { ensureBuilt, GATEWAY_SCRIPT, ROOT } from './helpers/processes.js'
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..')
-const SERVER = join(ROOT, 'dist', 'src', 'server.js')
+const SERVER = GATEWAY_SCRIPT
 const TOKEN_CLI = join(ROOT, 'dist', 'src', 'cli', 'token.js')
 /** Upper bound for any one wait on a child process. */
 const WAIT_MS = 15_000
 
-function newestSource (dir: string): number {
-  let newest = 0
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path))
-    else if (entry.name.endsWith('.ts')) newest = Math.max(newest, statSync(path).mtimeMs)
-  }
-  return newest
-}
-
-t.before(() => {
-  const built = existsSync(SERVER) && existsSync(TOKEN_CLI) ? statSync(SERVER).mtimeMs : 0
-  if (built < Math.max(newestSource(join(ROOT, 'src')), newestSource(join(ROOT, 'schemas')))) {
-    execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit', timeout: 120_000 })
-  }
-})
+t.before(ensureBuilt)
 
 interface Child {
   proc: ChildProcess
