@@ -17,7 +17,8 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
 USER node
-EXPOSE 3000
+# 3000: the API; 9464: Prometheus /metrics (METRICS_PORT), for the scraper only, never the public load balancer.
+EXPOSE 3000 9464
 # /health answers 500 while draining, so the orchestrator stops routing here first.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + process.env.PORT + '/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
