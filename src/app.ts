@@ -11,6 +11,8 @@ import type { EngineClient } from './engine-client/client.js'
 import { registerAuth, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
+import { answerClientError } from './http/client-error.js'
+import { closeConnectionsWhenNeeded } from './http/connection-close.js'
 import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
@@ -49,6 +51,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // Requests the router cannot even read (bad percent-encoding, a parameter
     // too long) bypass hooks and the error handler: answer them here, in the
     // simple shape, with the request id, and without echoing the URL.
+    clientErrorHandler: answerClientError,
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
       void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
@@ -65,6 +68,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     reply.header(REQUEST_ID_HEADER, request.id)
     done()
   })
+  // An answer that leaves body bytes unread, or comes while draining, ends its connection.
+  closeConnectionsWhenNeeded(app, lifecycle)
   installTraceContext(app)
   installMetrics(app, deps.engine)
   // The level is fixed at start; a quieter level then costs no hook at all.

@@ -37,10 +37,11 @@ export function installErrorHandling (app: FastifyInstance): void {
     return reply.code(failure.statusCode).headers(failure.headers).send(wireBody(failure, request.routeOptions.config.handler))
   })
 
-  app.setNotFoundHandler(function routeNotFound (request: FastifyRequest, reply: FastifyReply) {
+  // An unknown route is answered in onRequest, before any of its body is read:
+  // a not-found handler runs only after Fastify has parsed the body (DECISIONS 21).
+  app.addHook('onRequest', function routeNotFound (request, _reply, done) {
+    if (!request.is404) return done()
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
-    const failure = new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`)
-    request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
-    return reply.code(404).send(wireBody(failure, undefined))
+    done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`))
   })
 }

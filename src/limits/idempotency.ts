@@ -126,7 +126,5 @@ export class Idempotency {
 function storeUnavailable (request: FastifyRequest, err: unknown): GatewayError {
   limitsStats.idempotencyStoreFailures++
   request.log.warn({ err: { message: (err as Error).message } }, 'idempotency store unavailable: request refused')
-  const headers: Record<string, string> = { 'retry-after': '1' }
-  if (!request.raw.complete) headers['connection'] = 'close'
-  return new GatewayError('IDEMPOTENCY_STORE_UNAVAILABLE', undefined, { headers, cause: err })
+  return new GatewayError('IDEMPOTENCY_STORE_UNAVAILABLE', undefined, { headers: { 'retry-after': '1' }, cause: err })
 }

@@ -38,10 +38,7 @@ export function rateLimitHook (store: LimitStore, perMinute: number): onRequestH
     reply.header('ratelimit', `"default";r=${remaining};t=${resetS}`)
     if (hit.count > perMinute) {
       limitsStats.rateLimited++
-      const headers: Record<string, string> = { 'retry-after': String(resetS) }
-      // DECISIONS 21: the body is not read; do not keep a socket that still carries it.
-      if (!request.raw.complete) headers['connection'] = 'close'
-      throw new GatewayError('RATE_LIMITED', undefined, { headers })
+      throw new GatewayError('RATE_LIMITED', undefined, { headers: { 'retry-after': String(resetS) } })
     }
   }
 }

@@ -60,13 +60,11 @@ export function shedHook (signals: ShedSignals): onRequestHookHandler {
     }
     if (why === undefined) return done()
     request.log.warn({ signal: why }, 'shedding load')
-    done(overloaded(!request.raw.complete))
+    done(overloaded())
   }
 }
 
-/** The 503 of an overloaded gateway; `unreadBody` closes the connection (DECISIONS 21). */
-export function overloaded (unreadBody = false): GatewayError {
-  return new GatewayError('OVERLOADED', undefined, {
-    headers: unreadBody ? { 'retry-after': RETRY_AFTER_S, connection: 'close' } : { 'retry-after': RETRY_AFTER_S }
-  })
+/** The 503 of an overloaded gateway (an unread body closes the connection: src/http/connection-close.ts). */
+export function overloaded (): GatewayError {
+  return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': RETRY_AFTER_S } })
 }

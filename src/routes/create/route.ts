@@ -74,8 +74,6 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       })
       // The form was refused after the engine request began; the engine refused the unfinished form it got.
       if (upload.refusal !== undefined) throw upload.refusal
-      // An engine that answered before the upload ended leaves the client's body unread (DECISIONS 21).
-      if (!request.raw.complete) reply.header('connection', 'close')
       const isAgreed = (v: unknown): boolean => isEngineCreateResponse.Check(v)
       // The record is stored before the client can see the answer and retry.
       if (claim !== undefined) {
@@ -85,8 +83,6 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       return await sendEngineJson(reply, answer, isAgreed, CREATE_ANSWER)
     } catch (err) {
       await claim?.release()
-      // Stop reading a body we have refused: close the connection after the answer.
-      if (!request.raw.complete) reply.header('connection', 'close')
       // The client's mistake explains a failed engine call better than the failure does.
       throw upload?.refusal ?? err
     } finally {
