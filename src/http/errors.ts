@@ -72,17 +72,27 @@ const UNREACHABLE = new Set([
 ])
 const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 
+/**
+ * The engine answered, but not HTTP we can trust: llhttp parse errors (an
+ * HTTPParserError carries no code when the bytes are not HTTP at all) and the
+ * response-side undici codes. The other UND_ERR_* codes (INVALID_ARG,
+ * NOT_SUPPORTED, REQ_CONTENT_LENGTH_MISMATCH, ABORTED, ...) are the gateway's
+ * own doing (issue 7 item 7): a 500, not the engine's fault.
+ */
+const BAD_RESPONSE = new Set([
+  'UND_ERR_HEADERS_OVERFLOW', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_INFO'
+])
+
 /** Map any failure of an engine call to the error the client gets; the original stays as `cause`. */
 export function upstreamError (err: unknown): GatewayError {
   if (err instanceof GatewayError) return err
   const code = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
   if (TIMED_OUT.has(code)) return new GatewayError('UPSTREAM_TIMEOUT', undefined, { cause: err })
   if (UNREACHABLE.has(code)) return new GatewayError('UPSTREAM_UNAVAILABLE', undefined, { cause: err })
-  // llhttp parse errors (an HTTPParserError carries no code when the bytes are
-  // not HTTP at all), length mismatches and anything else the engine caused:
-  // the engine answered, but not HTTP we can trust.
-  if (err instanceof undiciErrors.HTTPParserError || code.startsWith('HPE_') || code.startsWith('UND_ERR_')) {
+  if (err instanceof undiciErrors.HTTPParserError || code.startsWith('HPE_') || BAD_RESPONSE.has(code)) {
     return new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: err })
   }
-  return new GatewayError('UPSTREAM_UNAVAILABLE', undefined, { cause: err })
+  // Any other system error on the engine's socket (EPROTO, ECONNABORTED, ...): it could not be reached.
+  if (/^E[A-Z]+$/.test(code)) return new GatewayError('UPSTREAM_UNAVAILABLE', undefined, { cause: err })
+  return new GatewayError('INTERNAL_ERROR', undefined, { cause: err })
 }
