@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import { stopAccepting } from './http/drain.js'
 import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
@@ -74,12 +75,17 @@ if (config.metricsPort !== 0) {
  * refused. Development closes at once.
  */
 const DRAIN_NOTICE_MS = config.production ? 5_000 : 0
+/** After the listener stops accepting, how long open connections get to send their last request. */
+const DRAIN_IDLE_GRACE_MS = 1_000
 
 closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
   if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
   else app.log.info({ signal, noticeMs: DRAIN_NOTICE_MS }, 'draining: /health answers 500, finishing requests in flight')
   lifecycle.draining = true
-  if (err === undefined) await sleep(DRAIN_NOTICE_MS)
+  if (err === undefined) {
+    await sleep(DRAIN_NOTICE_MS)
+    await stopAccepting(app.server, DRAIN_IDLE_GRACE_MS)
+  }
   await app.close()
   await metricsServer?.close()
   await engine.close()

@@ -18,7 +18,7 @@ t.test('each failure maps to the status its cause deserves', async (t) => {
     ['connect timeout', new errors.ConnectTimeoutError(), 'UPSTREAM_UNAVAILABLE', 502],
     ['headers timeout', new errors.HeadersTimeoutError(), 'UPSTREAM_TIMEOUT', 504],
     ['body timeout', new errors.BodyTimeoutError(), 'UPSTREAM_TIMEOUT', 504],
-    ['not HTTP', new errors.HTTPParserError('bad', 'HPE_INVALID_CONSTANT'), 'UPSTREAM_BAD_RESPONSE', 502],
+    ['not HTTP', Object.assign(new errors.HTTPParserError('bad'), { code: 'HPE_INVALID_CONSTANT' }), 'UPSTREAM_BAD_RESPONSE', 502],
     ['headers overflow', new errors.HeadersOverflowError(), 'UPSTREAM_BAD_RESPONSE', 502],
     ['response length mismatch', new errors.ResponseContentLengthMismatchError(), 'UPSTREAM_BAD_RESPONSE', 502],
     ['response too large', new errors.ResponseExceededMaxSizeError(), 'UPSTREAM_BAD_RESPONSE', 502],
