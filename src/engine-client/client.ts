@@ -98,12 +98,16 @@ export class EngineClient {
     this.#timeoutMs = opts.timeoutMs
     this.#maxResponseBytes = opts.maxResponseBytes ?? 1024 * 1024
     this.#maxQueue = opts.maxQueue ?? 256
+    const idleMs = opts.keepAliveTimeoutMs ?? 4_000
     this.#pool = new Pool(opts.url, {
       connections: opts.connections ?? 128,
       pipelining: opts.pipelining ?? 1,
       connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
-      keepAliveTimeout: opts.keepAliveTimeoutMs ?? 4_000,
-      keepAliveMaxTimeout: 60_000,
+      // An idle pooled socket closes after this. undici would follow the engine's
+      // `Keep-Alive: timeout=N` hint up to keepAliveMaxTimeout (default 600 s):
+      // capped at the same value, the bound is ours whatever the engine says.
+      keepAliveTimeout: idleMs,
+      keepAliveMaxTimeout: idleMs,
       headersTimeout: opts.timeoutMs,
       bodyTimeout: opts.timeoutMs
     })
