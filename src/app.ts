@@ -8,6 +8,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
+import { ownEngineClient } from './engine-client/plugin.js'
 import { registerAuth, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
@@ -61,6 +62,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   })
   app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
   app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
+  ownEngineClient(app, deps.engine)
 
   // 1. Every response, errors and 404s included, carries the request id.
   app.decorateRequest('userId', '')

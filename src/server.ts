@@ -88,7 +88,6 @@ closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
   }
   await app.close()
   await metricsServer?.close()
-  await engine.close()
   await embedded?.close()
   if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
   app.log.info('closed')

@@ -17,6 +17,5 @@ export async function openApiDocument (): Promise<string> {
     return `${JSON.stringify(app.swagger(), null, 2)}\n`
   } finally {
     await app.close()
-    await engine.close()
   }
 }

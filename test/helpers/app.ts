@@ -47,8 +47,7 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet })
   })
   t.teardown(async () => {
-    await app.close()
-    await engine.close()
+    await app.close() // closes the engine pool too
   })
   const url = await app.listen({ port: 0, host: '127.0.0.1' })
   return { app, engine, url }
