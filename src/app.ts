@@ -9,7 +9,7 @@ import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
 import { ownEngineClient } from './engine-client/plugin.js'
-import { registerAuth, type AuthOptions } from './auth/jwt.js'
+import { createAuthenticator, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
 import { answerClientError } from './http/client-error.js'
@@ -91,7 +91,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
 
   // 4. Bearer routes: shedding (cheap, before auth), then the JWT hook before the
   //    body is read or any handler runs, then the per-user rate limit.
-  const authenticate = await registerAuth(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
+  const authenticate = await createAuthenticator(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
   const limits = buildLimits(app, config.limits, deps.engine, callTimeoutMs)
   await app.register(async function bearerScope (api) {

@@ -78,7 +78,7 @@ function identityOf (payload: { sub?: unknown, exp?: unknown }, toleranceS: numb
  * scope. The hook ends the request with 401 (or 503 when the identity
  * provider cannot be reached) before the body is read or any handler runs.
  */
-export async function registerAuth (app: FastifyInstance, opts: AuthOptions): Promise<onRequestHookHandler> {
+export async function createAuthenticator (app: FastifyInstance, opts: AuthOptions): Promise<onRequestHookHandler> {
   const cache = new TokenCache<SigningKey>({
     ...(opts.cacheSize === undefined ? {} : { max: opts.cacheSize }),
     ...(opts.cacheMaxAgeMs === undefined ? {} : { maxAgeMs: opts.cacheMaxAgeMs })
