@@ -10,6 +10,7 @@ import { PNG_IMAGE, JPEG_IMAGE } from '../fixtures/images.js'
 import { contractHandler, faults, json, startStubUpstream, type StubHandler } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, MINTS, validUpdate } from './helpers/app.js'
 import { multipartBody, type MultipartPart } from './helpers/multipart.js'
+import { metricOf } from './helpers/prometheus.js'
 
 async function post (url: string, body: string | Buffer, headers: Record<string, string>) {
   const res = await request(url, { method: 'POST', headers, body })
@@ -49,7 +50,7 @@ t.test('Idempotency-Key syntax: 1-255 visible ASCII, bare or quoted; else 400 na
 t.test('update: a retry is replayed byte for byte and not forwarded; another body is 422; another user is separate', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
-  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { app, url } = await build(t, { upstreamUrl: stub.url })
 
   const first = await updateWith(url, validUpdate(), 'k-1')
   t.equal(first.status, 200)
@@ -87,6 +88,12 @@ t.test('update: a retry is replayed byte for byte and not forwarded; another bod
   await updateWith(url, validUpdate())
   t.equal(stub.requests.length, 4)
   t.equal(stub.requests[3]!.headers['idempotency-key'], undefined)
+
+  const counted = async (outcome: string): Promise<number | undefined> => metricOf(app.metrics, 'gateway_idempotency_total', { outcome })
+  t.equal(await counted('replay'), 1, 'one replay counted')
+  t.equal(await counted('conflict'), 2, 'the other body and the create with the same key')
+  t.equal(await counted('in_flight'), 0)
+  t.equal(await counted('store_unavailable'), 0)
 })
 
 t.test("update: the engine's structured error is stored; the gateway's own 502 is not", async (t) => {
@@ -120,7 +127,7 @@ t.test("update: the engine's structured error is stored; the gateway's own 502 i
 t.test('update: the same key while the first is in flight is 409', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
-  const { url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
+  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
   let release: (() => void) | undefined
   const held = new Promise<void>((resolve) => { release = resolve })
   const arrived = new Promise<void>((resolve) => {
@@ -136,6 +143,8 @@ t.test('update: the same key while the first is in flight is 409', async (t) => 
   const third = await updateWith(url, validUpdate(), 'k-busy')
   t.equal(third.headers['idempotent-replayed'], 'true')
   t.equal(stub.requests.length, 1)
+  t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'in_flight' }), 1, 'the 409 counted')
+  t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'replay' }), 1)
 })
 
 t.test('create: a retry with another boundary and part order is read, hashed and replayed, never forwarded', async (t) => {

@@ -11,7 +11,7 @@ import t from 'tap'
 import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { limitsStats } from '../src/limits/stats.js'
+import { metricOf } from './helpers/prometheus.js'
 import { bearer, build, hs256, MINTS, SECRET, validUpdate } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
 import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess, type Proc } from './helpers/processes.js'
@@ -52,7 +52,7 @@ if (requireRedis(t)) {
     const redis = await startRedis(t)
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
-    const { url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
+    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
     const ping = () => call(`${url}/api/portfolio/ping`, { headers: bearer() })
 
     const first = await until(ping, (a) => a.headers['ratelimit'] !== undefined) // the first connect is in the background
@@ -81,15 +81,17 @@ if (requireRedis(t)) {
     t.equal(replay.text, stored.text)
 
     await redis.kill()
-    const openBefore = limitsStats.rateLimitFailOpen
+    // Pings before the first connect went through unlimited too: count from here.
+    const openBefore = await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total') ?? NaN
     const open = await ping()
     t.equal(open.status, 200, 'rate limit fails open')
     t.equal(open.headers['ratelimit'], undefined)
-    t.ok(limitsStats.rateLimitFailOpen > openBefore, 'and is counted')
+    t.equal(await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total'), openBefore + 1, 'and is counted')
     const closed = await update(url, validUpdate(), 'r-2')
     t.equal(closed.status, 503, 'a keyed request fails closed')
     t.same(closed.json, { error: 'idempotency store unavailable, retry later' })
     t.equal(closed.headers['retry-after'], '1')
+    t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1, 'and is counted')
     t.equal((await update(url, validUpdate())).status, 200, 'a request without a key is unaffected')
 
     await redis.restart()

@@ -10,6 +10,7 @@ import { request } from 'undici'
 import { contractHandler, faults, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build } from './helpers/app.js'
 import { eventually } from './helpers/engine.js'
+import { metricOf } from './helpers/prometheus.js'
 
 async function get (url: string, headers: Record<string, string> = {}) {
   const res = await request(url, { headers })
@@ -21,7 +22,7 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   const stub = await startStubUpstream(faults.hang)
   t.teardown(() => stub.close())
   // A 5 s engine timeout: a request that waited for the engine could not answer sooner.
-  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 } })
+  const { app, url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 } })
 
   // Two calls hold both connections, two more wait in the queue.
   const stuck = Array.from({ length: 4 }, () => get(`${url}/api/portfolio/ping`, bearer()))
@@ -45,6 +46,7 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   t.equal((await get(`${url}/health`)).status, 200)
   t.equal((await get(`${url}/ping`)).status, 200)
   t.equal(stub.stats.started, 2, 'nothing more reached the engine')
+  t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'shed' }), 2, 'the ping and the update shed, counted')
 
   // The engine recovers: the stuck calls get answers, and new calls go through again.
   stub.handle(contractHandler)

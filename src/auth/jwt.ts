@@ -26,7 +26,7 @@ declare module 'fastify' {
     userId: string
   }
   interface FastifyInstance {
-    /** Key-set mode only: the provider's keys, with `stats` for metrics (see key-set.ts). */
+    /** Key-set mode only: the provider's keys (see key-set.ts). */
     keySet?: KeySet
   }
 }
@@ -161,7 +161,7 @@ async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig)
 
 /** Fetch the key set once before the gateway listens (DECISIONS 13); a provider down at start is logged, not fatal. */
 async function keySetVerifier (app: FastifyInstance, jwt: JwtKeySetConfig, extra: AuthOptions['keySet'] & object): Promise<Verifier> {
-  const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log: app.log, ...extra })
+  const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log: app.log, metrics: app.metrics, ...extra })
   app.decorate('keySet', keySet)
   app.addHook('onClose', (_app, done) => { keySet.close(); done() })
   await keySet.refresh()

@@ -16,18 +16,13 @@
  *   start of the last attempt of any kind (background refreshes included).
  * - A failed fetch keeps the cached keys: an outage logs nobody out.
  *
- * Observability: `keySetEvents` emits 'fetch' ({ url, ok, ms, keys?, error? })
- * after each attempt and 'unavailable' ({ url, retryAfterS }) for each token
- * answered 503 because no key could be had. `KeySet.stats` holds the same counts.
+ * Observability: each attempt is logged (info, or warn when it fails) and
+ * counted through `metrics.keySetRefreshed`; each token answered 503 because
+ * no key could be had, through `metrics.keySetKeyUnavailable`.
  */
-import { EventEmitter } from 'node:events'
 import { importJWK, type CryptoKey, type JWK } from 'jose'
 import { request } from 'undici'
-
-export const keySetEvents = new EventEmitter()
-
-export interface FetchEvent { url: string, ok: boolean, ms: number, keys?: number, error?: string }
-export interface UnavailableEvent { url: string, retryAfterS: number }
+import type { KeySetMetrics } from '../observability/metrics.js'
 
 /** Algorithms a key set may pin; HS* never (a JWK set of public keys has no shared secret). */
 const ASYMMETRIC = new Set(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'])
@@ -50,6 +45,7 @@ export interface KeySetOptions {
   /** Lower bound on the provider's max-age (60 s; tests shorten it). */
   minMaxAgeMs?: number
   log?: { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
+  metrics?: KeySetMetrics
 }
 
 /** A key lookup ended without a key. `unavailable`: the provider could not be reached; else the kid is unknown. */
@@ -81,8 +77,7 @@ export function maxAgeMs (cacheControl: string | string[] | undefined, minMs = M
 
 export class KeySet {
   readonly url: string
-  readonly stats = { fetches: 0, fetchFailures: 0, unavailable: 0 }
-  private readonly opts: Required<Omit<KeySetOptions, 'log'>> & Pick<KeySetOptions, 'log'>
+  private readonly opts: Required<Omit<KeySetOptions, 'log' | 'metrics'>> & Pick<KeySetOptions, 'log' | 'metrics'>
   private keys: SigningKey[] = []
   private trusted = new Set<SigningKey>()
   private lastAttemptAt = -Infinity
@@ -112,8 +107,7 @@ export class KeySet {
     if (found !== undefined) return found
     if (!this.lastOk) {
       const retryAfterS = Math.max(1, Math.ceil((this.lastAttemptAt + this.opts.cooldownMs - Date.now()) / 1000))
-      this.stats.unavailable++
-      keySetEvents.emit('unavailable', { url: this.url, retryAfterS } satisfies UnavailableEvent)
+      this.opts.metrics?.keySetKeyUnavailable()
       throw new KeyNotFound('identity provider unavailable', retryAfterS)
     }
     throw new KeyNotFound(kid === undefined ? 'token has no kid' : 'token key is not in the key set')
@@ -141,7 +135,6 @@ export class KeySet {
   private async fetchOnce (): Promise<void> {
     const started = Date.now()
     this.lastAttemptAt = started
-    this.stats.fetches++
     let nextInMs = this.opts.cooldownMs
     try {
       const { keys, maxAge } = await this.download()
@@ -155,13 +148,12 @@ export class KeySet {
       this.lastOk = true
       nextInMs = Math.max(this.opts.cooldownMs, maxAge * 0.8)
       this.opts.log?.info({ url: this.url, keys: keys.length, ms: Date.now() - started }, 'key set fetched')
-      keySetEvents.emit('fetch', { url: this.url, ok: true, ms: Date.now() - started, keys: keys.length } satisfies FetchEvent)
+      this.opts.metrics?.keySetRefreshed(true)
     } catch (err) {
       this.lastOk = false
-      this.stats.fetchFailures++
       const error = err instanceof Error ? err.message : String(err)
       this.opts.log?.warn({ url: this.url, error, cachedKeys: this.keys.length }, 'key set fetch failed; cached keys still used')
-      keySetEvents.emit('fetch', { url: this.url, ok: false, ms: Date.now() - started, error } satisfies FetchEvent)
+      this.opts.metrics?.keySetRefreshed(false)
     }
     if (!this.closed) {
       clearTimeout(this.timer)

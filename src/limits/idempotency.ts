@@ -17,7 +17,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'
 import type { EngineResponse } from '../engine-client/client.js'
 import type { IdempotencyRecord, LimitStore } from './store.js'
-import { limitsStats } from './stats.js'
+import type { LimitsMetrics } from '../observability/metrics.js'
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key'
 export const REPLAYED_HEADER = 'idempotent-replayed'
@@ -57,6 +57,7 @@ export interface IdempotencyOptions {
   ttlS: number
   /** How long an in-flight claim holds if its instance dies mid-request. */
   pendingTtlMs: number
+  metrics: LimitsMetrics
 }
 
 /** A claimed key: the route finishes it with `complete` (engine answered) or `release` (gateway error). */
@@ -82,6 +83,7 @@ export class Idempotency {
     try {
       held = await store.claim(storeKey, pendingTtlMs)
     } catch (err) {
+      this.#opts.metrics.idempotencyShortCut('store_unavailable')
       throw storeUnavailable(request, err)
     }
     if (held !== undefined) return { held }
@@ -110,21 +112,21 @@ export class Idempotency {
 
   /** Answer a request whose key is held by another: 409, 422 or the replay. */
   answerHeld (reply: FastifyReply, held: IdempotencyRecord, fingerprint: string): FastifyReply {
+    const { metrics } = this.#opts
     if (held.state === 'pending') {
-      limitsStats.idempotencyConflicts++
+      metrics.idempotencyShortCut('in_flight')
       throw new GatewayError('IDEMPOTENCY_KEY_IN_USE')
     }
     if (held.fingerprint !== fingerprint) {
-      limitsStats.idempotencyConflicts++
+      metrics.idempotencyShortCut('conflict')
       throw new GatewayError('IDEMPOTENCY_KEY_REUSED')
     }
-    limitsStats.idempotentReplays++
+    metrics.idempotencyShortCut('replay')
     return reply.code(held.status).header(REPLAYED_HEADER, 'true').type(held.contentType).send(Buffer.from(held.body, 'base64'))
   }
 }
 
 function storeUnavailable (request: FastifyRequest, err: unknown): GatewayError {
-  limitsStats.idempotencyStoreFailures++
   request.log.warn({ err: { message: (err as Error).message } }, 'idempotency store unavailable: request refused')
   return new GatewayError('IDEMPOTENCY_STORE_UNAVAILABLE', undefined, { headers: { 'retry-after': '1' }, cause: err })
 }

@@ -1,6 +1,7 @@
 /**
  * The limits layer, built once from the config: the store (memory or Redis),
- * the shedding and rate-limit hooks, and the idempotency records.
+ * the shedding and rate-limit hooks, and the idempotency records. What they
+ * refuse or let through is counted in the app's metrics (app.metrics).
  */
 import type { FastifyInstance, onRequestHookHandler } from 'fastify'
 import type { LimitsConfig } from '../config.js'
@@ -33,12 +34,12 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine:
     eventLoop?.stop()
     await store.close()
   })
-  const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute) : undefined
+  const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute, app.metrics) : undefined
   return {
-    shed: shedHook({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }),
+    shed: shedHook({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }, app.metrics),
     ...(rateLimit === undefined ? {} : { rateLimit }),
     // An in-flight claim outlives the longest engine call, then frees the key if its instance died.
-    idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: Math.min(config.idempotencyTtlS * 1000, callTimeoutMs + 5_000) })
+    idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: Math.min(config.idempotencyTtlS * 1000, callTimeoutMs + 5_000), metrics: app.metrics })
   }
 }
 

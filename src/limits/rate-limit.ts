@@ -15,11 +15,11 @@
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { GatewayError } from '../http/errors.js'
 import type { LimitStore } from './store.js'
-import { limitsStats } from './stats.js'
+import type { LimitsMetrics } from '../observability/metrics.js'
 
 export const RATE_WINDOW_S = 60
 
-export function rateLimitHook (store: LimitStore, perMinute: number): onRequestHookHandler {
+export function rateLimitHook (store: LimitStore, perMinute: number, metrics: LimitsMetrics): onRequestHookHandler {
   const policy = `"default";q=${perMinute};w=${RATE_WINDOW_S}`
   return async function rateLimit (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     let hit
@@ -28,7 +28,7 @@ export function rateLimitHook (store: LimitStore, perMinute: number): onRequestH
     } catch (err) {
       // Fail open (DECISIONS 17): a store outage must not turn into an outage of the API.
       // Counted here; the store logs the outage once (warn), each request only at debug.
-      limitsStats.rateLimitFailOpen++
+      metrics.rateLimitFailedOpen()
       request.log.debug({ err: { message: (err as Error).message } }, 'rate limit store unavailable: request let through')
       return
     }
@@ -36,8 +36,8 @@ export function rateLimitHook (store: LimitStore, perMinute: number): onRequestH
     const remaining = Math.max(0, perMinute - hit.count)
     reply.header('ratelimit-policy', policy)
     reply.header('ratelimit', `"default";r=${remaining};t=${resetS}`)
+    // The 429 is counted with the other refusals (gateway_rejections_total{reason="rate_limit"}).
     if (hit.count > perMinute) {
-      limitsStats.rateLimited++
       throw new GatewayError('RATE_LIMITED', undefined, { headers: { 'retry-after': String(resetS) } })
     }
   }

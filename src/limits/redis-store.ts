@@ -8,7 +8,6 @@
 import { Redis } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IdempotencyRecord, LimitStore, WindowHit } from './store.js'
-import { limitsStats } from './stats.js'
 
 /** INCR and start the window on the first hit, atomically; returns [count, ms left]. */
 const HIT_SCRIPT = `
@@ -57,7 +56,7 @@ export class RedisStore implements LimitStore {
   }
 
   async hit (key: string, windowMs: number): Promise<WindowHit> {
-    const [count, ttl] = await this.#run(() => (this.#redis as unknown as PgwCommands).pgwHit(PREFIX + 'rl:' + key, windowMs))
+    const [count, ttl] = await (this.#redis as unknown as PgwCommands).pgwHit(PREFIX + 'rl:' + key, windowMs)
     return { count, resetMs: ttl }
   }
 
@@ -66,34 +65,25 @@ export class RedisStore implements LimitStore {
     // SET NX is the claim; a miss reads the holder. The holder can expire in
     // between: then try once more.
     for (let attempt = 0; attempt < 2; attempt++) {
-      const set = await this.#run(() => this.#redis.set(k, JSON.stringify({ state: 'pending' }), 'PX', pendingTtlMs, 'NX'))
+      const set = await this.#redis.set(k, JSON.stringify({ state: 'pending' }), 'PX', pendingTtlMs, 'NX')
       if (set === 'OK') return undefined
-      const held = await this.#run(() => this.#redis.get(k))
+      const held = await this.#redis.get(k)
       if (held !== null) return JSON.parse(held) as IdempotencyRecord
     }
     return { state: 'pending' }
   }
 
   async complete (key: string, record: IdempotencyRecord, ttlMs: number): Promise<void> {
-    await this.#run(() => this.#redis.set(PREFIX + 'idem:' + key, JSON.stringify(record), 'PX', ttlMs))
+    await this.#redis.set(PREFIX + 'idem:' + key, JSON.stringify(record), 'PX', ttlMs)
   }
 
   async release (key: string): Promise<void> {
-    await this.#run(() => this.#redis.del(PREFIX + 'idem:' + key))
+    await this.#redis.del(PREFIX + 'idem:' + key)
   }
 
   async close (): Promise<void> {
     // quit() would wait for a Redis that may be gone.
     this.#redis.disconnect(false)
-  }
-
-  async #run<T> (command: () => Promise<T>): Promise<T> {
-    try {
-      return await command()
-    } catch (err) {
-      limitsStats.storeErrors++
-      throw err
-    }
   }
 }
 

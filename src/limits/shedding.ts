@@ -16,7 +16,7 @@
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { GatewayError } from '../http/errors.js'
-import { limitsStats } from './stats.js'
+import type { LimitsMetrics } from '../observability/metrics.js'
 
 const SAMPLE_MS = 20
 const RETRY_AFTER_S = '1'
@@ -48,17 +48,12 @@ export interface ShedSignals {
   engineQueueFull: () => boolean
 }
 
-export function shedHook (signals: ShedSignals): onRequestHookHandler {
+export function shedHook (signals: ShedSignals, metrics: LimitsMetrics): onRequestHookHandler {
+
   return function shed (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
-    let why: 'event loop' | 'engine queue' | undefined
-    if (signals.eventLoop?.lagging() === true) {
-      why = 'event loop'
-      limitsStats.shedEventLoop++
-    } else if (signals.engineQueueFull()) {
-      why = 'engine queue'
-      limitsStats.shedEngineQueue++
-    }
+    const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
     if (why === undefined) return done()
+    metrics.rejected('shed')
     request.log.warn({ signal: why }, 'shedding load')
     done(overloaded())
   }

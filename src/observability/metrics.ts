@@ -5,7 +5,9 @@
  * series count.
  *
  * The small methods below are the API the rest of the gateway plugs into
- * (engine client, rate limits, idempotency, key sets); each is one increment.
+ * (engine client, rate limits, shedding, idempotency, key sets); each is one
+ * increment. Those modules take the narrow `LimitsMetrics`/`KeySetMetrics`
+ * views, so a test can hand them a recorder.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 
@@ -21,7 +23,7 @@ export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
 /** ok: a 2xx; engine_error: the engine's own 4xx/5xx; the rest: the call failed (DECISIONS 8). */
 export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response'
 export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large'
-export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight'
+export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
 
 /** Pool counters read at scrape time (undici Pool `stats`). */
 export interface EnginePoolState {
@@ -92,8 +94,14 @@ export class GatewayMetrics {
 
   readonly idempotency = new Counter({
     name: 'gateway_idempotency_total',
-    help: 'Idempotency-Key requests not sent to the engine: replay (stored answer), conflict (422 key reused), in_flight (409)',
+    help: 'Idempotency-Key requests not sent to the engine: replay (stored answer), conflict (422 key reused), in_flight (409), store_unavailable (503, the store could not be reached)',
     labelNames: ['outcome'] as const,
+    registers: [this.registry]
+  })
+
+  readonly keySetUnavailable = new Counter({
+    name: 'gateway_jwks_unavailable_total',
+    help: 'Tokens answered 503 because their key could not be had: the identity provider was unreachable',
     registers: [this.registry]
   })
 
@@ -123,6 +131,8 @@ export class GatewayMetrics {
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     // Series that exist from the start, so rate() and alerts see zeros instead of nothing.
     for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large'] as const) this.rejections.inc({ reason }, 0)
+    for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) this.idempotency.inc({ outcome }, 0)
+    for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
   }
 
   /** One finished engine call (src/engine-client/client.ts). */
@@ -135,12 +145,17 @@ export class GatewayMetrics {
     this.rejections.inc({ reason })
   }
 
-  /** A key-set fetch finished (helper "jwks"). */
+  /** A key-set fetch finished (src/auth/key-set.ts). */
   keySetRefreshed (ok: boolean): void {
     this.keySetRefreshes.inc({ result: ok ? 'ok' : 'failed' })
   }
 
-  /** An Idempotency-Key request answered without the engine (helper "limits"). */
+  /** A token refused with 503: its key could not be had (DECISIONS 13). */
+  keySetKeyUnavailable (): void {
+    this.keySetUnavailable.inc()
+  }
+
+  /** An Idempotency-Key request answered without the engine (src/limits/idempotency.ts). */
   idempotencyShortCut (outcome: IdempotencyOutcome): void {
     this.idempotency.inc({ outcome })
   }
@@ -155,3 +170,8 @@ export class GatewayMetrics {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() }
   }
 }
+
+/** What the limits layer reports (src/limits). */
+export type LimitsMetrics = Pick<GatewayMetrics, 'rejected' | 'rateLimitFailedOpen' | 'idempotencyShortCut'>
+/** What the key set reports (src/auth). */
+export type KeySetMetrics = Pick<GatewayMetrics, 'keySetRefreshed' | 'keySetKeyUnavailable'>
