@@ -21,7 +21,7 @@ import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
-import { installTraceContext } from './observability/trace-context.js'
+import { installTraceContext, tracingChildLogger } from './observability/trace-context.js'
 import { buildLimits } from './limits/limits.js'
 
 export interface AppDeps {
@@ -43,6 +43,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     requestIdHeader: false,
     // One access line per request (onResponse below) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
+    // Each request's logger carries traceId beside reqId (W3C trace context).
+    childLoggerFactory: tracingChildLogger,
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     requestTimeout: SERVER_LIMITS.requestTimeoutMs,
@@ -73,7 +75,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
   closeConnectionsWhenNeeded(app, lifecycle)
   installTraceContext(app)
-  installMetrics(app, deps.engine)
+  installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
     app.addHook('onResponse', (request, reply, done) => {

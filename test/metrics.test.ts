@@ -12,7 +12,7 @@ import { GatewayMetrics } from '../src/observability/metrics.js'
 import { rejectionReason } from '../src/observability/request-metrics.js'
 import { startMetricsServer } from '../src/observability/metrics-server.js'
 import { bearer, build, validUpdate } from './helpers/app.js'
-import { scrape, valueOf } from './helpers/prometheus.js'
+import { parseExposition, scrape, valueOf } from './helpers/prometheus.js'
 
 async function gatewayWithMetrics (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
   const built = await build(t, { upstreamUrl, env })
@@ -146,6 +146,18 @@ t.test('each app has its own registry', async (t) => {
   t.equal(valueOf((await scrape(two.metricsUrl)).samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), undefined)
 })
 
+t.test('METRICS_PORT=0: no per-request hooks or engine observer (the request path pays nothing); the features\' counters stay', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { METRICS_PORT: '0' } })
+  t.same(await ping(url), { status: 200, body: 'pong' })
+  t.equal((await ping(url, {})).status, 401)
+  const samples = parseExposition((await app.metrics.scrape()).body)
+  t.equal(samples.filter((s) => s.name === 'gateway_requests_total' || s.name === 'gateway_engine_calls_total').length, 0, 'no request or engine series')
+  t.equal(valueOf(samples, 'gateway_requests_in_flight'), 0, 'the gauge never moved')
+  t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'auth' }), 0, 'no onError hook')
+})
+
 t.test('the API other features plug into: key-set refreshes, idempotency short cuts, rate-limit fail-opens', async (t) => {
   const metrics = new GatewayMetrics({ processMetrics: false })
   metrics.keySetRefreshed(true)
@@ -155,6 +167,8 @@ t.test('the API other features plug into: key-set refreshes, idempotency short c
   metrics.idempotencyShortCut('conflict')
   metrics.idempotencyShortCut('in_flight')
   metrics.idempotencyShortCut('replay')
+  metrics.idempotencyShortCut('store_unavailable')
+  metrics.keySetKeyUnavailable()
   metrics.rateLimitFailedOpen()
   metrics.rejected('rate_limit')
   metrics.rejected('shed')
@@ -166,6 +180,8 @@ t.test('the API other features plug into: key-set refreshes, idempotency short c
   t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'replay' }), 2)
   t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'conflict' }), 1)
   t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'in_flight' }), 1)
+  t.equal(valueOf(samples, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1)
+  t.equal(valueOf(samples, 'gateway_jwks_unavailable_total'), 1)
   t.equal(valueOf(samples, 'gateway_rate_limit_fail_open_total'), 1)
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'rate_limit' }), 1)
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'shed' }), 1)

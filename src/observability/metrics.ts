@@ -135,10 +135,18 @@ export class GatewayMetrics {
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
   }
 
-  /** One finished engine call (src/engine-client/client.ts). */
+  readonly #engineSeries = new Map<string, { count: { inc: () => void }, duration: { observe: (seconds: number) => void } }>()
+
+  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per call and outcome. */
   engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number): void {
-    this.engineCalls.inc({ call, outcome })
-    this.engineCallDuration.observe({ call }, seconds)
+    const key = call + outcome
+    let series = this.#engineSeries.get(key)
+    if (series === undefined) {
+      series = { count: this.engineCalls.labels({ call, outcome }), duration: this.engineCallDuration.labels({ call }) }
+      this.#engineSeries.set(key, series)
+    }
+    series.count.inc()
+    series.duration.observe(seconds)
   }
 
   rejected (reason: RejectionReason): void {

@@ -1,13 +1,17 @@
 /**
- * Per-request metrics: two hooks on the root instance, so every route, the
- * 404 handler and every error are seen. Per request: one gauge up and down, one
- * counter and one histogram observe; a rejection adds one more increment.
+ * Per-request metrics: every route, every unmatched request and every error is
+ * seen. Per request: one gauge up and down, one counter and one histogram
+ * observe on series resolved when the route was added; a rejection adds one
+ * more increment.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { toGatewayError } from '../http/error-handler.js'
 import type { GatewayError } from '../http/errors.js'
 import type { EngineClient } from '../engine-client/client.js'
 import { GatewayMetrics, STATUS_CLASSES, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
+
+/** Methods Node's parser accepts are many; an unmatched one outside these is labelled "other". */
+const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
 
 /** The gateway's own "too large" messages (src/shared/client-errors.ts, routes/create): body, image. */
 const TOO_LARGE = /must be at most \d+ bytes$/
@@ -27,22 +31,54 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
   }
 }
 
-export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMetrics): void {
-  const { requests, requestDuration, inFlight } = metrics
+/** One route's series, resolved once: a request then pays one increment and one observe, no label hashing. */
+interface RouteSeries {
+  count: Array<{ inc: () => void }>
+  duration: { observe: (seconds: number) => void }
+}
 
-  app.addHook('onRequest', (request, reply, done) => {
+function seriesFor (metrics: GatewayMetrics, route: string, method: string): RouteSeries {
+  return {
+    count: STATUS_CLASSES.map((statusClass) => metrics.requests.labels({ route, method, status_class: statusClass })),
+    duration: metrics.requestDuration.labels({ route, method })
+  }
+}
+
+function record (series: RouteSeries, reply: FastifyReply): void {
+  series.count[Math.floor(reply.statusCode / 100) - 1]?.inc()
+  series.duration.observe(reply.elapsedTime / 1000)
+}
+
+export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMetrics): void {
+  const { inFlight } = metrics
+  const leave = (): void => { inFlight.dec() }
+  app.addHook('onRequest', (_request, reply, done) => {
     inFlight.inc()
     // 'close' fires for every response, also when the client went away before the answer.
-    reply.raw.once('close', () => inFlight.dec())
+    reply.raw.once('close', leave)
     done()
   })
 
-  app.addHook('onResponse', (request: FastifyRequest, reply: FastifyReply, done) => {
-    // The route template ("/api/portfolio/update"), never the URL the client sent.
-    const route = request.routeOptions.url ?? UNKNOWN_ROUTE
-    const status = reply.statusCode
-    requests.inc({ route, method: request.method, status_class: STATUS_CLASSES[Math.floor(status / 100) - 1] ?? 'other' })
-    requestDuration.observe({ route, method: request.method }, reply.elapsedTime / 1000)
+  // Each route gets its own onResponse hook holding its series (the route
+  // template, e.g. "/api/portfolio/update", never the URL the client sent).
+  app.addHook('onRoute', (route) => {
+    const byMethod = new Map<string, RouteSeries>()
+    for (const method of [route.method].flat()) byMethod.set(method, seriesFor(metrics, route.url, method))
+    const onResponse = (request: FastifyRequest, reply: FastifyReply, done: () => void): void => {
+      const series = byMethod.get(request.method)
+      if (series !== undefined) record(series, reply)
+      done()
+    }
+    route.onResponse = [route.onResponse ?? []].flat().concat(onResponse)
+  })
+  // Requests no route matched: one fixed label, whatever the method (also never the raw URL).
+  const unmatched = new Map<string, RouteSeries>()
+  app.addHook('onResponse', (request, reply, done) => {
+    if (request.is404) {
+      let series = unmatched.get(request.method)
+      if (series === undefined) unmatched.set(request.method, series = seriesFor(metrics, UNKNOWN_ROUTE, KNOWN_METHODS.has(request.method) ? request.method : 'other'))
+      record(series, reply)
+    }
     done()
   })
 
@@ -60,11 +96,18 @@ declare module 'fastify' {
   }
 }
 
-/** Metrics for one app: its own registry, the request hooks, the engine client's observer. */
-export function installMetrics (app: FastifyInstance, engine: EngineClient): GatewayMetrics {
+/**
+ * Metrics for one app: its own registry, the engine client's observer and,
+ * when something will scrape them (METRICS_PORT is not 0), the per-request
+ * hooks. With metrics off the request path pays nothing; the features' rare
+ * counters (shed, replays, key-set fetches) stay, as plain increments.
+ */
+export function installMetrics (app: FastifyInstance, engine: EngineClient, opts: { perRequest: boolean }): GatewayMetrics {
   const metrics = new GatewayMetrics({ enginePool: () => engine.poolState() })
-  engine.observe((call, outcome, seconds) => metrics.engineCall(call, outcome, seconds))
-  installRequestMetrics(app, metrics)
+  if (opts.perRequest) {
+    engine.observe((call, outcome, seconds) => metrics.engineCall(call, outcome, seconds))
+    installRequestMetrics(app, metrics)
+  }
   app.decorate('metrics', metrics)
   return metrics
 }
