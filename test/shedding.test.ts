@@ -9,6 +9,8 @@ import t from 'tap'
 import { request } from 'undici'
 import { contractHandler, faults, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build } from './helpers/app.js'
+import { Writable } from 'node:stream'
+import { watchEventLoop } from '../src/limits/shedding.js'
 import { eventually } from './helpers/engine.js'
 import { metricOf } from './helpers/prometheus.js'
 
@@ -22,7 +24,9 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   const stub = await startStubUpstream(faults.hang)
   t.teardown(() => stub.close())
   // A 5 s engine timeout: a request that waited for the engine could not answer sooner.
-  const { app, url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 } })
+  const lines: Array<Record<string, unknown>> = []
+  const stream = new Writable({ write (chunk, _enc, cb) { lines.push(JSON.parse(String(chunk)) as Record<string, unknown>); cb() } })
+  const { app, url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 }, logger: { level: 'info', stream } })
 
   // Two calls hold both connections, two more wait in the queue.
   const stuck = Array.from({ length: 4 }, () => get(`${url}/api/portfolio/ping`, bearer()))
@@ -47,6 +51,9 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   t.equal((await get(`${url}/ping`)).status, 200)
   t.equal(stub.stats.started, 2, 'nothing more reached the engine')
   t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'shed' }), 2, 'the ping and the update shed, counted')
+  // A refusal must cost less than an answer: one warn line per second of shedding, no error line or stack per request.
+  t.match(lines.filter((l) => l.msg !== 'request' && !String(l.msg).startsWith('Server listening')), [{ level: 40, signal: 'engine queue', shed: 1, msg: /^shedding load/ }], 'one line for both refusals')
+  t.equal(lines.filter((l) => l.msg === 'request' && l.status === 503).length, 2, 'each still has its access line')
 
   // The engine recovers: the stuck calls get answers, and new calls go through again.
   stub.handle(contractHandler)
@@ -94,4 +101,17 @@ t.test('requests that arrive during an event-loop stall past SHED_EVENT_LOOP_DEL
   let status = 0
   while (status !== 200 && Date.now() < deadline) status = (await get(`${url}/api/portfolio/ping`, bearer())).status
   t.equal(status, 200, 'serves again once the loop is on time')
+})
+
+t.test('the event-loop watch reads the delay live: a turn of the loop that runs past the bound is lagging before the timer can fire', async (t) => {
+  const watch = watchEventLoop(50)
+  t.teardown(watch.stop)
+  await new Promise((resolve) => setTimeout(resolve, 30)) // one tick on time
+  t.equal(watch.lagging(), false, 'on time')
+  const until = performance.now() + 120
+  while (performance.now() < until) { /* one long turn of the loop, as a flood of reads makes */ }
+  t.equal(watch.lagging(), true, 'still inside the same turn: lagging')
+  await new Promise((resolve) => setTimeout(resolve, 0))
+  t.equal(watch.lagging(), true, 'the late tick holds it')
+  t.ok(await eventually(() => !watch.lagging(), 5000), 'the next tick on time ends it')
 })

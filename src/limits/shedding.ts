@@ -5,17 +5,23 @@
  * Two signals, both a cheap read per request:
  * - the engine pool's queue (EngineClient.queueFull: requests waiting for one
  *   of the pool's connections, bounded by UPSTREAM_MAX_QUEUE);
- * - the event loop's delay, sampled every 20 ms by a timer that measures how
- *   late it fires. A once-a-second mean (under-pressure's default) averages a
- *   stall away; a late tick sees it at the next turn of the loop, where timers
- *   run before the sockets are read. So the requests that piled up behind a
- *   stall past the bound are refused, and the state holds until the next
- *   on-time tick: a loop that stays slow keeps shedding, one that recovers
- *   serves again within 20 ms. (Holding longer made a single late tick, e.g.
+ * - the event loop's delay, from a timer due every 20 ms. A once-a-second
+ *   mean (under-pressure's default) averages a stall away. Here the delay is
+ *   read live: a request that arrives while the timer is overdue by more than
+ *   the bound is refused, so a long turn of the loop (a CPU-bound flood: one
+ *   poll phase reading a thousand sockets) refuses its tail instead of making
+ *   it wait. After a stall, timers run before the sockets are read, so the
+ *   late tick also marks the requests that piled up behind it; the state holds
+ *   until the next on-time tick. (Holding longer made a single late tick, e.g.
  *   a process descheduled on a busy machine, refuse a whole second.)
+ *
+ * A refusal must cost much less than an answer, or refusing cannot get a
+ * flooded gateway out of trouble: the hook answers the 503 itself, with a
+ * body serialised once, no error object and no stack, and logs one line per
+ * second while shedding (with the count) instead of one per request.
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
-import { GatewayError } from '../http/errors.js'
+import { GatewayError, wireBody } from '../http/errors.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
 const SAMPLE_MS = 20
@@ -26,7 +32,10 @@ export interface EventLoopWatch {
   readonly stop: () => void
 }
 
-/** Watch the event loop; `lagging()` is true from a tick late by more than `boundMs` to the next tick on time. */
+/**
+ * Watch the event loop; `lagging()` is true while the timer is overdue by more
+ * than `boundMs`, and from a tick that came that late to the next one on time.
+ */
 export function watchEventLoop (boundMs: number): EventLoopWatch {
   let expected = performance.now() + SAMPLE_MS
   let late = false
@@ -37,7 +46,7 @@ export function watchEventLoop (boundMs: number): EventLoopWatch {
   }, SAMPLE_MS)
   timer.unref()
   return {
-    lagging: () => late,
+    lagging: () => late || performance.now() - expected > boundMs,
     stop: () => clearInterval(timer)
   }
 }
@@ -49,13 +58,22 @@ export interface ShedSignals {
 }
 
 export function shedHook (signals: ShedSignals, metrics: LimitsMetrics): onRequestHookHandler {
-
-  return function shed (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void {
+  const body = JSON.stringify(wireBody(overloaded(), undefined))
+  let shedSinceLine = 0
+  let lineAt = -Infinity
+  return function shed (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
     const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
     if (why === undefined) return done()
     metrics.rejected('shed')
-    request.log.warn({ signal: why }, 'shedding load')
-    done(overloaded())
+    shedSinceLine++
+    const now = performance.now()
+    if (now - lineAt >= 1000) {
+      request.log.warn({ signal: why, shed: shedSinceLine }, 'shedding load: new /api/* requests get 503 (count since the last such line)')
+      shedSinceLine = 0
+      lineAt = now
+    }
+    // Answered here, not thrown: an unread body still closes the connection (src/http/connection-close.ts).
+    void reply.code(503).header('retry-after', RETRY_AFTER_S).type('application/json; charset=utf-8').send(body)
   }
 }
 
