@@ -42,6 +42,18 @@ t.test('update: the validated body reaches the engine and its answer comes back'
   t.equal(sent.headers['x-user-id'], 'alice')
 })
 
+t.test('update: the engine gets the validated body in the schema\'s key order, whatever order and spacing the client used', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const u = validUpdate()
+  const reordered = `{ "target_positions": [${u.target_positions.map((p) => `{"allocation": ${p.allocation}, "mint": "${p.mint}"}`).join(', ')}], "portfolio_id": "${u.portfolio_id}" }`
+  const res = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: reordered })
+  t.equal(res.statusCode, 200)
+  await res.body.dump()
+  t.equal(stub.requests[0]!.body.toString(), JSON.stringify({ portfolio_id: u.portfolio_id, target_positions: u.target_positions.map((p) => ({ mint: p.mint, allocation: p.allocation })) }))
+})
+
 t.test('a generated request id when the client sends none or an insane one', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)

@@ -5,7 +5,7 @@
  * An entry never outlives the token's `exp` (plus the clock tolerance) nor
  * `maxAgeMs`.
  */
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 
 export interface Verified<K> {
@@ -25,7 +25,7 @@ export class TokenCache<K = never> {
   }
 
   static keyOf (token: string): string {
-    return createHash('sha256').update(token).digest('base64url')
+    return hash('sha256', token, 'base64url')
   }
 
   get (token: string): Verified<K> | undefined {

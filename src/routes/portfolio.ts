@@ -3,15 +3,23 @@
  * Thin: the schema validates, the rules look across positions, the engine answers.
  */
 import type { FastifyPluginAsync } from 'fastify'
+import fastJson from 'fast-json-stringify'
 import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import type { EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
 import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
-import { canonicalJson, fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../limits/idempotency.js'
+import { fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../limits/idempotency.js'
 
 const UPDATE_ANSWER = '200 { success: true, message }'
+
+/**
+ * The validated update, written in the schema's property order whatever the
+ * client's (the schema is closed: order is the only freedom left). One string
+ * is both what the engine gets and the Idempotency-Key fingerprint's content.
+ */
+const canonicalUpdate = fastJson(UpdatePortfolioBody)
 
 export interface PortfolioRouteOptions {
   engine: EngineClient
@@ -35,7 +43,9 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
     // DECISIONS 16: with an Idempotency-Key, claim it before the engine is asked.
     const key = idempotencyKeyOf(request)
     let claim: Claim | undefined
-    const fingerprint = key === undefined ? '' : fingerprintOf('update', canonicalJson(request.body))
+    // Written from the validated value: the engine sees exactly what was checked.
+    const body = canonicalUpdate(request.body)
+    const fingerprint = key === undefined ? '' : fingerprintOf('update', body)
     if (key !== undefined) {
       const begun = await idempotency.begin(request, key)
       if ('held' in begun) return idempotency.answerHeld(reply, begun.held, fingerprint)
@@ -50,8 +60,7 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
         traceparent: request.traceparent,
         contentType: 'application/json',
         ...(key === undefined ? {} : { idempotencyKey: key }),
-        // Re-encoded from the validated value: the engine sees exactly what was checked.
-        body: JSON.stringify(request.body)
+        body
       })
       const isAgreed = (v: unknown): boolean => isEngineUpdateResponse.Check(v)
       // The record is stored before the client can see the answer and retry.
