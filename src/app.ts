@@ -1,9 +1,11 @@
 /**
  * buildApp: the whole request path, registered in the order it runs.
  *
- *   request -> request id, trace context, metrics -> [bearer scope: JWT] -> schema -> handler -> engine pool
+ *   request -> [/api/* while overloaded: 503 in front of Fastify]
+ *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
+import { createServer } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
@@ -23,6 +25,7 @@ import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
 import { installTraceContext, tracingChildLogger } from './observability/trace-context.js'
 import { buildLimits } from './limits/limits.js'
+import { LoadShedder } from './limits/shedding.js'
 
 export interface AppDeps {
   engine: EngineClient
@@ -37,7 +40,10 @@ export interface AppDeps {
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
   const lifecycle = deps.lifecycle ?? { draining: false }
+  // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
+  const shedder = new LoadShedder(lifecycle)
   const app = Fastify({
+    serverFactory: (handler) => createServer(shedder.inFrontOf(handler)),
     logger: deps.logger ?? false,
     genReqId: requestIdFrom,
     requestIdHeader: false,
@@ -62,6 +68,10 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
     ajv: SCHEMA_VALIDATION
   })
+  // A server from serverFactory gets none of Fastify's timeouts: set them here.
+  app.server.keepAliveTimeout = SERVER_LIMITS.keepAliveTimeoutMs
+  app.server.requestTimeout = SERVER_LIMITS.requestTimeoutMs
+  app.server.setTimeout(idleTimeoutMs(config))
   app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
   app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
   ownEngineClient(app, deps.engine)
@@ -91,13 +101,12 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await registerOpenApi(app)
   await app.register(livenessRoutes, { lifecycle })
 
-  // 4. Bearer routes: shedding (cheap, before auth), then the JWT hook before the
-  //    body is read or any handler runs, then the per-user rate limit.
+  // 4. Bearer routes (shed in front of Fastify when overloaded): the JWT hook
+  //    before the body is read or any handler runs, then the per-user rate limit.
   const authenticate = await createAuthenticator(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
-  const limits = buildLimits(app, config.limits, deps.engine, callTimeoutMs)
+  const limits = buildLimits(app, config.limits, deps.engine, shedder, callTimeoutMs)
   await app.register(async function bearerScope (api) {
-    api.addHook('onRequest', limits.shed)
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })

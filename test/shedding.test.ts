@@ -44,6 +44,8 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
 
   const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: '{}' })
   t.equal(update.statusCode, 503, 'shedding comes before the body is validated')
+  t.equal(update.headers.connection, 'close', 'its body unread: the connection ends')
+  t.match(update.headers['x-request-id'], /^[0-9a-f-]{36}$/)
   await update.body.dump()
 
   // Public health is never shed.
@@ -51,9 +53,9 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   t.equal((await get(`${url}/ping`)).status, 200)
   t.equal(stub.stats.started, 2, 'nothing more reached the engine')
   t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'shed' }), 2, 'the ping and the update shed, counted')
-  // A refusal must cost less than an answer: one warn line per second of shedding, no error line or stack per request.
-  t.match(lines.filter((l) => l.msg !== 'request' && !String(l.msg).startsWith('Server listening')), [{ level: 40, signal: 'engine queue', shed: 1, msg: /^shedding load/ }], 'one line for both refusals')
-  t.equal(lines.filter((l) => l.msg === 'request' && l.status === 503).length, 2, 'each still has its access line')
+  // A refusal must cost far less than an answer: refused in front of Fastify, one warn line per
+  // second of shedding with the count, no access, error or stack line per request.
+  t.match(lines.filter((l) => !String(l.msg).startsWith('Server listening')), [{ level: 40, signal: 'engine queue', shed: 1, msg: /^shedding load/ }], 'one line for both refusals')
 
   // The engine recovers: the stuck calls get answers, and new calls go through again.
   stub.handle(contractHandler)
@@ -61,6 +63,25 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   const finished = await Promise.all(stuck)
   t.same(finished.map((r) => r.status).sort(), [200, 200, 502, 502], 'the two at the engine fail with it, the queued two are served by fresh connections')
   t.equal((await get(`${url}/api/portfolio/ping`, bearer())).status, 200)
+})
+
+t.test('while draining, a shed answer ends its connection too', async (t) => {
+  const stub = await startStubUpstream(faults.hang)
+  t.teardown(() => stub.close())
+  const lifecycle = { draining: false }
+  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 1, maxQueue: 1 }, lifecycle })
+  const stuck = [get(`${url}/api/portfolio/ping`, bearer()), get(`${url}/api/portfolio/ping`, bearer())]
+  t.ok(await eventually(() => stub.stats.started === 1 && engine.queueFull(), 4000), 'one call at the engine, one queued')
+  const before = await get(`${url}/api/portfolio/ping`, bearer())
+  t.equal(before.status, 503)
+  t.equal(before.headers.connection, 'keep-alive', 'a GET shed while serving keeps its connection')
+  lifecycle.draining = true
+  const during = await get(`${url}/api/portfolio/ping`, bearer())
+  t.equal(during.status, 503)
+  t.equal(during.headers.connection, 'close')
+  stub.handle(contractHandler)
+  stub.resetAll()
+  await Promise.all(stuck)
 })
 
 t.test('requests that arrive during an event-loop stall past SHED_EVENT_LOOP_DELAY_MS are shed; then it serves again', async (t) => {

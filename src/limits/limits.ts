@@ -1,6 +1,6 @@
 /**
  * The limits layer, built once from the config: the store (memory or Redis),
- * the shedding and rate-limit hooks, and the idempotency records. What they
+ * the shedder's signals, the rate-limit hook and the idempotency records. What they
  * refuse or let through is counted in the app's metrics (app.metrics).
  */
 import type { FastifyInstance, onRequestHookHandler } from 'fastify'
@@ -10,12 +10,10 @@ import { Idempotency } from './idempotency.js'
 import { MemoryStore } from './memory-store.js'
 import { rateLimitHook } from './rate-limit.js'
 import { RedisStore } from './redis-store.js'
-import { shedHook, watchEventLoop, type EventLoopWatch } from './shedding.js'
+import { watchEventLoop, type EventLoopWatch, type LoadShedder } from './shedding.js'
 import type { LimitStore } from './store.js'
 
 export interface Limits {
-  /** onRequest, before auth: cheap, refuses when overloaded. */
-  shed: onRequestHookHandler
   /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
   rateLimit?: onRequestHookHandler
   idempotency: Idempotency
@@ -26,7 +24,7 @@ export interface Limits {
  * loop is watched from onReady, so start-up work (loading, compiling routes)
  * is not mistaken for load.
  */
-export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, callTimeoutMs: number): Limits {
+export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Limits {
   const store: LimitStore = config.redisUrl === undefined ? new MemoryStore() : new RedisStore({ url: config.redisUrl, log: app.log })
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
   if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })
@@ -34,9 +32,9 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine:
     eventLoop?.stop()
     await store.close()
   })
+  shedder.arm({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }, app.metrics, app.log)
   const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute, app.metrics) : undefined
   return {
-    shed: shedHook({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }, app.metrics),
     ...(rateLimit === undefined ? {} : { rateLimit }),
     // An in-flight claim outlives the longest engine call, then frees the key if its instance died.
     idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: Math.min(config.idempotencyTtlS * 1000, callTimeoutMs + 5_000), metrics: app.metrics })

@@ -16,12 +16,16 @@
  *   a process descheduled on a busy machine, refuse a whole second.)
  *
  * A refusal must cost much less than an answer, or refusing cannot get a
- * flooded gateway out of trouble: the hook answers the 503 itself, with a
- * body serialised once, no error object and no stack, and logs one line per
- * second while shedding (with the count) instead of one per request.
+ * flooded gateway out of trouble: LoadShedder answers the 503 in front of
+ * Fastify, with a body serialised once, and logs one line per second while
+ * shedding (with the count) instead of one per request.
  */
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { FastifyBaseLogger } from 'fastify'
+import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, wireBody } from '../http/errors.js'
+import { bodyUnread } from '../http/connection-close.js'
+import { requestIdFrom } from '../http/request-id.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
 const SAMPLE_MS = 20
@@ -57,23 +61,67 @@ export interface ShedSignals {
   engineQueueFull: () => boolean
 }
 
-export function shedHook (signals: ShedSignals, metrics: LimitsMetrics): onRequestHookHandler {
-  const body = JSON.stringify(wireBody(overloaded(), undefined))
-  let shedSinceLine = 0
-  let lineAt = -Infinity
-  return function shed (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
-    const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
-    if (why === undefined) return done()
-    metrics.rejected('shed')
-    shedSinceLine++
-    const now = performance.now()
-    if (now - lineAt >= 1000) {
-      request.log.warn({ signal: why, shed: shedSinceLine }, 'shedding load: new /api/* requests get 503 (count since the last such line)')
-      shedSinceLine = 0
-      lineAt = now
+type RequestListener = (req: IncomingMessage, res: ServerResponse) => void
+
+const OVERLOADED_BODY = JSON.stringify(wireBody(overloaded(), undefined))
+
+/**
+ * Sits in front of Fastify on the HTTP server (Fastify's `serverFactory`), so
+ * a refused request costs Node's parse and one write: no Fastify request and
+ * reply, no child logger, no hooks, no access line. Only /api/* is ever shed.
+ * What it refuses is counted (gateway_rejections_total{reason="shed"}) and
+ * logged as one warn line per second with the count.
+ */
+export class LoadShedder {
+  readonly #lifecycle: { readonly draining: boolean }
+  #signals: ShedSignals | undefined
+  #metrics: LimitsMetrics | undefined
+  #log: FastifyBaseLogger | undefined
+  #shedSinceLine = 0
+  #lineAt = -Infinity
+
+  constructor (lifecycle: { readonly draining: boolean }) {
+    this.#lifecycle = lifecycle
+  }
+
+  /** Give it its signals once the app has them; until then nothing is shed. */
+  arm (signals: ShedSignals, metrics: LimitsMetrics, log: FastifyBaseLogger): void {
+    this.#signals = signals
+    this.#metrics = metrics
+    this.#log = log
+  }
+
+  /** Node's request listener: an overloaded /api/* request is answered here, anything else goes on to `next`. */
+  inFrontOf (next: RequestListener): RequestListener {
+    return (req, res) => {
+      if (!this.#refused(req, res)) next(req, res)
     }
-    // Answered here, not thrown: an unread body still closes the connection (src/http/connection-close.ts).
-    void reply.code(503).header('retry-after', RETRY_AFTER_S).type('application/json; charset=utf-8').send(body)
+  }
+
+  #refused (req: IncomingMessage, res: ServerResponse): boolean {
+    const signals = this.#signals
+    if (signals === undefined || req.url?.startsWith('/api/') !== true) return false
+    const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
+    if (why === undefined) return false
+    this.#metrics!.rejected('shed')
+    this.#shedSinceLine++
+    const now = performance.now()
+    if (now - this.#lineAt >= 1000) {
+      this.#log!.warn({ signal: why, shed: this.#shedSinceLine }, 'shedding load: new /api/* requests get 503 (count since the last such line)')
+      this.#shedSinceLine = 0
+      this.#lineAt = now
+    }
+    // The simple shape and an id like every answer (DECISIONS 21); an unread
+    // body or a drain ends the connection, as src/http/connection-close.ts does.
+    res.writeHead(503, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(OVERLOADED_BODY),
+      'retry-after': RETRY_AFTER_S,
+      [REQUEST_ID_HEADER]: requestIdFrom(req),
+      ...(this.#lifecycle.draining || bodyUnread(req) ? { connection: 'close' } : {})
+    })
+    res.end(OVERLOADED_BODY)
+    return true
   }
 }
 
