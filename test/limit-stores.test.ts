@@ -14,7 +14,7 @@ const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, 
 const after = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 async function contract (t: Test, store: LimitStore): Promise<void> {
-  t.same(await store.hit('u1', 60_000).then((h) => h.count), 1)
+  t.same((await store.hit('u1', 60_000)).count, 1)
   const second = await store.hit('u1', 60_000)
   t.equal(second.count, 2, 'one window per key')
   t.ok(second.resetMs > 0 && second.resetMs <= 60_000, 'ms to the reset')
@@ -42,6 +42,7 @@ async function contract (t: Test, store: LimitStore): Promise<void> {
 
 t.test('memory store', async (t) => {
   const store = new MemoryStore()
+  t.notOk(store.hit('sync', 60_000) instanceof Promise, 'counts synchronously: no promise on the rate limit\'s in-process path')
   await contract(t, store)
   await store.close()
 })

@@ -17,7 +17,7 @@ export class MemoryStore implements LimitStore {
     this.#records = new LRUCache({ max })
   }
 
-  async hit (key: string, windowMs: number): Promise<WindowHit> {
+  hit (key: string, windowMs: number): WindowHit {
     const now = Date.now()
     let w = this.#windows.get(key)
     if (w === undefined || w.resetAt <= now) {

@@ -18,8 +18,12 @@ export type IdempotencyRecord =
   | { state: 'done', fingerprint: string, status: number, contentType: string, body: string /* base64 */ }
 
 export interface LimitStore {
-  /** Count one request in the window of `key`, starting a `windowMs` window when there is none. */
-  hit: (key: string, windowMs: number) => Promise<WindowHit>
+  /**
+   * Count one request in the window of `key`, starting a `windowMs` window
+   * when there is none. The in-process store answers at once (no promise on
+   * the hot path); Redis answers with a promise.
+   */
+  hit: (key: string, windowMs: number) => WindowHit | Promise<WindowHit>
   /** Claim `key` atomically. Resolves undefined when this caller now holds it, else the record that holds it. */
   claim: (key: string, pendingTtlMs: number) => Promise<IdempotencyRecord | undefined>
   /** Replace the claim with the finished answer, kept `ttlMs`. */
