@@ -43,11 +43,11 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
-      upload = new CreateUpload(request)
+      const key = idempotencyKeyOf(request)
+      upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
       // DECISIONS 16: claim the key before the first byte goes to the engine.
-      const key = idempotencyKeyOf(request)
       if (key !== undefined) {
         const begun = await opts.idempotency.begin(request, key)
         if ('held' in begun) {

@@ -9,7 +9,7 @@
  * through #nextImageChunk: the two places where a digest of the form (for
  * idempotency) can be taken.
  */
-import { createHash } from 'node:crypto'
+import { createHash, type Hash } from 'node:crypto'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
@@ -67,10 +67,14 @@ export class CreateUpload {
   /** Rejects once the body is cut off (see cutOff): wakes every wait on the parser. */
   readonly #cutOff: Promise<never>
   #cut: (err: GatewayError) => void = () => {}
-  /** The image bytes as they pass, for the Idempotency-Key fingerprint (DECISIONS 16). */
-  readonly #imageHash = createHash('sha256')
+  /**
+   * The image bytes as they pass, for the Idempotency-Key fingerprint
+   * (DECISIONS 16); only with a key: hashing 10 MiB costs milliseconds.
+   */
+  readonly #imageHash: Hash | undefined
 
-  constructor (request: FastifyRequest) {
+  constructor (request: FastifyRequest, opts: { fingerprint: boolean }) {
+    this.#imageHash = opts.fingerprint ? createHash('sha256') : undefined
     this.#parts = request.parts()[Symbol.asyncIterator]()
     this.#checkField = request.compileValidationSchema(CreatePortfolioField) as Validate
     this.#checkForm = request.compileValidationSchema(CreatePortfolioFields) as Validate
@@ -185,7 +189,7 @@ export class CreateUpload {
     if (part.file.truncated) throw tooLarge()
     if (next.done === true) return undefined
     if (!sniffer.push(next.value)) throw validationError(NOT_AN_IMAGE)
-    this.#imageHash.update(next.value)
+    this.#imageHash?.update(next.value)
     return next.value
   }
 
@@ -199,6 +203,7 @@ export class CreateUpload {
    * of the parts do not count. Valid once the whole form has been read.
    */
   contentDigest (): string {
+    if (this.#imageHash === undefined) throw new Error('contentDigest needs an upload built with fingerprint: true')
     return JSON.stringify([[...this.#fields].sort(([a], [b]) => (a < b ? -1 : 1)), this.#imageHash.digest('base64url')])
   }
 
