@@ -6,7 +6,7 @@
  */
 import { once } from 'node:events'
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { answerClientError, clientErrorAnswer } from '../src/http/client-error.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { build, hs256 } from './helpers/app.js'
@@ -127,8 +127,8 @@ t.test('Node parser errors: the simple shape, an id and connection: close', asyn
   }
 })
 
-t.test('a request timeout (408) is answered the same way', async (t) => {
-  // The server's own timeouts are minutes long; the handler is driven on a real socket pair instead.
+/** A connected TCP pair on loopback, to drive the client-error handler on a real socket; `received` is what the client read. */
+async function socketPair (t: Test): Promise<{ client: Socket, serverSide: Socket, received: Buffer[] }> {
   const server = createServer()
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
@@ -137,6 +137,12 @@ t.test('a request timeout (408) is answered the same way', async (t) => {
   const [serverSide] = await once(server, 'connection') as [Socket]
   const received: Buffer[] = []
   client.on('data', (c: Buffer) => received.push(c))
+  return { client, serverSide, received }
+}
+
+t.test('a request timeout (408) is answered the same way', async (t) => {
+  // The server's own timeouts are minutes long; the handler is driven on a real socket pair instead.
+  const { client, serverSide, received } = await socketPair(t)
   answerClientError(Object.assign(new Error('timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), serverSide)
   await once(client, 'end')
   const text = Buffer.concat(received).toString()
@@ -149,15 +155,10 @@ t.test('a request timeout (408) is answered the same way', async (t) => {
 })
 
 t.test('a reset socket is left alone', async (t) => {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => server.close())
-  const client = createConnection((server.address() as AddressInfo).port, '127.0.0.1')
-  const [serverSide] = await once(server, 'connection') as [Socket]
-  client.on('data', () => t.fail('nothing is written after a reset'))
+  const { client, serverSide, received } = await socketPair(t)
   answerClientError(Object.assign(new Error('reset'), { code: 'ECONNRESET' }), serverSide)
+  t.equal(serverSide.writableLength + serverSide.bytesWritten, 0, 'nothing written or queued after a reset')
   serverSide.destroy()
   await once(client, 'close')
-  t.pass()
+  t.same(received, [], 'the client read nothing')
 })

@@ -52,6 +52,14 @@ export interface EngineRequest {
   traceparent?: string
 }
 
+/**
+ * Who is asking, as every engine call says it: the request id, the verified
+ * subject (never a client header, DECISIONS 9) and the trace context.
+ */
+export function callerOf (request: { id: string, userId: string, traceparent: string }): Pick<EngineRequest, 'requestId' | 'userId' | 'traceparent'> {
+  return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
+}
+
 /** Told of every finished call: the metrics' one hook into the engine client. */
 export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number) => void
 

@@ -6,7 +6,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
 import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
-import type { EngineClient } from '../engine-client/client.js'
+import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { parseJson } from '../engine-client/answers.js'
 
 /** Shared with server.ts, which sets `draining` when shutdown starts. */
@@ -46,9 +46,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
       const answer = await engine.call({
         method: 'GET',
         path: '/health',
-        requestId: request.id,
-        userId: request.userId,
-        traceparent: request.traceparent,
+        ...callerOf(request),
         // The whole probe, body included, within the cap: one signal instead of the headers deadline.
         responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)

@@ -6,7 +6,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import fastJson from 'fast-json-stringify'
 import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
-import type { EngineClient } from '../engine-client/client.js'
+import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
 import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
@@ -29,7 +29,7 @@ export interface PortfolioRouteOptions {
 export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency }) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
   app.get('/ping', async function pingPortfolio (request, reply) {
-    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId: request.id, userId: request.userId, traceparent: request.traceparent })
+    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', ...callerOf(request) })
     return sendEnginePong(reply, answer)
   })
 
@@ -55,9 +55,7 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
       const answer = await engine.call({
         method: 'POST',
         path: '/api/portfolio/update',
-        requestId: request.id,
-        userId: request.userId,
-        traceparent: request.traceparent,
+        ...callerOf(request),
         contentType: 'application/json',
         ...(key === undefined ? {} : { idempotencyKey: key }),
         body

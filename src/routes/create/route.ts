@@ -8,7 +8,7 @@ import type { IncomingMessage } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
 import { CreateUpload } from './upload.js'
-import type { EngineClient } from '../../engine-client/client.js'
+import { callerOf, type EngineClient } from '../../engine-client/client.js'
 import { validationError } from '../../http/errors.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
@@ -63,9 +63,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       const answer = await opts.engine.call({
         method: 'POST',
         path: '/api/portfolio/create',
-        requestId: request.id,
-        userId: request.userId,
-        traceparent: request.traceparent,
+        ...callerOf(request),
         contentType: upload.writer.contentType,
         ...(key === undefined ? {} : { idempotencyKey: key }),
         ...(image === undefined
