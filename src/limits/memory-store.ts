@@ -3,9 +3,9 @@
  * least recently used entries go first, and every entry has its TTL.
  */
 import { LRUCache } from 'lru-cache'
-import type { IdempotencyRecord, LimitStore, WindowHit } from './store.js'
+import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
 
-interface Window { count: number, resetAt: number }
+interface Window { id: number, count: number }
 
 export class MemoryStore implements LimitStore {
   readonly #windows: LRUCache<string, Window>
@@ -18,14 +18,14 @@ export class MemoryStore implements LimitStore {
   }
 
   hit (key: string, windowMs: number): WindowHit {
-    const now = Date.now()
+    const { id, resetMs } = currentWindow(windowMs)
     let w = this.#windows.get(key)
-    if (w === undefined || w.resetAt <= now) {
-      w = { count: 0, resetAt: now + windowMs }
-      this.#windows.set(key, w, { ttl: windowMs })
+    if (w === undefined || w.id !== id) {
+      w = { id, count: 0 }
+      this.#windows.set(key, w, { ttl: resetMs })
     }
     w.count++
-    return { count: w.count, resetMs: w.resetAt - now }
+    return { count: w.count, resetMs }
   }
 
   async claim (key: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {

@@ -7,15 +7,10 @@
  */
 import { Redis } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
-import type { IdempotencyRecord, LimitStore, WindowHit } from './store.js'
+import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
 
-/** INCR and start the window on the first hit, atomically; returns [count, ms left]. */
-const HIT_SCRIPT = `
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) ttl = tonumber(ARGV[1]) end
-return { count, ttl }`
+/** A window's key outlives it a little, so instances whose clocks differ by that much still share it. */
+const EXPIRY_SLACK_MS = 5_000
 
 const PREFIX = 'pgw:'
 
@@ -45,7 +40,6 @@ export class RedisStore implements LimitStore {
       // their answers come back in one read): under load, far fewer syscalls.
       enableAutoPipelining: true
     })
-    this.#redis.defineCommand('pgwHit', { numberOfKeys: 1, lua: HIT_SCRIPT })
     this.#redis.on('ready', () => {
       if (this.#state !== 'up') opts.log.info('redis connected')
       this.#state = 'up'
@@ -58,9 +52,19 @@ export class RedisStore implements LimitStore {
     this.#redis.on('close', () => { if (this.#state === 'up') down('connection closed') })
   }
 
+  /**
+   * One INCR per request on the key of the current window (windows aligned to
+   * the clock, store.ts): the cheapest command Redis has, no script to run on
+   * the Redis side. The first hit of a window gives the key its expiry; a key
+   * that misses it (the instance died in between) is never counted again,
+   * since the next window has another key.
+   */
   async hit (key: string, windowMs: number): Promise<WindowHit> {
-    const [count, ttl] = await (this.#redis as unknown as PgwCommands).pgwHit(PREFIX + 'rl:' + key, windowMs)
-    return { count, resetMs: ttl }
+    const { id, resetMs } = currentWindow(windowMs)
+    const k = `${PREFIX}rl:${key}:${id}`
+    const count = await this.#redis.incr(k)
+    if (count === 1) this.#redis.pexpire(k, windowMs + EXPIRY_SLACK_MS).catch(() => {})
+    return { count, resetMs }
   }
 
   async claim (key: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
@@ -90,4 +94,3 @@ export class RedisStore implements LimitStore {
   }
 }
 
-interface PgwCommands { pgwHit: (key: string, windowMs: number) => Promise<[number, number]> }

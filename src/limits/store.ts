@@ -4,6 +4,17 @@
  * LimitStore; every method may reject when the store cannot be reached.
  */
 
+/**
+ * The fixed windows are aligned to the clock (window n covers
+ * [n * windowMs, (n + 1) * windowMs)), so every instance and both stores
+ * agree on which window a request falls in and when it resets, with no
+ * round trip to ask.
+ */
+export function currentWindow (windowMs: number, now = Date.now()): { id: number, resetMs: number } {
+  const id = Math.floor(now / windowMs)
+  return { id, resetMs: (id + 1) * windowMs - now }
+}
+
 /** The state of one fixed 60 s window of one user. */
 export interface WindowHit {
   /** Requests counted in this window, this one included. */
@@ -19,8 +30,7 @@ export type IdempotencyRecord =
 
 export interface LimitStore {
   /**
-   * Count one request in the window of `key`, starting a `windowMs` window
-   * when there is none. The in-process store answers at once (no promise on
+   * Count one request in the current `windowMs` window of `key` (currentWindow). The in-process store answers at once (no promise on
    * the hot path); Redis answers with a promise.
    */
   hit: (key: string, windowMs: number) => WindowHit | Promise<WindowHit>
