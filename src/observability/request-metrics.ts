@@ -31,7 +31,7 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
   }
 }
 
-/** One route's series, resolved once: a request then pays one increment and one observe, no label hashing. */
+/** One route's series, bound once: a request builds no label object (prom-client still checks the bound labels per call). */
 interface RouteSeries {
   count: Array<{ inc: () => void }>
   duration: { observe: (seconds: number) => void }
