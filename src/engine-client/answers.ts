@@ -27,15 +27,15 @@ function badResponse (answer: EngineResponse, expected: string): GatewayError {
 }
 
 /**
- * Send a JSON answer of the engine to the client. `isAgreed` checks the 200
- * body. The engine's bytes are sent as they are: checked, never re-encoded.
+ * Send a JSON answer of the engine that assertEngineJson has passed: the
+ * engine's bytes as they are, checked, never re-encoded. Between the two a
+ * route may store the answer (an Idempotency-Key record).
  */
-export function sendEngineJson (reply: FastifyReply, answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string): FastifyReply {
-  assertEngineJson(answer, isAgreed, expected)
+export function sendEngineJson (reply: FastifyReply, answer: EngineResponse): FastifyReply {
   return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
 }
 
-/** Throw the 502 unless the answer is the agreed 200 body or the engine's structured error. */
+/** Throw the 502 unless the answer is the agreed 200 body (`isAgreed`) or the engine's structured error. */
 export function assertEngineJson (answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string): void {
   const payload = parseJson(answer)
   const ok = answer.status === 200 ? isAgreed(payload) : answer.status >= 400 && isEngineError.Check(payload)
@@ -47,5 +47,6 @@ export function sendEnginePong (reply: FastifyReply, answer: EngineResponse): Fa
   if (answer.status === 200 && answer.contentType.startsWith('text/plain') && answer.body.toString('latin1') === 'pong') {
     return reply.code(200).type('text/plain; charset=utf-8').send('pong')
   }
-  return sendEngineJson(reply, answer, () => false, '200 text/plain pong')
+  assertEngineJson(answer, () => false, '200 text/plain pong')
+  return sendEngineJson(reply, answer)
 }

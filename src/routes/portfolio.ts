@@ -60,13 +60,10 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
         ...(key === undefined ? {} : { idempotencyKey: key }),
         body
       })
-      const isAgreed = (v: unknown): boolean => isEngineUpdateResponse.Check(v)
+      assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
       // The record is stored before the client can see the answer and retry.
-      if (claim !== undefined) {
-        assertEngineJson(answer, isAgreed, UPDATE_ANSWER)
-        await claim.complete(fingerprint, answer)
-      }
-      return sendEngineJson(reply, answer, isAgreed, UPDATE_ANSWER)
+      await claim?.complete(fingerprint, answer)
+      return sendEngineJson(reply, answer)
     } catch (err) {
       await claim?.release()
       throw err

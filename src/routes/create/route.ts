@@ -72,13 +72,10 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       })
       // The form was refused after the engine request began; the engine refused the unfinished form it got.
       if (upload.refusal !== undefined) throw upload.refusal
-      const isAgreed = (v: unknown): boolean => isEngineCreateResponse.Check(v)
-      // The record is stored before the client can see the answer and retry.
-      if (claim !== undefined) {
-        assertEngineJson(answer, isAgreed, CREATE_ANSWER)
-        await claim.complete(fingerprintOf('create', upload.contentDigest()), answer)
-      }
-      return await sendEngineJson(reply, answer, isAgreed, CREATE_ANSWER)
+      assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+      // The record is stored before the client can see the answer and retry (no digest is taken without a claim).
+      await claim?.complete(fingerprintOf('create', upload.contentDigest()), answer)
+      return sendEngineJson(reply, answer)
     } catch (err) {
       await claim?.release()
       // The client's mistake explains a failed engine call better than the failure does.
@@ -91,13 +88,6 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
 
 const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
 
-/**
- * Stop feeding the parser once a chunked body grows past `max` bytes, and fail
- * the read in progress: the route answers 400 with `connection: close`. What
- * arrives until the socket closes is discarded, not left unread: closing a
- * socket with unread bytes sends a reset, which can destroy the answer
- * before the client reads it.
- */
 /** Read, check and hash the whole form without sending it anywhere (a replay must still be the same form). */
 async function readWholeForm (upload: CreateUpload): Promise<void> {
   const image = await upload.readUntilImage()
@@ -110,6 +100,13 @@ async function readWholeForm (upload: CreateUpload): Promise<void> {
   if (upload.refusal !== undefined) throw upload.refusal
 }
 
+/**
+ * Stop feeding the parser once a chunked body grows past `max` bytes, and fail
+ * the read in progress: the route answers 400 with `connection: close`. What
+ * arrives until the socket closes is discarded, not left unread: closing a
+ * socket with unread bytes sends a reset, which can destroy the answer
+ * before the client reads it.
+ */
 function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): void {
   let seen = 0
   const count = (chunk: Buffer): void => {
