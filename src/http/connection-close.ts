@@ -23,9 +23,14 @@ export function bodyUnread (raw: IncomingMessage): boolean {
   return chunked !== undefined || (length !== undefined && length !== '0')
 }
 
+/** The rule itself: an answer to `raw` ends its connection. Also used by the shedder, which answers before Fastify. */
+export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }): boolean {
+  return lifecycle.draining || bodyUnread(raw)
+}
+
 export function closeConnectionsWhenNeeded (app: FastifyInstance, lifecycle: { readonly draining: boolean }): void {
   app.addHook('onSend', (request, reply, payload, done) => {
-    if (lifecycle.draining || bodyUnread(request.raw)) reply.header('connection', 'close')
+    if (mustCloseConnection(request.raw, lifecycle)) reply.header('connection', 'close')
     done(null, payload)
   })
 }

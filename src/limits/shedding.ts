@@ -24,7 +24,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, wireBody } from '../http/errors.js'
-import { bodyUnread } from '../http/connection-close.js'
+import { mustCloseConnection } from '../http/connection-close.js'
 import { requestIdFrom } from '../http/request-id.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
@@ -111,14 +111,14 @@ export class LoadShedder {
       this.#shedSinceLine = 0
       this.#lineAt = now
     }
-    // The simple shape and an id like every answer (DECISIONS 21); an unread
-    // body or a drain ends the connection, as src/http/connection-close.ts does.
+    // The simple shape and an id like every answer (DECISIONS 21); the connection
+    // ends by the same rule as every other answer (src/http/connection-close.ts).
     res.writeHead(503, {
       'content-type': 'application/json; charset=utf-8',
       'content-length': Buffer.byteLength(OVERLOADED_BODY),
       'retry-after': RETRY_AFTER_S,
       [REQUEST_ID_HEADER]: requestIdFrom(req),
-      ...(this.#lifecycle.draining || bodyUnread(req) ? { connection: 'close' } : {})
+      ...(mustCloseConnection(req, this.#lifecycle) ? { connection: 'close' } : {})
     })
     res.end(OVERLOADED_BODY)
     return true

@@ -30,8 +30,9 @@ export type IdempotencyRecord =
 
 export interface LimitStore {
   /**
-   * Count one request in the current `windowMs` window of `key` (currentWindow). The in-process store answers at once (no promise on
-   * the hot path); Redis answers with a promise.
+   * Count one request in the current `windowMs` window of `key` (currentWindow).
+   * The in-process store answers at once (no promise on the hot path); Redis
+   * answers with a promise.
    */
   hit: (key: string, windowMs: number) => WindowHit | Promise<WindowHit>
   /** Claim `key` atomically. Resolves undefined when this caller now holds it, else the record that holds it. */
