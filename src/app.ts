@@ -53,9 +53,6 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     childLoggerFactory: tracingChildLogger,
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
-    requestTimeout: SERVER_LIMITS.requestTimeoutMs,
-    connectionTimeout: idleTimeoutMs(config),
-    keepAliveTimeout: SERVER_LIMITS.keepAliveTimeoutMs,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
     // Requests the router cannot even read (bad percent-encoding, a parameter
     // too long) bypass hooks and the error handler: answer them here, in the
@@ -68,7 +65,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
     ajv: SCHEMA_VALIDATION
   })
-  // A server from serverFactory gets none of Fastify's timeouts: set them here.
+  // The server from serverFactory is ours: Fastify applies no timeouts to it, so they are all set here.
   app.server.keepAliveTimeout = SERVER_LIMITS.keepAliveTimeoutMs
   app.server.requestTimeout = SERVER_LIMITS.requestTimeoutMs
   app.server.setTimeout(idleTimeoutMs(config))
