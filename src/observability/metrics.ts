@@ -9,7 +9,8 @@
  * increment. Those modules take the narrow `LimitsMetrics`/`KeySetMetrics`
  * views, so a test can hand them a recorder.
  */
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import { CounterFamily, HistogramFamily, type CounterSeries, type HistogramSeries } from './series.js'
 
 /** 1 ms to 10 s: a low-latency edge answers in milliseconds, the engine's timeout is seconds. */
 export const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -42,26 +43,20 @@ export interface MetricsOptions {
 export class GatewayMetrics {
   readonly registry = new Registry()
 
-  readonly requests = new Counter({
-    name: 'gateway_requests_total',
-    help: 'Answered requests by route template, method and status class',
-    labelNames: ['route', 'method', 'status_class'] as const,
-    registers: [this.registry]
-  })
+  // The request path's series (per route, per engine call) are plain numbers
+  // read at scrape time: see series.ts for why not prom-client's own classes.
+  readonly requests = new CounterFamily(
+    'gateway_requests_total',
+    'Answered requests by route template, method and status class',
+    ['route', 'method', 'status_class'], this.registry)
 
-  readonly requestDuration = new Histogram({
-    name: 'gateway_request_duration_seconds',
-    help: 'Time from the request arriving to the answer being sent, by route template and method',
-    labelNames: ['route', 'method'] as const,
-    buckets: LATENCY_BUCKETS_S,
-    registers: [this.registry]
-  })
+  readonly requestDuration = new HistogramFamily(
+    'gateway_request_duration_seconds',
+    'Time from the request arriving to the answer being sent, by route template and method',
+    ['route', 'method'], LATENCY_BUCKETS_S, this.registry)
 
-  readonly inFlight = new Gauge({
-    name: 'gateway_requests_in_flight',
-    help: 'Requests received and not yet answered',
-    registers: [this.registry]
-  })
+  /** Requests received and not yet answered: a plain count, read at scrape time. */
+  inFlight = 0
 
   readonly rejections = new Counter({
     name: 'gateway_rejections_total',
@@ -70,20 +65,15 @@ export class GatewayMetrics {
     registers: [this.registry]
   })
 
-  readonly engineCalls = new Counter({
-    name: 'gateway_engine_calls_total',
-    help: 'Calls to the engine by call and outcome (ok, engine_error, unavailable, timeout, bad_response)',
-    labelNames: ['call', 'outcome'] as const,
-    registers: [this.registry]
-  })
+  readonly engineCalls = new CounterFamily(
+    'gateway_engine_calls_total',
+    'Calls to the engine by call and outcome (ok, engine_error, unavailable, timeout, bad_response)',
+    ['call', 'outcome'], this.registry)
 
-  readonly engineCallDuration = new Histogram({
-    name: 'gateway_engine_call_duration_seconds',
-    help: 'Time from asking the engine (pool queue included) to its full answer or the failure, by call',
-    labelNames: ['call'] as const,
-    buckets: LATENCY_BUCKETS_S,
-    registers: [this.registry]
-  })
+  readonly engineCallDuration = new HistogramFamily(
+    'gateway_engine_call_duration_seconds',
+    'Time from asking the engine (pool queue included) to its full answer or the failure, by call',
+    ['call'], LATENCY_BUCKETS_S, this.registry)
 
   readonly keySetRefreshes = new Counter({
     name: 'gateway_jwks_refreshes_total',
@@ -112,6 +102,15 @@ export class GatewayMetrics {
   })
 
   constructor (opts: MetricsOptions = {}) {
+    const metrics = this
+    new Gauge({
+      name: 'gateway_requests_in_flight',
+      help: 'Requests received and not yet answered',
+      registers: [this.registry],
+      collect () {
+        this.set(metrics.inFlight)
+      }
+    })
     const read = opts.enginePool
     if (read !== undefined) {
       // collect() runs at scrape time: nothing is paid per request.
@@ -135,16 +134,11 @@ export class GatewayMetrics {
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
   }
 
-  readonly #engineSeries = new Map<string, { count: { inc: () => void }, duration: { observe: (seconds: number) => void } }>()
+  readonly #engineSeries: Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries, duration: HistogramSeries }>>> = { ping: {}, create: {}, update: {}, health: {}, other: {} }
 
   /** One finished engine call (src/engine-client/client.ts); its series are resolved once per call and outcome. */
   engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number): void {
-    const key = call + outcome
-    let series = this.#engineSeries.get(key)
-    if (series === undefined) {
-      series = { count: this.engineCalls.labels({ call, outcome }), duration: this.engineCallDuration.labels({ call }) }
-      this.#engineSeries.set(key, series)
-    }
+    const series = this.#engineSeries[call][outcome] ??= { count: this.engineCalls.series({ call, outcome }), duration: this.engineCallDuration.series({ call }) }
     series.count.inc()
     series.duration.observe(seconds)
   }

@@ -1,14 +1,15 @@
 /**
  * Per-request metrics: every route, every unmatched request and every error is
- * seen. Per request: one gauge up and down, one counter and one histogram
- * observe on series resolved when the route was added; a rejection adds one
- * more increment.
+ * seen. Per request: a count up and down, one counter and one histogram
+ * observe on series resolved when the route was added (plain numbers, see
+ * series.ts); a rejection adds one more increment.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { toGatewayError } from '../http/error-handler.js'
 import type { GatewayError } from '../http/errors.js'
 import type { EngineClient } from '../engine-client/client.js'
 import { GatewayMetrics, STATUS_CLASSES, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
+import type { CounterSeries, HistogramSeries } from './series.js'
 
 /** Methods Node's parser accepts are many; an unmatched one outside these is labelled "other". */
 const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
@@ -31,16 +32,16 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
   }
 }
 
-/** One route's series, bound once: a request builds no label object (prom-client still checks the bound labels per call). */
+/** One route's series, resolved when the route is added: a request adds to plain numbers. */
 interface RouteSeries {
-  count: Array<{ inc: () => void }>
-  duration: { observe: (seconds: number) => void }
+  count: CounterSeries[]
+  duration: HistogramSeries
 }
 
 function seriesFor (metrics: GatewayMetrics, route: string, method: string): RouteSeries {
   return {
-    count: STATUS_CLASSES.map((statusClass) => metrics.requests.labels({ route, method, status_class: statusClass })),
-    duration: metrics.requestDuration.labels({ route, method })
+    count: STATUS_CLASSES.map((statusClass) => metrics.requests.series({ route, method, status_class: statusClass })),
+    duration: metrics.requestDuration.series({ route, method })
   }
 }
 
@@ -50,10 +51,9 @@ function record (series: RouteSeries, reply: FastifyReply): void {
 }
 
 export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMetrics): void {
-  const { inFlight } = metrics
-  const leave = (): void => { inFlight.dec() }
+  const leave = (): void => { metrics.inFlight-- }
   app.addHook('onRequest', (_request, reply, done) => {
-    inFlight.inc()
+    metrics.inFlight++
     // 'close' fires for every response, also when the client went away before the answer.
     reply.raw.once('close', leave)
     done()
