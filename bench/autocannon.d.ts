@@ -17,7 +17,7 @@ declare module 'autocannon' {
       body?: string | Buffer
       title?: string
       /** Requests sent in turn; `setupRequest` runs before each one is sent. */
-      requests?: Array<{ setupRequest?: (request: RawRequest) => RawRequest }>
+      requests?: Array<{ setupRequest?: (request: RawRequest) => RawRequest, headers?: Record<string, string> }>
     }
 
     /** The request autocannon is about to send, as `setupRequest` sees it. */

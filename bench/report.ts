@@ -181,6 +181,7 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
     // Issue 9: in-process limit at most 5%, Redis at most 20%; idempotency: issue 11's 5% per feature.
     rateLimitVsPing: compare('ping-ratelimit', 'ping', 0.95),
     redisLimitVsPing: compare('ping-redis', 'ping', 0.8),
+    redisLimitUsersVsPing: compare('ping-redis-users', 'ping', 0.8),
     idempotentVsUpdate: compare('update-idempotent', 'update', 0.95),
     // Issue 10: metrics on within 5% of off.
     metricsVsPing: compare('ping-metrics', 'ping', 0.95),

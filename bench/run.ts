@@ -170,6 +170,8 @@ async function cannon (url: string, request: BuiltRequest, connections: number, 
       ...(fresh.length === 0
         ? {}
         : { requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, ...freshHeaders(fresh) } }) }] }),
+      // Fixed header sets in turn: no setupRequest, so autocannon builds each request once.
+      ...(request.rotate === undefined ? {} : { requests: request.rotate.map((headers) => ({ headers: { ...request.headers, ...headers } })) }),
       connections,
       duration
     }, (err, result) => {
@@ -414,7 +416,12 @@ async function main (): Promise<void> {
     : { context: { portfolioId: 'bench-portfolio' } }
   if (setup.note !== undefined) process.stderr.write(`note: ${setup.note}\n`)
 
-  const requests = new Map(runnable.map((s) => [s.name, buildRequest(s, tokenFor(s.target), setup.context)]))
+  const requests = new Map(runnable.map((s) => {
+    const request = buildRequest(s, tokenFor(s.target), setup.context)
+    // Local HS256 gateways only (localOnly scenarios): the harness knows their secret.
+    if (s.users !== undefined) request.rotate = Array.from({ length: s.users }, (_, i) => ({ authorization: `Bearer ${mintToken(secret, `bench-user-${i}`)}` }))
+    return [s.name, request]
+  }))
   const probes = new Map<string, Probe>()
   for (const s of runnable) {
     const target = targetOf(s)

@@ -68,6 +68,8 @@ export interface Scenario {
   body?: (context: RequestContext) => { body: Buffer | string, contentType: string }
   /** Headers made new for every request. */
   fresh?: FreshHeader[]
+  /** Tokens of this many users, sent in turn (each connection cycles through them), instead of one user's. */
+  users?: number
   /** Features the scenario needs beyond its gateway's (GATEWAYS[target].needs). */
   needs?: Feature[]
 }
@@ -83,6 +85,8 @@ export interface BuiltRequest {
   headers: Record<string, string>
   body?: Buffer | string
   fresh?: FreshHeader[]
+  /** Header sets sent in turn, one per request (Scenario.users); autocannon builds each once. */
+  rotate?: Array<Record<string, string>>
 }
 
 /** W3C Trace Context: version 00, a random trace id and parent id, sampled. */
@@ -159,6 +163,8 @@ export const SCENARIOS: readonly Scenario[] = [
   { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true },
+  // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
+  { name: 'ping-redis-users', description: 'gateway ping, rate limit in Redis, 50 users in turn', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, users: 50 },
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'] },
   {

@@ -2,6 +2,7 @@
  * The store contract (src/limits/store.ts), the same for the in-process store
  * and for Redis: fixed windows, atomic claims, records with their TTL.
  */
+import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { MemoryStore } from '../src/limits/memory-store.js'
 import { RedisStore } from '../src/limits/redis-store.js'
@@ -19,6 +20,13 @@ async function contract (t: Test, store: LimitStore): Promise<void> {
   t.equal(second.count, 2, 'one window per key')
   t.ok(second.resetMs > 0 && second.resetMs <= 60_000, 'ms to the reset')
   t.equal((await store.hit('u2', 60_000)).count, 1, 'keys are separate')
+
+  // Hits at once from two users, interleaved: each user's hits get 1..n, each number once.
+  const hits = await Promise.all(Array.from({ length: 50 }, async (_, i) => ({ user: i % 5 < 3 ? 'burst-a' : 'burst-b', count: (await store.hit(i % 5 < 3 ? 'burst-a' : 'burst-b', 60_000)).count })))
+  const countsOf = (user: string) => hits.filter((h) => h.user === user).map((h) => h.count).sort((a, b) => a - b)
+  t.same(countsOf('burst-a'), Array.from({ length: 30 }, (_, i) => i + 1), 'concurrent hits: exact counts for one user')
+  t.same(countsOf('burst-b'), Array.from({ length: 20 }, (_, i) => i + 1), 'and for another')
+  t.equal((await store.hit('burst-a', 60_000)).count, 31, 'the next hit goes on from there')
 
   await store.hit('short', 30)
   await after(60)
@@ -70,6 +78,24 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
     }
   }
   await contract(t, store)
+
+  // The hits of one turn of the event loop are one script call: one INCRBY per user, each key given its expiry once.
+  const probe = new Redis(redis.url)
+  t.teardown(() => probe.disconnect())
+  const calls = async (): Promise<Record<string, number>> => Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
+    .map(([, name, calls]) => [name, Number(calls)]))
+  const before = await calls()
+  const counts = await Promise.all(Array.from({ length: 40 }, async (_, i) => (await store.hit(i % 2 === 0 ? 'turn-a' : 'turn-b', 60_000)).count))
+  const later = await calls()
+  const more = (name: string) => (later[name] ?? 0) - (before[name] ?? 0)
+  t.equal(more('evalsha') + more('eval'), 1, '40 hits, one script call')
+  t.equal(more('incrby'), 2, 'one INCRBY per user')
+  t.equal(more('pexpire'), 2, 'a new key gets its expiry')
+  t.same(counts.filter((_, i) => i % 2 === 0).sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => i + 1))
+  const [key] = await probe.keys('pgw:rl:turn-a:*')
+  const ttl = await probe.pttl(key!)
+  t.ok(ttl > 60_000 && ttl <= 65_000, `the window's key outlives it by the slack (pttl ${ttl})`)
+
   await redis.kill()
   await t.rejects(store.hit('u1', 60_000), 'a command fails at once while Redis is down')
 })

@@ -68,7 +68,7 @@ if (requireRedis(t)) {
     for (let i = 0; i < 20; i++) t.equal((await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256({}, 'not-the-secret-not-the-secret-not-the-s')) })).status, 401)
     t.same(await commands(), before, '20 bad tokens, not one Redis command')
     t.equal((await ping()).status, 200)
-    t.equal((await commands())['incr'], (before['incr'] ?? 0) + 1, 'a verified request costs one INCR')
+    t.equal((await commands())['incrby'], (before['incrby'] ?? 0) + 1, 'a verified request is counted once (one INCRBY, in the script of its turn)')
     t.match(first.headers['ratelimit'], /^"default";r=1;t=\d+$/)
     const refused = await ping()
     t.equal(refused.status, 429)
