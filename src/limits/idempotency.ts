@@ -51,13 +51,21 @@ export interface IdempotencyOptions {
   metrics: LimitsMetrics
 }
 
-/** A claimed key: the route finishes it with `complete` (engine answered) or `release` (gateway error). */
-export interface Claim {
+/** A claimed key: finished with `complete` (engine answered) or `release` (gateway error). */
+interface Claim {
   complete: (fingerprint: string, answer: EngineResponse) => Promise<void>
   release: () => Promise<void>
 }
 
-export type Begin = { claim: Claim } | { held: IdempotencyRecord }
+/** What a route hands `Idempotency.run`: its engine call and how to fingerprint its request. */
+export interface IdempotentCall {
+  /** The engine call, its answer checked: the answer it resolves with is the one stored. */
+  call: () => Promise<EngineResponse>
+  /** The request's fingerprint (fingerprintOf), once its content has been read. */
+  fingerprint: () => string
+  /** Read and check the rest of the request without sending it, when a completed record is found. */
+  readAll?: () => Promise<void>
+}
 
 export class Idempotency {
   readonly #opts: IdempotencyOptions
@@ -66,8 +74,39 @@ export class Idempotency {
     this.#opts = opts
   }
 
+  /**
+   * A route's engine call under its Idempotency-Key, if it has one. With a
+   * key: claimed before the engine is asked; a key held by another request is
+   * answered from its record (409, 422, or the replay: the reply is sent and
+   * undefined returned); otherwise the call, and the record stored before the
+   * answer goes out, or the claim released when the call failed.
+   */
+  async run (request: FastifyRequest, reply: FastifyReply, key: string | undefined, route: IdempotentCall): Promise<EngineResponse | undefined> {
+    if (key === undefined) return await route.call()
+    const begun = await this.#begin(request, key)
+    if ('held' in begun) {
+      const { held } = begun
+      if (held.state === 'pending') {
+        this.#opts.metrics.idempotencyShortCut('in_flight')
+        throw new GatewayError('IDEMPOTENCY_KEY_IN_USE')
+      }
+      // A completed record: the request is read whole and checked, never forwarded.
+      await route.readAll?.()
+      this.#replay(reply, held, route.fingerprint())
+      return undefined
+    }
+    try {
+      const answer = await route.call()
+      await begun.claim.complete(route.fingerprint(), answer)
+      return answer
+    } catch (err) {
+      await begun.claim.release()
+      throw err
+    }
+  }
+
   /** Claim subject+key, or say who holds it. */
-  async begin (request: FastifyRequest, key: string): Promise<Begin> {
+  async #begin (request: FastifyRequest, key: string): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
     const { store, ttlS, pendingTtlMs } = this.#opts
     const storeKey = `${request.userId.length}:${request.userId}:${key}`
     let held
@@ -101,19 +140,15 @@ export class Idempotency {
     }
   }
 
-  /** Answer a request whose key is held by another: 409, 422 or the replay. */
-  answerHeld (reply: FastifyReply, held: IdempotencyRecord, fingerprint: string): FastifyReply {
+  /** A completed record: the stored answer for the same request, 422 for another. */
+  #replay (reply: FastifyReply, held: Extract<IdempotencyRecord, { state: 'done' }>, fingerprint: string): void {
     const { metrics } = this.#opts
-    if (held.state === 'pending') {
-      metrics.idempotencyShortCut('in_flight')
-      throw new GatewayError('IDEMPOTENCY_KEY_IN_USE')
-    }
     if (held.fingerprint !== fingerprint) {
       metrics.idempotencyShortCut('conflict')
       throw new GatewayError('IDEMPOTENCY_KEY_REUSED')
     }
     metrics.idempotencyShortCut('replay')
-    return reply.code(held.status).header(REPLAYED_HEADER, 'true').type(held.contentType).send(Buffer.from(held.body, 'base64'))
+    reply.code(held.status).header(REPLAYED_HEADER, 'true').type(held.contentType).send(Buffer.from(held.body, 'base64'))
   }
 }
 

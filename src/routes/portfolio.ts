@@ -10,7 +10,7 @@ import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
 import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
-import { fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../limits/idempotency.js'
+import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../limits/idempotency.js'
 
 const UPDATE_ANSWER = '200 { success: true, message }'
 
@@ -40,33 +40,25 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
   }, async function updatePortfolio (request, reply) {
     const problem = targetPositionsProblem(request.body.target_positions)
     if (problem !== undefined) throw validationError(problem)
-    // DECISIONS 16: with an Idempotency-Key, claim it before the engine is asked.
-    const key = idempotencyKeyOf(request)
-    let claim: Claim | undefined
     // Written from the validated value: the engine sees exactly what was checked.
     const body = canonicalUpdate(request.body)
-    const fingerprint = key === undefined ? '' : fingerprintOf('update', body)
-    if (key !== undefined) {
-      const begun = await idempotency.begin(request, key)
-      if ('held' in begun) return idempotency.answerHeld(reply, begun.held, fingerprint)
-      claim = begun.claim
-    }
-    try {
-      const answer = await engine.call({
-        method: 'POST',
-        path: '/api/portfolio/update',
-        ...callerOf(request),
-        contentType: 'application/json',
-        ...(key === undefined ? {} : { idempotencyKey: key }),
-        body
-      })
-      assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
-      // The record is stored before the client can see the answer and retry.
-      await claim?.complete(fingerprint, answer)
-      return sendEngineJson(reply, answer)
-    } catch (err) {
-      await claim?.release()
-      throw err
-    }
+    const key = idempotencyKeyOf(request)
+    // DECISIONS 16: with an Idempotency-Key, claimed before the engine is asked.
+    const answer = await idempotency.run(request, reply, key, {
+      fingerprint: () => fingerprintOf('update', body),
+      call: async () => {
+        const answer = await engine.call({
+          method: 'POST',
+          path: '/api/portfolio/update',
+          ...callerOf(request),
+          contentType: 'application/json',
+          ...(key === undefined ? {} : { idempotencyKey: key }),
+          body
+        })
+        assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
+        return answer
+      }
+    })
+    return answer === undefined ? reply : sendEngineJson(reply, answer)
   })
 }

@@ -13,7 +13,7 @@ import { validationError } from '../../http/errors.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
-import { fingerprintOf, idempotencyKeyOf, type Claim, type Idempotency } from '../../limits/idempotency.js'
+import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
 
 const CREATE_ANSWER = '200 { portfolio_id }'
 
@@ -38,46 +38,40 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
     let upload: CreateUpload | undefined
-    let claim: Claim | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
-      upload = new CreateUpload(request, { fingerprint: key !== undefined })
+      const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
-      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
-      // DECISIONS 16: claim the key before the first byte goes to the engine.
-      if (key !== undefined) {
-        const begun = await opts.idempotency.begin(request, key)
-        if ('held' in begun) {
-          if (begun.held.state === 'pending') return opts.idempotency.answerHeld(reply, begun.held, '')
-          // A completed record: read and check the whole form, never forward it.
-          await readWholeForm(upload)
-          return opts.idempotency.answerHeld(reply, begun.held, fingerprintOf('create', upload.contentDigest()))
+      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
+      // DECISIONS 16: the key is claimed before the first byte goes to the engine.
+      const answer = await opts.idempotency.run(request, reply, key, {
+        // No digest is taken without a key: the image is hashed only then.
+        fingerprint: () => fingerprintOf('create', form.contentDigest()),
+        readAll: async () => await readWholeForm(form),
+        call: async () => {
+          const image = await form.readUntilImage()
+          if (image !== undefined) clock.queued()
+          const answer = await opts.engine.call({
+            method: 'POST',
+            path: '/api/portfolio/create',
+            ...callerOf(request),
+            contentType: form.writer.contentType,
+            ...(key === undefined ? {} : { idempotencyKey: key }),
+            ...(image === undefined
+              ? { body: form.bufferedBody() }
+              : { body: form.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs, onResponseStart: () => clock.responded() })
+          })
+          // The form was refused after the engine request began; the engine refused the unfinished form it got.
+          if (form.refusal !== undefined) throw form.refusal
+          assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+          return answer
         }
-        claim = begun.claim
-      }
-      const image = await upload.readUntilImage()
-      if (image !== undefined) clock.queued()
-      const answer = await opts.engine.call({
-        method: 'POST',
-        path: '/api/portfolio/create',
-        ...callerOf(request),
-        contentType: upload.writer.contentType,
-        ...(key === undefined ? {} : { idempotencyKey: key }),
-        ...(image === undefined
-          ? { body: upload.bufferedBody() }
-          : { body: upload.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs, onResponseStart: () => clock.responded() })
       })
-      // The form was refused after the engine request began; the engine refused the unfinished form it got.
-      if (upload.refusal !== undefined) throw upload.refusal
-      assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
-      // The record is stored before the client can see the answer and retry (no digest is taken without a claim).
-      await claim?.complete(fingerprintOf('create', upload.contentDigest()), answer)
-      return sendEngineJson(reply, answer)
+      return answer === undefined ? reply : sendEngineJson(reply, answer)
     } catch (err) {
-      await claim?.release()
       // The client's mistake explains a failed engine call better than the failure does.
       throw upload?.refusal ?? err
     } finally {
