@@ -149,6 +149,10 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
     if (production && env.JWT_AUDIENCE === undefined) {
       throw new ConfigError('JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`')
     }
+    // Whoever can change the key set on its way can sign any token.
+    if (production && !isHttpsOrLoopback(env.JWT_JWKS_URL)) {
+      throw new ConfigError('JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider\'s https URL (or a TLS proxy on 127.0.0.1)')
+    }
     return { source: 'jwks', jwksUrl: env.JWT_JWKS_URL, jwksCooldownS: env.JWT_JWKS_COOLDOWN_S, generated: false, ...claims, issuer: env.JWT_ISSUER }
   }
   if (env.JWT_PUBLIC_KEY !== undefined) {
@@ -163,6 +167,13 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
     throw new ConfigError('NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)')
   }
   return { source: 'static', key: randomBytes(32).toString('base64url'), algorithm: 'HS256', generated: true, ...claims }
+}
+
+/** https, or plain http to this machine (a local TLS sidecar or proxy). */
+function isHttpsOrLoopback (url: string): boolean {
+  if (!URL.canParse(url)) return false
+  const { protocol, hostname } = new URL(url)
+  return protocol === 'https:' || hostname === 'localhost' || hostname === '[::1]' || /^127(\.\d{1,3}){3}$/.test(hostname)
 }
 
 /** The algorithm is pinned by the key's type: an RSA key only verifies RS256, a P-256 key only ES256. */

@@ -128,12 +128,19 @@ t.test('JWT_JWKS_URL: the key set, with its cooldown and the clock tolerance (DE
     source: 'jwks', jwksUrl: JWKS.JWT_JWKS_URL, jwksCooldownS: 60, generated: false, issuer: 'https://id.example/', audience: 'portfolio', clockToleranceS: 0
   })
   t.equal(loadConfig({ JWT_SECRET: SECRET, JWT_CLOCK_TOLERANCE_S: '30' }).jwt.clockToleranceS, 30, 'the tolerance applies to static keys too')
+  const production = { ...JWKS, JWT_AUDIENCE: 'portfolio', NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }
+  for (const url of ['http://127.0.0.1:8443/jwks', 'http://localhost/jwks', 'http://[::1]:9000/jwks']) {
+    t.equal(loadConfig({ ...production, JWT_JWKS_URL: url }).jwt.source, 'jwks', `production: plain http only to this machine (${url})`)
+  }
+  t.equal(loadConfig({ ...JWKS, JWT_JWKS_URL: 'http://id.internal/jwks' }).jwt.source, 'jwks', 'outside production plain http is allowed (tests, a local provider)')
 })
 
 t.test('JWT_JWKS_URL mistakes: one line naming the variable', async (t) => {
   const cases: Array<[Record<string, string>, string]> = [
     [{ JWT_JWKS_URL: JWKS.JWT_JWKS_URL }, "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"],
     [{ ...JWKS, NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }, 'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'],
+    [{ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_URL: 'http://id.example/jwks', NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }, "JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"],
+    [{ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_URL: 'http://127.0.0.1.example/jwks', NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }, "JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"],
     [{ ...JWKS, JWT_SECRET: SECRET }, 'JWT_SECRET and JWT_JWKS_URL are both set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
     [{ ...JWKS, JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('ec').publicKey }, 'JWT_SECRET and JWT_PUBLIC_KEY and JWT_JWKS_URL are all set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
     [{ ...JWKS, JWT_JWKS_URL: 'id.example/jwks' }, "JWT_JWKS_URL=(hidden) is invalid: does not have the expected form; expected the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)"],
