@@ -20,6 +20,7 @@ import { PART_WITHOUT_NAME, readTextPart } from '../../shared/form-parts.js'
 import { MultipartWriter } from './form-writer.js'
 import { toGatewayError } from '../../http/error-handler.js'
 import { describeIssues, shownName, type SchemaIssue } from '../../shared/validation-messages.js'
+import { Interruptible } from './interruptible.js'
 
 /** Callbacks that time the engine, not the client (see UploadClock). */
 export interface UploadTiming {
@@ -64,9 +65,8 @@ export class CreateUpload {
   readonly #checkField: Validate
   readonly #checkForm: Validate
   #image: { part: MultipartFile, chunks: AsyncIterator<Buffer>, sniffer: ImageSniffer } | undefined
-  /** Rejects once the body is cut off (see cutOff): wakes every wait on the parser. */
-  readonly #cutOff: Promise<never>
-  #cut: (err: GatewayError) => void = () => {}
+  /** Failed once the body is cut off (see cutOff): wakes every wait on the parser. */
+  readonly #reads = new Interruptible()
   /**
    * The image bytes as they pass, for the Idempotency-Key fingerprint
    * (DECISIONS 16); only with a key: hashing 10 MiB costs milliseconds.
@@ -78,13 +78,11 @@ export class CreateUpload {
     this.#parts = request.parts()[Symbol.asyncIterator]()
     this.#checkField = request.compileValidationSchema(CreatePortfolioField) as Validate
     this.#checkForm = request.compileValidationSchema(CreatePortfolioFields) as Validate
-    this.#cutOff = new Promise<never>((_resolve, reject) => { this.#cut = reject })
-    this.#cutOff.catch(() => {}) // observed by whoever waits; unobserved is fine
   }
 
   /** The body stops feeding the parser (too large): the read in progress fails with `err`. */
   cutOff (err: GatewayError): void {
-    this.#cut(err)
+    this.#reads.interrupt(err)
   }
 
   /**
@@ -101,7 +99,7 @@ export class CreateUpload {
         if (part.fieldname === undefined || part.fieldname === '') throw validationError(PART_WITHOUT_NAME)
         if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
           // A text part with a content type that @fastify/multipart would JSON-parse: read as text (see shared/form-parts.ts).
-          const { value, truncated } = await Promise.race([readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize), this.#cutOff])
+          const { value, truncated } = await this.#reads.wait(readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize))
           this.#acceptField(part.fieldname, value, truncated)
           continue
         }
@@ -194,7 +192,7 @@ export class CreateUpload {
   }
 
   #next<T> (iterator: AsyncIterator<T>): Promise<IteratorResult<T>> {
-    return Promise.race([iterator.next(), this.#cutOff])
+    return this.#reads.wait(iterator.next())
   }
 
   /**
