@@ -45,7 +45,7 @@ const HELP = `usage: node dist/bench/run.js [options]
   --duration S      seconds per scenario per round (default 10)
   --connections N   concurrent connections (default 50; create-10mib uses at most 4)
   --rounds N        rounds; the report shows the median (default 2)
-  --warmup S        seconds of unmeasured load per scenario before round 1 (default 1)
+  --warmup S        seconds of unmeasured load per scenario right before each round (default 1)
   --only a,b        scenarios to run: ${KNOWN.join(', ')}
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
                     capacity measured by prod-ping, or ping when prod-ping is not run)
@@ -427,13 +427,16 @@ async function main (): Promise<void> {
     const target = targetOf(s)
     const request = requests.get(s.name)!
     probes.set(s.name, await probe(target.url, { ...request, headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) } }))
-    if (options.warmup > 0) await cannon(target.url, request, s.connections?.(options.connections) ?? options.connections, options.warmup)
   }
 
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
   for (let r = 1; r <= options.rounds; r++) {
     for (const s of runnable) {
       process.stderr.write(`round ${r}/${options.rounds}: ${s.name}...`)
+      // Warmed right before each round, not once at the start: a gateway that sat idle
+      // through the other scenarios (a minute, in a full run) answers its first seconds
+      // 15-25% slower (docs/PERFORMANCE.md, Method).
+      if (options.warmup > 0) await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, options.warmup)
       const round = await measureRound(s, targetOf(s), mock, requests.get(s.name)!, options)
       rounds.get(s.name)!.push(round)
       process.stderr.write(` ${round.rps} req/s, p99 ${round.p99} ms\n`)
