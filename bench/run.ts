@@ -16,7 +16,7 @@ import autocannon from 'autocannon'
 import { renderChart } from './chart.js'
 import { openLoop } from './open-loop.js'
 import { detectFeatures, whyUnavailable, type Missing } from './features.js'
-import { KEY_SET_AUDIENCE, KEY_SET_ISSUER, startKeyServer, type KeyServer } from './key-server.js'
+import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
 import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, stopAll, type Server
@@ -270,7 +270,7 @@ interface GatewayContext {
 async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<Record<string, string>> {
   const env: Record<string, string> = { ...BARE_GATEWAY_ENV }
   if (spec.auth === 'keyset' && context.keyServer !== null) {
-    Object.assign(env, { JWT_JWKS_URL: context.keyServer.jwksUrl, JWT_ISSUER: KEY_SET_ISSUER, JWT_AUDIENCE: KEY_SET_AUDIENCE })
+    Object.assign(env, { JWT_JWKS_URL: context.keyServer.url, JWT_ISSUER: KEY_SET_ISSUER, JWT_AUDIENCE: KEY_SET_AUDIENCE })
   }
   if (spec.rateLimit !== 'off') env.RATE_LIMIT_PER_MINUTE = NEVER_REACHED_PER_MINUTE
   if (spec.rateLimit === 'redis' && context.redis !== null) env.REDIS_URL = context.redis.url
@@ -278,6 +278,26 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
   if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
   return env
+}
+
+const KEY_SET_ISSUER = 'https://bench-issuer.invalid'
+const KEY_SET_AUDIENCE = 'portfolio-gateway'
+const KEY_SET_KID = 'bench-key-1'
+
+/**
+ * The key-set scenarios' identity provider: the tests' key server
+ * (fixtures/key-server.ts) with one RS256 key, what most OpenID providers sign
+ * with. It runs in the harness: the gateway fetches the set once and caches
+ * it, so it serves a handful of requests per run.
+ */
+async function startBenchKeyServer (): Promise<KeyServer> {
+  const server = await startKeyServer([['rsa', KEY_SET_KID]])
+  server.cacheControl = 'max-age=300'
+  return server
+}
+
+async function signKeySetToken (server: KeyServer, sub: string): Promise<string> {
+  return await server.sign({ sub, iss: KEY_SET_ISSUER, aud: KEY_SET_AUDIENCE }, KEY_SET_KID)
 }
 
 async function startConfiguredGateway (name: GatewayName, context: GatewayContext): Promise<Server> {
@@ -385,9 +405,9 @@ async function main (): Promise<void> {
   if (mock !== null) servers.set('mock', mock)
   if (mock !== null && needs('nginx') && !skipped.has('nginx')) servers.set('nginx', await startNginx(mock.url))
   const keySet = gatewaysNeeded.some((g) => GATEWAYS[g].auth === 'keyset') && !missing.has('jwks')
-  const keyServer = keySet ? await startKeyServer() : null
+  const keyServer = keySet ? await startBenchKeyServer() : null
   const redis = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
-  const keySetToken = keyServer === null ? null : await keyServer.sign('bench-user')
+  const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
   if (mock !== null) {
     const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
@@ -455,14 +475,14 @@ async function main (): Promise<void> {
     } else {
       // A user of its own: the closed-loop rounds have used much of bench-user's rate-limit window.
       const saturationToken = isGateway(base.target) && GATEWAYS[base.target].auth === 'keyset' && keyServer !== null
-        ? await keyServer.sign('bench-saturation')
+        ? await signKeySetToken(keyServer, 'bench-saturation')
         : mintToken(secret, 'bench-saturation')
       const request = buildRequest(base, saturationToken, setup.context)
       const points = await saturation(target, request, capacity, options)
       saturationReport = { scenario: base.name, capacityRps: capacity, connections: options.saturationConnections, points, verdict: saturationVerdict(points) }
     }
   }
-  const keySetFetches = keyServer?.fetches() ?? null
+  const keySetFetches = keyServer?.fetches ?? null
   await keyServer?.close()
   await stopAll()
 
