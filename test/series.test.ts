@@ -26,6 +26,8 @@ t.test('a histogram family writes the text prom-client writes for the same obser
     reference.observe({ route: '/api/portfolio/ping', method: 'GET' }, value)
   }
   b.observe(0.3)
+  b.observe(Number.NaN) // prom-client would throw; a family ignores it rather than poison the sum
+  b.observe(Number.POSITIVE_INFINITY)
   reference.observe({ route: '/a"quoted\\route', method: 'POST' }, 0.3)
   const text = await ours.metrics()
   t.equal(text, await theirs.metrics())

@@ -86,6 +86,8 @@ export class HistogramSeries {
   }
 
   observe (value: number): void {
+    // prom-client throws on these; here a NaN would poison the sum for good.
+    if (!Number.isFinite(value)) return
     const { bounds } = this
     let i = 0
     while (i < bounds.length && value > bounds[i]!) i++
