@@ -7,7 +7,7 @@ import t, { type Test } from 'tap'
 import { MemoryStore } from '../src/limits/memory-store.js'
 import { RedisStore } from '../src/limits/redis-store.js'
 import type { LimitStore } from '../src/limits/store.js'
-import { redisAvailable, REDIS_MISSING, startRedis } from './helpers/redis.js'
+import { commandCounts, redisAvailable, REDIS_MISSING, startRedis } from './helpers/redis.js'
 
 const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
 
@@ -82,11 +82,9 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
   // The hits of one turn of the event loop are one script call: one INCRBY per user, each key given its expiry once.
   const probe = new Redis(redis.url)
   t.teardown(() => probe.disconnect())
-  const calls = async (): Promise<Record<string, number>> => Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
-    .map(([, name, calls]) => [name, Number(calls)]))
-  const before = await calls()
+  const before = await commandCounts(probe)
   const counts = await Promise.all(Array.from({ length: 40 }, async (_, i) => (await store.hit(i % 2 === 0 ? 'turn-a' : 'turn-b', 60_000)).count))
-  const later = await calls()
+  const later = await commandCounts(probe)
   const more = (name: string) => (later[name] ?? 0) - (before[name] ?? 0)
   t.equal(more('evalsha') + more('eval'), 1, '40 hits, one script call')
   t.equal(more('incrby'), 2, 'one INCRBY per user')

@@ -15,7 +15,7 @@ import { metricOf } from './helpers/prometheus.js'
 import { bearer, build, hs256, MINTS, SECRET, validUpdate } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
 import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess, type Proc } from './helpers/processes.js'
-import { requireRedis, startRedis } from './helpers/redis.js'
+import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
 
 interface Answer { status: number, headers: Record<string, string | string[] | undefined>, text: string, json: unknown }
 
@@ -61,14 +61,11 @@ if (requireRedis(t)) {
     // Cheap rejections stay cheap: a flood of bad tokens costs no Redis command.
     const probe = new Redis(redis.url)
     t.teardown(() => probe.disconnect())
-    /** Commands Redis has run, by name (those a script runs included), the probe's own INFO left out. */
-    const commands = async (): Promise<Record<string, number>> => Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
-      .filter(([, name]) => name !== 'info').map(([, name, calls]) => [name, Number(calls)]))
-    const before = await commands()
+    const before = await commandCounts(probe)
     for (let i = 0; i < 20; i++) t.equal((await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256({}, 'not-the-secret-not-the-secret-not-the-s')) })).status, 401)
-    t.same(await commands(), before, '20 bad tokens, not one Redis command')
+    t.same(await commandCounts(probe), before, '20 bad tokens, not one Redis command')
     t.equal((await ping()).status, 200)
-    t.equal((await commands())['incrby'], (before['incrby'] ?? 0) + 1, 'a verified request is counted once (one INCRBY, in the script of its turn)')
+    t.equal((await commandCounts(probe))['incrby'], (before['incrby'] ?? 0) + 1, 'a verified request is counted once (one INCRBY, in the script of its turn)')
     t.match(first.headers['ratelimit'], /^"default";r=1;t=\d+$/)
     const refused = await ping()
     t.equal(refused.status, 429)

@@ -7,6 +7,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import type { Test } from 'tap'
+import type { Redis } from 'ioredis'
 import { freePort } from './processes.js'
 
 export const REDIS_MISSING = 'redis-server not found: apt-get install redis-server (Debian/Ubuntu) to run the Redis tests'
@@ -60,4 +61,10 @@ export async function startRedis (t: Test): Promise<RedisServer> {
   await launch()
   t.teardown(kill)
   return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch }
+}
+
+/** Commands Redis has run, by name (those a script runs included), read through `probe`; its own INFO left out. */
+export async function commandCounts (probe: Redis): Promise<Record<string, number>> {
+  return Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
+    .filter(([, name]) => name !== 'info').map(([, name, calls]) => [name, Number(calls)]))
 }
