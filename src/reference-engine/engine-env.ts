@@ -7,10 +7,23 @@ import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
 import { readEnv } from '../shared/env.js'
 
+/**
+ * DECISIONS 24-25: the gateways check each engine's /health every 5 s, so a
+ * production notice shorter than that could close the listener before a
+ * gateway has seen the 500 and stopped sending.
+ */
+export const GATEWAY_HEALTH_INTERVAL_MS = 5_000
+export const PRODUCTION_DRAIN_NOTICE_MS = GATEWAY_HEALTH_INTERVAL_MS
+/** Upper bound of the notice: a deployment's grace period has to fit it plus the requests in flight. */
+const MAX_DRAIN_NOTICE_MS = 120_000
+
 export const EngineEnv = Type.Object({
+  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production gives a 5 s drain notice' }),
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),
   ENGINE_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a listen address such as 127.0.0.1' }),
-  ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' })
+  ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' }),
+  ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_DRAIN_NOTICE_MS, description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM` })),
+  ENGINE_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://[^\\s]+$', description: 'redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share' }))
 })
 export type EngineEnv = Static<typeof EngineEnv>
 
@@ -18,6 +31,10 @@ export interface EngineSettings {
   readonly port: number
   readonly host: string
   readonly imageDir: string
+  /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes. */
+  readonly drainNoticeMs: number
+  /** Set: portfolios and the create deduplication live in this Redis (issue 19 item 2); unset: in memory. */
+  readonly redisUrl?: string
 }
 
 /** Its message is one line that names the variable and what it should be. */
@@ -32,7 +49,22 @@ export function defaultImageDir (): string {
 export function loadEngineEnv (env: Record<string, string | undefined>): EngineSettings {
   // Empty counts as unset here too, so an empty ENGINE_IMAGE_DIR also gets the default.
   const read = readEnv(EngineEnv, { ...env, ENGINE_IMAGE_DIR: env['ENGINE_IMAGE_DIR'] || defaultImageDir() })
-  if (!read.ok) throw new EngineEnvError(`${read.name}=${JSON.stringify(read.given)} is invalid: expected ${read.expected}`)
+  if (!read.ok) {
+    // A Redis URL may carry a password: never echo it (as the gateway does for REDIS_URL).
+    const shown = read.name === 'ENGINE_REDIS_URL' ? '(hidden)' : JSON.stringify(read.given)
+    throw new EngineEnvError(`${read.name}=${shown} is invalid: expected ${read.expected}`)
+  }
   const parsed = read.value
-  return Object.freeze({ port: parsed.ENGINE_PORT, host: parsed.ENGINE_HOST, imageDir: parsed.ENGINE_IMAGE_DIR })
+  const production = parsed.NODE_ENV === 'production'
+  const drainNoticeMs = parsed.ENGINE_DRAIN_NOTICE_MS ?? (production ? PRODUCTION_DRAIN_NOTICE_MS : 0)
+  if (production && drainNoticeMs < GATEWAY_HEALTH_INTERVAL_MS) {
+    throw new EngineEnvError(`ENGINE_DRAIN_NOTICE_MS=${drainNoticeMs} is too short for NODE_ENV=production: set at least ${GATEWAY_HEALTH_INTERVAL_MS} (the gateway's health-check interval), or leave it unset`)
+  }
+  return Object.freeze({
+    port: parsed.ENGINE_PORT,
+    host: parsed.ENGINE_HOST,
+    imageDir: parsed.ENGINE_IMAGE_DIR,
+    drainNoticeMs,
+    ...(parsed.ENGINE_REDIS_URL === undefined ? {} : { redisUrl: parsed.ENGINE_REDIS_URL })
+  })
 }

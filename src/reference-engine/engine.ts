@@ -9,6 +9,7 @@ import fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 import multipart from '@fastify/multipart'
 import { CREATE_FORM_LIMITS, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
+import { HealthError } from '../../schemas/errors.js'
 import { EngineError, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
@@ -23,7 +24,20 @@ export interface EngineOptions {
   /** The `source` of every structured error. */
   serviceName?: string
   logger?: FastifyServerOptions['logger']
+  /**
+   * Set `draining` when shutdown starts (standalone.ts, DECISIONS 25): /health
+   * then answers 500 and every answer says `connection: close`. Embedded in
+   * the gateway the engine never drains on its own, so this is left out.
+   */
+  lifecycle?: EngineLifecycle
 }
+
+export interface EngineLifecycle {
+  readonly draining: boolean
+}
+
+/** The health error shape (schemas/errors.ts), as the gateway's own /health answers while it drains. */
+export const DRAINING_HEALTH: HealthError = Object.freeze({ status: 'error', message: 'shutting down' })
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -82,7 +96,21 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
   })
 
-  app.get('/health', { config: { handler: 'health' } }, async function health (): Promise<EngineHealth> {
+  const lifecycle = opts.lifecycle ?? { draining: false }
+  // DECISIONS 25: while draining, each answer ends its connection, so a
+  // kept-alive client (the gateway's pool) opens its next one elsewhere and no
+  // request is sent on a socket in the moment the listener closes it.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (lifecycle.draining) reply.header('connection', 'close')
+    done(null, payload)
+  })
+
+  app.get('/health', { config: { handler: 'health' } }, async function health (_request, reply): Promise<EngineHealth | HealthError> {
+    // A 500 takes this engine out of the gateways' rotation at their next check (DECISIONS 24).
+    if (lifecycle.draining) {
+      reply.code(500)
+      return DRAINING_HEALTH
+    }
     const services = store.state()
     const ok = services.database === SERVICE_CONNECTED && services.cache === SERVICE_CONNECTED
     return { status: ok ? 'ok' : 'degraded', services: { database: services.database, cache: services.cache } }

@@ -3,7 +3,9 @@
  * UPSTREAM_URL at it like any real upstream. The only engine file with side
  * effects: environment, listen, signals.
  */
+import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
+import { stopAccepting } from '../shared/drain.js'
 import { buildEngine } from './engine.js'
 import { EngineEnvError, loadEngineEnv, type EngineSettings } from './engine-env.js'
 
@@ -16,14 +18,29 @@ try {
   process.exit(1)
 }
 
-const engine = await buildEngine({ imageDir: settings.imageDir, logger: { level: 'info' } })
+const lifecycle = { draining: false }
+const engine = await buildEngine({ imageDir: settings.imageDir, logger: { level: 'info' }, lifecycle })
 
-// SIGTERM/SIGINT: stop accepting, finish in-flight requests, then exit; give up after 10 s.
-closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
+/** After the listener stops accepting, how long open connections get to send their last request (as the gateway's). */
+const DRAIN_IDLE_GRACE_MS = 1_000
+/** Requests in flight when the listener closes get this long to finish; past it the process exits 1. */
+const IN_FLIGHT_GRACE_MS = 25_000
+
+// DECISIONS 25, SIGTERM/SIGINT: the notice (/health 500, `connection: close` on
+// every answer, so the gateways' checks take this engine out of rotation), then
+// stop accepting, finish the requests in flight, exit 0.
+closeWithGrace({ delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT_GRACE_MS }, async ({ signal, err }) => {
+  lifecycle.draining = true
   if (err !== undefined) engine.log.error({ err }, 'closing the engine after an error')
-  else engine.log.info({ signal }, 'closing the engine')
+  else {
+    engine.log.info({ signal, noticeMs: settings.drainNoticeMs }, 'draining: /health answers 500, finishing requests in flight')
+    await sleep(settings.drainNoticeMs)
+    await stopAccepting(engine.server, DRAIN_IDLE_GRACE_MS)
+    engine.log.info('stopped accepting connections')
+  }
   await engine.close()
+  engine.log.info('closed')
 })
 
 await engine.listen({ port: settings.port, host: settings.host })
-engine.log.info({ imageDir: settings.imageDir }, 'portfolio engine ready')
+engine.log.info({ imageDir: settings.imageDir, drainNoticeMs: settings.drainNoticeMs }, 'portfolio engine ready')
