@@ -10,11 +10,13 @@ import multipart from '@fastify/multipart'
 import { CREATE_FORM_LIMITS, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
 import { HealthError } from '../../schemas/errors.js'
-import { EngineError, structuredError, toEngineError } from './errors.js'
+import { EngineError, STORE_RETRY_AFTER_S, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
 import { isPartAFile } from '../shared/form-parts.js'
-import { PortfolioStore } from './store.js'
+import type { PortfolioStore } from './store.js'
+import { MemoryPortfolioStore } from './memory-store.js'
+import { RedisPortfolioStore } from './redis-store.js'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
 
@@ -24,6 +26,8 @@ export interface EngineOptions {
   /** The `source` of every structured error. */
   serviceName?: string
   logger?: FastifyServerOptions['logger']
+  /** Keep portfolios in this Redis (ENGINE_REDIS_URL), shared with other engines; unset: in this process's memory. */
+  redisUrl?: string
   /**
    * Set `draining` when shutdown starts (standalone.ts, DECISIONS 25): /health
    * then answers 500 and every answer says `connection: close`. Embedded in
@@ -41,8 +45,13 @@ export const DRAINING_HEALTH: HealthError = Object.freeze({ status: 'error', mes
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The engine's in-memory store (only set on instances made by buildEngine). */
-    portfolios: PortfolioStore
+    /** The engine's store, memory or Redis (only set on instances made by buildEngine). */
+    portfolioStore: PortfolioStore
+    /**
+     * The in-memory store, for tests and tools in this process that read it
+     * synchronously. Reading it on an engine that keeps its data in Redis throws.
+     */
+    portfolios: MemoryPortfolioStore
   }
 }
 
@@ -75,8 +84,18 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     ajv: SCHEMA_VALIDATION
   })
 
-  const store = new PortfolioStore()
-  app.decorate('portfolios', store)
+  const store: PortfolioStore = opts.redisUrl === undefined
+    ? new MemoryPortfolioStore()
+    : new RedisPortfolioStore({ url: opts.redisUrl, log: app.log })
+  app.decorate('portfolioStore', store)
+  app.decorate('portfolios', {
+    getter (): MemoryPortfolioStore {
+      if (store instanceof MemoryPortfolioStore) return store
+      throw new Error('this engine keeps its portfolios in Redis: use portfolioStore')
+    }
+  })
+  // The store's connection goes with the engine.
+  app.addHook('onClose', async () => { await store.close() })
 
   // The gateway's limits, so a form the gateway accepts is one the engine
   // accepts; every one set, since busboy's defaults (Infinity for most) are not a policy.
@@ -88,6 +107,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
     else request.log.info({ code: engineError.code, message: engineError.message }, 'engine request refused')
     const fn = request.routeOptions.config.handler ?? 'engine'
+    if (engineError.code === 'SERVICE_UNAVAILABLE') void reply.header('retry-after', String(STORE_RETRY_AFTER_S))
     return reply.code(engineError.statusCode).send(structuredError(serviceName, fn, engineError.code, engineError.message))
   })
 
@@ -111,7 +131,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
       reply.code(500)
       return DRAINING_HEALTH
     }
-    const services = store.state()
+    const services = await store.state()
     const ok = services.database === SERVICE_CONNECTED && services.cache === SERVICE_CONNECTED
     return { status: ok ? 'ok' : 'degraded', services: { database: services.database, cache: services.cache } }
   })

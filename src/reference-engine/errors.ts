@@ -5,17 +5,23 @@
 import type { StructuredError } from '../../schemas/errors.js'
 import { LIMITS } from '../../schemas/portfolio.js'
 import { clientErrorMessage } from '../shared/client-errors.js'
+import { StoreUnavailableError } from './store.js'
 
 export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
-  INTERNAL_ERROR: 500
+  INTERNAL_ERROR: 500,
+  /** The store (Redis) cannot be reached: nothing was changed that a retry could double (its key deduplicates). */
+  SERVICE_UNAVAILABLE: 503
 })
 export type EngineErrorCode = keyof typeof ENGINE_ERRORS
 
 /** Shown for every 5xx: internals (paths, stack, driver messages) stay in the log. */
 export const INTERNAL_ERROR_MESSAGE = 'Internal error'
+export const STORE_UNAVAILABLE_MESSAGE = 'portfolio store unavailable, retry later'
+/** Sent with SERVICE_UNAVAILABLE: the store reconnects within about a second. */
+export const STORE_RETRY_AFTER_S = 1
 
 /** An error the engine means to answer with; anything else is a 500. */
 export class EngineError extends Error {
@@ -49,6 +55,7 @@ interface ErrorLike { code?: unknown, statusCode?: unknown, message?: unknown }
  */
 export function toEngineError (err: unknown): EngineError {
   if (err instanceof EngineError) return err
+  if (err instanceof StoreUnavailableError) return new EngineError('SERVICE_UNAVAILABLE', STORE_UNAVAILABLE_MESSAGE, { cause: err })
   const e: ErrorLike = typeof err === 'object' && err !== null ? err : {}
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500
   if (status >= 400 && status < 500) {

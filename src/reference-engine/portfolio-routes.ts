@@ -13,7 +13,7 @@ import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredI
 import { isMalformedMultipart } from '../shared/multipart-errors.js'
 import { shownName } from '../shared/validation-messages.js'
 import { PART_WITHOUT_NAME, readTextPart } from '../shared/form-parts.js'
-import type { PortfolioStore } from './store.js'
+import { StoreUnavailableError, type PortfolioStore } from './store.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 
 export interface PortfolioRoutesOptions {
@@ -93,7 +93,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       const valid = parseCreateFields(request, Object.fromEntries(fields))
 
       // DECISIONS 16: a repeated key answers the portfolio it created; the new upload goes.
-      const prior = key === undefined ? undefined : store.createdWithKey(owner, key)
+      const prior = key === undefined ? undefined : await store.createdWithKey(owner, key)
       if (prior !== undefined) {
         await Promise.all(leftovers.map(discardFile))
         request.log.info({ portfolioId: prior }, 'portfolio create repeated with its idempotency key')
@@ -119,8 +119,15 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       } as const
       // Another create with this key may have finished while this image was stored.
       let stored: string = id
-      if (key === undefined) store.insert(portfolio)
-      else stored = store.insertOnce(portfolio, key)
+      try {
+        if (key === undefined) await store.insert(portfolio)
+        else stored = await store.insertOnce(portfolio, key)
+      } catch (err) {
+        // A store that timed out may still have written the record, which names
+        // the image: keep the image (an orphan file is harmless, a record without its image is not).
+        if (err instanceof StoreUnavailableError && image !== undefined) leftovers.splice(leftovers.indexOf(image.path), 1)
+        throw err
+      }
       if (stored !== id) {
         await Promise.all(leftovers.map(discardFile))
         return { portfolio_id: stored }
@@ -137,7 +144,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
   app.post('/api/portfolio/update', { config: { handler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
     const owner = requireUserId(request)
     const body = parseUpdateBody(request)
-    if (!store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
+    if (!await store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
       // DECISIONS 1: unknown and foreign ids answer the same, so ids cannot be probed.
       throw new EngineError('NOT_FOUND', 'portfolio_id does not name a portfolio of this user')
     }

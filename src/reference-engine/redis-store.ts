@@ -1,0 +1,161 @@
+/**
+ * The store in Redis (ENGINE_REDIS_URL, issue 19 item 2), so engines behind a
+ * balancer agree: a create on one and an update on another find the same
+ * portfolio, and one owner's Idempotency-Key creates one portfolio whichever
+ * engines receive it.
+ *
+ * Keys carry the owner in a hash tag, `{owner}`, so one owner's portfolios and
+ * keys share a slot and each script's keys are in one slot on a cluster too
+ * (DECISIONS 26). The owner is percent-encoded inside the tag: an owner with
+ * `{` or `}` could otherwise end the tag early or leave it empty.
+ *
+ *   pe:portfolio:{owner}:<id>  hash: `record` (JSON, all but the targets), `target_positions` (JSON)
+ *   pe:key:{owner}:<key>       string: the portfolio id that key created
+ *
+ * Keying a portfolio by owner and id makes a foreign id and an unknown id the
+ * same miss (DECISIONS 1) without reading anything. Target positions are a
+ * field of their own, so an update is one HSET of JSON made by this process
+ * (a Lua cjson round trip would shorten allocations to 14 digits).
+ *
+ * An outage must cost milliseconds, as the gateway's Redis store does: short
+ * connect and command timeouts, no offline queue (a command while
+ * disconnected fails at once), and reconnection forever in the background.
+ */
+import { Redis } from 'ioredis'
+import type { FastifyBaseLogger } from 'fastify'
+import type { TargetPosition } from '../../schemas/portfolio.js'
+import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
+import { copyTargets, freezePortfolio, SERVICE_DISCONNECTED, StoreUnavailableError, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
+
+const PREFIX = 'pe:'
+
+/** KEYS[1] the key's record, KEYS[2] the new portfolio; ARGV: id, record, targets. The first create with a key wins. */
+const INSERT_ONCE = `
+local prior = redis.call('GET', KEYS[1])
+if prior then return prior end
+redis.call('HSET', KEYS[2], 'record', ARGV[2], 'target_positions', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`
+
+/** KEYS[1] the portfolio; ARGV[1] its new targets. 0 when the owner has no such portfolio. */
+const REPLACE_TARGETS = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'target_positions', ARGV[1])
+return 1`
+
+/**
+ * Replies that mean "no master to write to right now" (a failover, a replica
+ * still loading): unavailable, like a refused connection. Any other reply
+ * error is a bug here, and stays a 500.
+ */
+const UNAVAILABLE_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS) /
+
+type Scripts = Redis & {
+  insertOnce: (keys: 2, keyKey: string, portfolioKey: string, id: string, record: string, targets: string) => Promise<string>
+  replaceTargets: (keys: 1, portfolioKey: string, targets: string) => Promise<number>
+}
+
+export interface RedisPortfolioStoreOptions {
+  url: string
+  log: FastifyBaseLogger
+  /** Per-command bound, health PING included; default 500 ms, under the gateway's 1 s health-check timeout. */
+  commandTimeoutMs?: number
+}
+
+/** All of a stored portfolio but its targets, as written to `record`. */
+type PortfolioRecord = Omit<Portfolio, 'target_positions'>
+
+export class RedisPortfolioStore implements PortfolioStore {
+  readonly #redis: Scripts
+  /** Last state logged: each change is one line, not one per failed reconnect. */
+  #state: 'starting' | 'up' | 'down' = 'starting'
+
+  constructor (opts: RedisPortfolioStoreOptions) {
+    this.#redis = new Redis(opts.url, {
+      connectTimeout: 500,
+      commandTimeout: opts.commandTimeoutMs ?? 500,
+      enableOfflineQueue: false,
+      // A command cut off by a dropped connection is sent once more after reconnecting: both scripts may run twice.
+      maxRetriesPerRequest: 1,
+      // Reconnect forever: 50 ms, 100 ms, ... capped at 1 s.
+      retryStrategy: (times) => Math.min(times * 50, 1_000),
+      enableReadyCheck: true
+    }) as Scripts
+    this.#redis.defineCommand('insertOnce', { lua: INSERT_ONCE })
+    this.#redis.defineCommand('replaceTargets', { lua: REPLACE_TARGETS })
+    this.#redis.on('ready', () => {
+      if (this.#state !== 'up') opts.log.info('portfolio store connected (redis)')
+      this.#state = 'up'
+    })
+    const down = (reason: string): void => {
+      if (this.#state !== 'down') opts.log.warn({ reason }, 'portfolio store unavailable (redis): creates and updates answer 503; reconnecting')
+      this.#state = 'down'
+    }
+    this.#redis.on('error', (err: Error) => down(err.message))
+    this.#redis.on('close', () => { if (this.#state === 'up') down('connection closed') })
+  }
+
+  async state (): Promise<StoreState> {
+    let database = SERVICE_DISCONNECTED
+    if (this.#redis.status === 'ready') {
+      try {
+        if (await this.#redis.ping() === 'PONG') database = SERVICE_CONNECTED
+      } catch {
+        // Timed out or cut off: disconnected, which is what /health reports.
+      }
+    }
+    // The reference engine has no cache apart from its store: it reports the store's state for both.
+    return { database, cache: database }
+  }
+
+  async getOwned (id: string, owner: string): Promise<Portfolio | undefined> {
+    const fields = await this.#run(() => this.#redis.hgetall(portfolioKey(owner, id)))
+    const { record, target_positions: targets } = fields
+    if (record === undefined || targets === undefined) return undefined
+    // Written only by this class, from a Portfolio.
+    return freezePortfolio({ ...(JSON.parse(record) as PortfolioRecord), target_positions: JSON.parse(targets) as TargetPosition[] })
+  }
+
+  async createdWithKey (owner: string, key: string): Promise<string | undefined> {
+    return await this.#run(() => this.#redis.get(keyKey(owner, key))) ?? undefined
+  }
+
+  async insert (portfolio: Portfolio): Promise<void> {
+    const { record, targets } = serialize(portfolio)
+    await this.#run(() => this.#redis.hset(portfolioKey(portfolio.owner, portfolio.id), 'record', record, 'target_positions', targets))
+  }
+
+  async insertOnce (portfolio: Portfolio, key: string): Promise<string> {
+    const { record, targets } = serialize(portfolio)
+    return await this.#run(() => this.#redis.insertOnce(2, keyKey(portfolio.owner, key), portfolioKey(portfolio.owner, portfolio.id), portfolio.id, record, targets))
+  }
+
+  async replaceTargets (id: string, owner: string, targets: readonly TargetPosition[]): Promise<boolean> {
+    return await this.#run(() => this.#redis.replaceTargets(1, portfolioKey(owner, id), JSON.stringify(copyTargets(targets)))) === 1
+  }
+
+  async close (): Promise<void> {
+    // quit() would wait for a Redis that may be gone.
+    this.#redis.disconnect()
+  }
+
+  /** One command: an outage (refused, timed out, no master) becomes StoreUnavailableError, answered 503. */
+  async #run<T> (command: () => Promise<T>): Promise<T> {
+    try {
+      return await command()
+    } catch (err) {
+      const e = err as Error
+      if (e.name === 'ReplyError' && !UNAVAILABLE_REPLY.test(e.message)) throw err
+      throw new StoreUnavailableError(`portfolio store unavailable: ${e.message}`, { cause: err })
+    }
+  }
+}
+
+const tag = (owner: string): string => `{${encodeURIComponent(owner)}}`
+const portfolioKey = (owner: string, id: string): string => `${PREFIX}portfolio:${tag(owner)}:${id}`
+const keyKey = (owner: string, key: string): string => `${PREFIX}key:${tag(owner)}:${key}`
+
+function serialize (portfolio: Portfolio): { record: string, targets: string } {
+  const { target_positions: targets, ...record } = portfolio
+  return { record: JSON.stringify(record), targets: JSON.stringify(copyTargets(targets)) }
+}
