@@ -104,7 +104,9 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
 
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)
-    if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
+    // An outage of the store is the store's (logged once by it), not a failure of this request's code.
+    if (engineError.code === 'SERVICE_UNAVAILABLE') request.log.warn({ code: engineError.code, reason: (engineError.cause as Error).message }, 'engine request refused: store unavailable')
+    else if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
     else request.log.info({ code: engineError.code, message: engineError.message }, 'engine request refused')
     const fn = request.routeOptions.config.handler ?? 'engine'
     if (engineError.code === 'SERVICE_UNAVAILABLE') void reply.header('retry-after', String(STORE_RETRY_AFTER_S))

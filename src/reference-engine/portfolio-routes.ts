@@ -125,7 +125,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       } catch (err) {
         // A store that timed out may still have written the record, which names
         // the image: keep the image (an orphan file is harmless, a record without its image is not).
-        if (err instanceof StoreUnavailableError && image !== undefined) leftovers.splice(leftovers.indexOf(image.path), 1)
+        if (err instanceof StoreUnavailableError && err.maybeWritten && image !== undefined) leftovers.splice(leftovers.indexOf(image.path), 1)
         throw err
       }
       if (stored !== id) {

@@ -21,6 +21,7 @@
  * connect and command timeouts, no offline queue (a command while
  * disconnected fails at once), and reconnection forever in the background.
  */
+import { once } from 'node:events'
 import { Redis } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { TargetPosition } from '../../schemas/portfolio.js'
@@ -108,6 +109,11 @@ export class RedisPortfolioStore implements PortfolioStore {
     return { database, cache: database }
   }
 
+  /** Resolves once the connection is ready (at once when it is): for tools and tests that must not start disconnected. */
+  async connected (): Promise<void> {
+    if (this.#redis.status !== 'ready') await once(this.#redis, 'ready')
+  }
+
   async getOwned (id: string, owner: string): Promise<Portfolio | undefined> {
     const fields = await this.#run(() => this.#redis.hgetall(portfolioKey(owner, id)))
     const { record, target_positions: targets } = fields
@@ -141,12 +147,15 @@ export class RedisPortfolioStore implements PortfolioStore {
 
   /** One command: an outage (refused, timed out, no master) becomes StoreUnavailableError, answered 503. */
   async #run<T> (command: () => Promise<T>): Promise<T> {
+    // Not connected: refused here, so the caller knows nothing was written (no offline queue either).
+    if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`portfolio store unavailable: redis ${this.#redis.status}`, false)
     try {
       return await command()
     } catch (err) {
       const e = err as Error
       if (e.name === 'ReplyError' && !UNAVAILABLE_REPLY.test(e.message)) throw err
-      throw new StoreUnavailableError(`portfolio store unavailable: ${e.message}`, { cause: err })
+      // A reply error was an answer: the command did not run. Anything else (a timeout, a lost connection) may have.
+      throw new StoreUnavailableError(`portfolio store unavailable: ${e.message}`, e.name !== 'ReplyError', { cause: err })
     }
   }
 }

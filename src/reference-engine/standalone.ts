@@ -19,7 +19,13 @@ try {
 }
 
 const lifecycle = { draining: false }
-const engine = await buildEngine({ imageDir: settings.imageDir, logger: { level: 'info' }, lifecycle })
+const engine = await buildEngine({
+  imageDir: settings.imageDir,
+  logger: { level: 'info' },
+  lifecycle,
+  // Issue 19 item 2: engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
+  ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
+})
 
 /** After the listener stops accepting, how long open connections get to send their last request (as the gateway's). */
 const DRAIN_IDLE_GRACE_MS = 1_000
@@ -43,4 +49,5 @@ closeWithGrace({ delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT
 })
 
 await engine.listen({ port: settings.port, host: settings.host })
-engine.log.info({ imageDir: settings.imageDir, drainNoticeMs: settings.drainNoticeMs }, 'portfolio engine ready')
+// The store's kind, not its URL: that may carry a password.
+engine.log.info({ imageDir: settings.imageDir, drainNoticeMs: settings.drainNoticeMs, store: settings.redisUrl === undefined ? 'memory' : 'redis' }, 'portfolio engine ready')

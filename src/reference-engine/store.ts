@@ -52,6 +52,13 @@ export interface PortfolioStore {
  */
 export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError'
+  /** False when the command never left this process; true when it may have run (a timeout, a connection lost mid-command). */
+  readonly maybeWritten: boolean
+
+  constructor (message: string, maybeWritten: boolean, options?: ErrorOptions) {
+    super(message, options)
+    this.maybeWritten = maybeWritten
+  }
 }
 
 /** Records are frozen so a caller holding one cannot change the store behind its back. */
