@@ -1,7 +1,9 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { spawnSync } from 'node:child_process'
 import t from 'tap'
 import { EngineEnvError, loadEngineEnv } from '../src/reference-engine/engine-env.js'
+import { ENGINE_SCRIPT, ensureBuilt } from './helpers/processes.js'
 
 t.test('defaults', async (t) => {
   t.same(loadEngineEnv({}), { port: 4000, host: '127.0.0.1', imageDir: join(tmpdir(), 'portfolio-engine-images'), drainNoticeMs: 0 })
@@ -39,4 +41,15 @@ t.test('ENGINE_REDIS_URL must be a redis:// or rediss:// URL, and is never echoe
   for (const bad of ['http://cache:6379', 'redis://', 'cache:6379', 'redis://a b@host']) {
     t.throws(() => loadEngineEnv({ ENGINE_REDIS_URL: bad }), new EngineEnvError('ENGINE_REDIS_URL=(hidden) is invalid: expected redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share'), bad)
   }
+})
+
+t.test('the standalone engine stops at a bad value with that one line on stderr and exit code 1', async (t) => {
+  ensureBuilt()
+  const run = (env: Record<string, string>) => spawnSync(process.execPath, [ENGINE_SCRIPT], { env: { PATH: process.env['PATH'] ?? '', ENGINE_PORT: '0', ...env }, encoding: 'utf8', timeout: 30_000 })
+  const short = run({ NODE_ENV: 'production', ENGINE_DRAIN_NOTICE_MS: '1000' })
+  t.equal(short.status, 1)
+  t.equal(short.stderr, 'portfolio-engine: ENGINE_DRAIN_NOTICE_MS=1000 is too short for NODE_ENV=production: set at least 5000 (the gateway\'s health-check interval), or leave it unset\n')
+  const url = run({ ENGINE_REDIS_URL: 'http://user:secret@cache:6379' })
+  t.equal(url.status, 1)
+  t.equal(url.stderr, 'portfolio-engine: ENGINE_REDIS_URL=(hidden) is invalid: expected redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share\n')
 })

@@ -9,7 +9,7 @@ import fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 import multipart from '@fastify/multipart'
 import { CREATE_FORM_LIMITS, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
-import { HealthError } from '../../schemas/errors.js'
+import type { HealthError } from '../../schemas/errors.js'
 import { EngineError, STORE_RETRY_AFTER_S, structuredError, toEngineError } from './errors.js'
 import { portfolioRoutes } from './portfolio-routes.js'
 import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
