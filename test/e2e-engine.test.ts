@@ -7,6 +7,9 @@ import { request } from 'undici'
 import { bearer, build, hs256, MINTS } from './helpers/app.js'
 import { startEngine } from './helpers/engine.js'
 import { multipartBody } from './helpers/multipart.js'
+import { newImageDir, startEngineProcess } from './helpers/engine-process.js'
+import { ensureBuilt } from './helpers/processes.js'
+import { requireRedis, startRedis } from './helpers/redis.js'
 
 t.test('create as alice, update as alice, then bob and a made-up id get the same 404', async (t) => {
   const engine = await startEngine(t)
@@ -49,4 +52,34 @@ t.test('a create with a 30-emoji name succeeds end to end: both legs count chara
   t.equal(created.statusCode, 200)
   const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
   t.equal(engine.engine.portfolios.get(id)?.name, name)
+})
+
+t.test('two gateways, each in front of its own engine, the engines on one Redis: create through one, update through the other (issue 19 item 2)', async (t) => {
+  if (!requireRedis(t)) return
+  ensureBuilt()
+  const redis = await startRedis(t)
+  const imageDir = newImageDir(t)
+  const env = { ENGINE_REDIS_URL: redis.url, ENGINE_IMAGE_DIR: imageDir }
+  const [engineA, engineB] = await Promise.all([startEngineProcess(t, env), startEngineProcess(t, env)])
+  await Promise.all([engineA.waitFor(/portfolio store connected/), engineB.waitFor(/portfolio store connected/)])
+  const [gatewayA, gatewayB] = await Promise.all([build(t, { upstreamUrl: engineA.url }), build(t, { upstreamUrl: engineB.url })])
+  const alice = hs256({ sub: 'alice' })
+
+  const health = await request(`${gatewayB.url}/api/health`, { headers: bearer(alice) })
+  t.equal(health.statusCode, 200)
+  t.match(await health.body.json(), { status: 'ok', services: { database: 'connected', cache: 'connected' } }, "/api/health reports the engine's Redis")
+
+  const form = multipartBody([{ name: 'name', value: 'Shared' }, { name: 'type', value: 'PORTFOLIO' }])
+  const created = await request(`${gatewayA.url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(alice), 'content-type': form.contentType }, body: form.body })
+  t.equal(created.statusCode, 200)
+  const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
+  const update = (url: string, token: string) => request(`${url}/api/portfolio/update`, {
+    method: 'POST', headers: { ...bearer(token), 'content-type': 'application/json' }, body: JSON.stringify({ portfolio_id: id, target_positions: [{ mint: MINTS[1], allocation: 1 }] })
+  })
+  const updated = await update(gatewayB.url, alice)
+  t.equal(updated.statusCode, 200)
+  t.same(await updated.body.json(), { success: true, message: 'Target positions updated' })
+  const foreign = await update(gatewayB.url, hs256({ sub: 'bob' }))
+  t.equal(foreign.statusCode, 404)
+  t.match(await foreign.body.json(), { success: false, error: { code: 'NOT_FOUND', source: 'portfolio-engine' } })
 })
