@@ -7,6 +7,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { Readable } from 'node:stream'
 import { Redis } from 'ioredis'
+import pino from 'pino'
 import t, { type Test } from 'tap'
 import { Agent, request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
@@ -16,12 +17,13 @@ import { multipartBody } from './helpers/multipart.js'
 import { ensureBuilt } from './helpers/processes.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 import { RedisPortfolioStore } from '../src/reference-engine/redis-store.js'
+import { buildEngine } from '../src/reference-engine/engine.js'
 import type { Portfolio } from '../src/reference-engine/store.js'
 
 if (requireRedis(t)) {
   t.before(ensureBuilt)
 
-  const silent = { info () {}, warn () {} } as unknown as ConstructorParameters<typeof RedisPortfolioStore>[0]['log']
+  const silent = pino({ level: 'silent' })
   const png = readFileSync(PNG_IMAGE)
 
   /** A Redis client for looking at what the engines wrote. */
@@ -222,6 +224,14 @@ if (requireRedis(t)) {
     t.same(await health(engine, dispatcher), { status: 200, body: { status: 'ok', services: { database: 'connected', cache: 'connected' } } })
     const again = await create(engine, dispatcher)
     t.equal(again.status, 200, 'creates work again once Redis is back')
+  })
+
+  t.test('buildEngine({ redisUrl }): the store is Redis, so the synchronous memory view refuses to be read', async (t) => {
+    const redis = await startRedis(t)
+    const engine = await buildEngine({ imageDir: newImageDir(t), redisUrl: redis.url })
+    t.teardown(() => engine.close())
+    t.ok(engine.portfolioStore instanceof RedisPortfolioStore)
+    t.throws(() => engine.portfolios.size, new Error('this engine keeps its portfolios in Redis: use portfolioStore'))
   })
 
   t.test('an engine started while Redis is down starts, says disconnected, and connects when Redis comes', async (t) => {

@@ -4,9 +4,11 @@
  * connection accepted a moment ago is idle until its request is parsed: a
  * request already on its way was lost that way (15-41 in 65,000 under load).
  * So: stop accepting first, and give the open connections a short grace.
- * While draining each answer says `connection: close` (connection-close.ts),
- * so a busy connection ends after its next answer; one that stays idle for the
- * whole grace carried nothing, and app.close() then ends it.
+ * While draining each answer says `connection: close` (the gateway's
+ * http/connection-close.ts, the reference engine's onSend hook), so a busy
+ * connection ends after its next answer; one that stays idle for the whole
+ * grace carried nothing, and app.close() then ends it. Shared by the gateway
+ * (server.ts) and the standalone engine (DECISIONS 25).
  */
 import { once } from 'node:events'
 import { Server as NetServer } from 'node:net'
