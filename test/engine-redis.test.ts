@@ -226,6 +226,24 @@ if (requireRedis(t)) {
     t.equal(again.status, 200, 'creates work again once Redis is back')
   })
 
+  t.test('draining on Redis: an upload in flight at SIGTERM is still stored, since the store closes after the last request', async (t) => {
+    const redis = await startRedis(t)
+    const engine = await startEngineProcess(t, { ENGINE_REDIS_URL: redis.url })
+    await engine.waitFor(/portfolio store connected/)
+    const dispatcher = new Agent({ keepAliveTimeout: 10 })
+    t.teardown(() => dispatcher.close())
+    const held = heldCreate(engine, dispatcher, { 'idempotency-key': 'in-flight-at-sigterm' })
+    await engine.waitFor(/"url":"\/api\/portfolio\/create"/)
+    engine.proc.kill('SIGTERM')
+    await engine.waitFor(/stopped accepting connections/)
+    held.release()
+    const answer = await held.answer
+    t.equal(answer.statusCode, 200)
+    const { portfolio_id: id } = await answer.body.json() as { portfolio_id: string }
+    t.same(await engine.exited, [0, null])
+    t.match(await (await store(t, redis.url)).getOwned(id, USER), { id, owner: USER, name: 'Shared' }, 'the portfolio is in Redis')
+  })
+
   t.test('buildEngine({ redisUrl }): the store is Redis, so the synchronous memory view refuses to be read', async (t) => {
     const redis = await startRedis(t)
     const engine = await buildEngine({ imageDir: newImageDir(t), redisUrl: redis.url })

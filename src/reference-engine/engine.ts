@@ -80,6 +80,10 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     // At least the gateway's upload allowance (issue 7 item 6), so an upload the gateway accepts never times out here.
     requestTimeout: ENGINE_REQUEST_TIMEOUT_MS,
     connectionTimeout: 0,
+    // As the gateway: a request that arrives on an open connection while the
+    // engine closes is served (with `connection: close`), not refused with
+    // Fastify's own 503, which is outside the contract (DECISIONS 25).
+    return503OnClosing: false,
     // The gateway's schema compiler and options: one schema, one way of counting (issue 7, item 1).
     ajv: SCHEMA_VALIDATION
   })
@@ -94,7 +98,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
       throw new Error('this engine keeps its portfolios in Redis: use portfolioStore')
     }
   })
-  // The store's connection goes with the engine.
+  // The store's connection goes with the engine: onClose runs after the HTTP
+  // server has closed and its last request has finished (test/engine-redis.test.ts).
   app.addHook('onClose', async () => { await store.close() })
 
   // The gateway's limits, so a form the gateway accepts is one the engine
