@@ -12,7 +12,7 @@ export const ENGINE_ERRORS = Object.freeze({
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
   INTERNAL_ERROR: 500,
-  /** The store (Redis) cannot be reached: nothing was changed that a retry could double (its key deduplicates). */
+  /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create a second portfolio. */
   SERVICE_UNAVAILABLE: 503
 })
 export type EngineErrorCode = keyof typeof ENGINE_ERRORS
