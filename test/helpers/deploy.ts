@@ -17,8 +17,8 @@ export function toolAvailable (command: string, versionArg = '--version'): boole
 }
 
 /** Skip the file's tests with one line naming the package when `command` is missing; under CI that is a failure. */
-export function requireTool (t: Test, command: string, debianPackage: string): boolean {
-  if (toolAvailable(command)) return true
+export function requireTool (t: Test, command: string, debianPackage: string, versionArg = '--version'): boolean {
+  if (toolAvailable(command, versionArg)) return true
   const line = `${command} not found: apt-get install ${debianPackage} (Debian/Ubuntu) to run these checks`
   if (process.env['CI'] === 'true') t.fail(line)
   else t.plan(0, line)
