@@ -42,6 +42,44 @@ const podSpec = (m: Manifest): PodSpec => (m.spec as { template: { spec: PodSpec
 const DRAIN_NOTICE_S = 5
 const IN_FLIGHT_S = 25
 
+/**
+ * Keys the schema does not know, like kubeconform's -strict: the API's OpenAPI
+ * schemas allow unknown fields (the API server drops them, so a misspelt
+ * `readinesProbe` would vanish silently). The compiled validator reads every
+ * property its schema names, and every key of a free-form map, so a key it never
+ * read is one the schema does not have. Only the outermost unknown key is named.
+ */
+function unknownFields (Model: new (data: unknown) => Validator, doc: unknown): string[] {
+  const instance = new Model(doc) // a deep copy of the plain data
+  const reads = new WeakMap<object, Set<string>>()
+  const proxies = new WeakMap<object, object>()
+  const watch = (value: unknown): unknown => {
+    if (value === null || typeof value !== 'object') return value
+    const known = proxies.get(value)
+    if (known !== undefined) return known
+    reads.set(value, new Set())
+    const proxy = new Proxy(value, {
+      get (target, key, receiver) {
+        if (typeof key === 'string') reads.get(target)!.add(key)
+        return watch(Reflect.get(target, key, receiver))
+      }
+    })
+    proxies.set(value, proxy)
+    return proxy
+  }
+  Model.prototype.validate.call(watch(instance))
+  const unread: string[] = []
+  const walk = (value: unknown, path: string): void => {
+    if (value === null || typeof value !== 'object') return
+    for (const [key, child] of Object.entries(value)) {
+      if (!Array.isArray(value) && reads.get(value)?.has(key) !== true) unread.push(`${path}.${key}`)
+      else walk(child, `${path}.${key}`)
+    }
+  }
+  walk(instance, '')
+  return unread
+}
+
 /** The kubernetes-models class for a manifest's apiVersion and kind, from the package's published schemas. */
 async function modelFor (apiVersion: string, kind: string): Promise<new (data: unknown) => Validator> {
   const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') as [string, string] : ['', apiVersion]
@@ -65,6 +103,7 @@ t.test('every manifest validates against the Kubernetes schemas', async (t) => {
   for (const { file, doc } of manifests) {
     const Model = await modelFor(doc.apiVersion, doc.kind)
     t.doesNotThrow(() => { new Model(doc).validate() }, `${file}: ${doc.kind} ${doc.metadata.name}`)
+    t.same(unknownFields(Model, doc), [], `${file}: ${doc.kind} ${doc.metadata.name} has no field the schema does not know`)
   }
   const Deployment = await modelFor('apps/v1', 'Deployment')
   const broken = structuredClone(find('Deployment', 'portfolio-gateway')) as Manifest & { spec: { replicas: unknown } }
@@ -74,6 +113,11 @@ t.test('every manifest validates against the Kubernetes schemas', async (t) => {
   const monitor = structuredClone(find('ServiceMonitor', 'portfolio-gateway')) as Manifest & { spec: { endpoints: Array<{ interval: string }> } }
   monitor.spec.endpoints[0]!.interval = 'often'
   t.throws(() => { new ServiceMonitor(monitor).validate() }, 'the prometheus-operator schemas too')
+  const misspelt = structuredClone(find('Deployment', 'portfolio-gateway')) as Manifest & { spec: { template: { spec: { containers: Array<Record<string, unknown>> } } } }
+  const container = misspelt.spec.template.spec.containers[0]!
+  container['readinesProbe'] = container['readinessProbe']
+  delete container['readinessProbe']
+  t.same(unknownFields(Deployment, misspelt), ['.spec.template.spec.containers.0.readinesProbe'], 'and a misspelt field is named')
 })
 
 t.test('the gateway pod leaves within its grace period: preStop + notice + requests in flight', async (t) => {
