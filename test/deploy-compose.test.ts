@@ -131,6 +131,12 @@ t.test('compose sets every variable the haproxy config reads', async (t) => {
   t.ok(used.length > 0, 'the config takes its addresses from the environment')
 })
 
+t.test('verify.sh, the script that proves the compose topology works, parses', async (t) => {
+  // It needs Docker, which these machines lack: bash -n is what can be checked here.
+  const { status, output } = run('bash', ['-n', join(DEPLOY, 'compose', 'verify.sh')])
+  t.equal(status, 0, output)
+})
+
 t.test('haproxy -c accepts the shared config with the values compose gives it', async (t) => {
   const cfg = join(DEPLOY, 'haproxy', 'haproxy.cfg')
   if (!existsSync(cfg)) {
