@@ -16,8 +16,13 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# The reference engine (same image: `node dist/src/reference-engine/standalone.js`) keeps images in
+# ENGINE_IMAGE_DIR, a volume its instances share; owned by `node` here so a new named volume mounted
+# on it starts writable for the unprivileged user (deploy/compose).
+RUN mkdir -p /var/lib/portfolio-engine/images && chown -R node:node /var/lib/portfolio-engine
 USER node
 # 3000: the API; 9464: Prometheus /metrics (METRICS_PORT), for the scraper only, never the public load balancer.
+# The reference engine listens on ENGINE_PORT (4000 by default).
 EXPOSE 3000 9464
 # /health answers 500 while draining, so the orchestrator stops routing here first.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
