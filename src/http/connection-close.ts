@@ -101,20 +101,25 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bound
   if (Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined) return
   // Counted from the answer: a client sending a body within the limit is never cut off.
   const maxBytesRead = socket.bytesRead + maxBodyBytes
+  let linger: Linger | undefined
+  // Read the body from now on, so Node does not "dump" the request when the
+  // answer ends: a dumped request's bytes are dropped by the parser unseen,
+  // and the linger needs to see them arrive (and the body end). A request
+  // that a handler is still reading keeps its reader; this one only counts.
+  const unconsumed = raw.listenerCount('data') === 0 && raw.listenerCount('readable') === 0
+  const onData = (): void => linger?.sawBytes()
+  raw.on('data', onData)
+  raw.once('end', () => linger?.finish())
+  if (unconsumed) raw.resume()
   socket.destroySoon = function lingeringDestroySoon () {
     Reflect.deleteProperty(socket, 'destroySoon')
     if (raw.complete || socket.destroyed) {
+      raw.off('data', onData)
       socket.destroySoon()
       return
     }
-    const linger = startLinger(socket, maxBytesRead, bounds)
-    // Node's parser still reads the socket; the body arrives on the request.
-    const unconsumed = raw.listenerCount('data') === 0 && raw.listenerCount('readable') === 0
-    const onData = (): void => linger.sawBytes()
-    raw.on('data', onData)
-    raw.once('end', () => linger.finish())
+    linger = startLinger(socket, maxBytesRead, bounds)
     linger.onStop(() => raw.off('data', onData))
-    if (unconsumed) raw.resume()
   }
 }
 
