@@ -57,6 +57,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
+    // DECISIONS 27: X-Forwarded-For is believed only from TRUST_PROXY's peers (request.ip).
+    trustProxy: config.trustProxy === undefined ? false : [...config.trustProxy],
     // Requests the router cannot even read (bad percent-encoding, a parameter
     // too long) bypass hooks and the error handler: answer them here, in the
     // simple shape, with the request id, and without echoing the URL.
@@ -89,7 +91,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
     app.addHook('onResponse', (request, reply, done) => {
-      request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      request.log.info({ method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
       done()
     })
   }
