@@ -161,6 +161,17 @@ t.test('shedding sees the path the router sees: encoded and absolute targets are
     t.match(answer, /\r\nx-request-id: [0-9a-f-]{36}\r\n/i, target)
     t.equal(answer.slice(answer.indexOf('\r\n\r\n') + 4), JSON.stringify({ error: 'gateway is overloaded, retry later' }), target)
   }
+  // Expect: 100-continue is refused with the 503 itself: the body is never invited (DECISIONS 21).
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  await once(socket, 'connect')
+  let expectText = ''
+  socket.setEncoding('latin1').on('data', (c: string) => { expectText += c })
+  socket.write(`POST /api/portfolio/update HTTP/1.1\r\nhost: gw\r\nauthorization: ${bearer().authorization}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n`)
+  await once(socket, 'end') // the server's FIN after its answer; the body was never sent
+  socket.destroy()
+  t.match(expectText, /^HTTP\/1\.1 503 Service Unavailable\r\n/, 'Expect: 100-continue gets the 503, not 100 Continue')
+  t.match(expectText, /\r\nconnection: close\r\n/i)
+
   // The router does not fold `//` (Fastify's default): `//api/...` is no /api route, a 404 as when not overloaded.
   const doubled = await rawGet(url, '//api/portfolio/ping')
   t.match(doubled, /^HTTP\/1\.1 404 /)

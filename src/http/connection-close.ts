@@ -120,6 +120,8 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bound
     }
     linger = startLinger(socket, maxBytesRead, bounds)
     linger.onStop(() => raw.off('data', onData))
+    // A handler that stopped reading (unpiped its parser) and left no reader: read on here.
+    if (raw.readableFlowing !== true && raw.listenerCount('data') === 1 && raw.listenerCount('readable') === 0) raw.resume()
   }
 }
 
