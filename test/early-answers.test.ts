@@ -123,3 +123,27 @@ t.test('a request pipelined behind an early-answered body is not served on the c
   await client.serverClosed
   t.equal(client.text().match(/HTTP\/1\.1 /g)?.length, 1, 'one answer: the 401')
 })
+
+t.test('a parser error: the 400 is read, what follows is drained, and the close is not a reset', async (t) => {
+  const built = await build(t, { linger: { idleMs: 2_000, totalMs: 10_000 } })
+  // What follows stays within the bound: the route's body limit (update: 64 KiB), or create's when no route is known.
+  const cases: Array<[string, string, RegExp, number]> = [
+    ['a malformed header, the body still coming', 'POST /api/portfolio/update HTTP/1.1\r\nhost: x\r\nbad header\r\ncontent-length: 2000000\r\n\r\n',
+      /^HTTP\/1\.1 400 Bad Request\r\n[^]*\r\n\r\n\{"error":"malformed HTTP request"\}$/, 256 * 1024],
+    ['a 401 on its way when the chunked body turns out malformed', 'POST /api/portfolio/update HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n',
+      /^HTTP\/1\.1 401 Unauthorized\r\n[^]*\r\n\r\n\{"error":"missing bearer token"\}$/, 12 * 1024]
+  ]
+  for (const [what, head, answer, chunkBytes] of cases) {
+    const client = await rawUpload(built, head)
+    while (!/\r\n\r\n\{[^}]*\}/.test(client.text())) await new Promise((resolve) => setTimeout(resolve, 10))
+    t.match(client.text(), answer, what)
+    // The client goes on writing what it had (a dead parser cannot tell a body from what follows), then ends.
+    const more = Buffer.alloc(chunkBytes, 0x63)
+    for (let i = 0; i < 4; i++) if (!client.socket.write(more)) await once(client.socket, 'drain')
+    client.socket.end()
+    const read = await client.serverClosed
+    t.ok(read > 4 * more.length, `${what}: the server read what followed (${read} bytes) before closing`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    t.equal(client.reset(), false, `${what}: no reset, every write of the client succeeded`)
+  }
+})

@@ -13,7 +13,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
-import { LINGER_BOUNDS, lingerAfterRawAnswer, lingerOf, type LingerBounds } from './connection-close.js'
+import { LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
   HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
@@ -49,6 +49,8 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
       else linger.sawBytes()
       return
     }
+    // An early answer is on its way and will linger: the parser failed on the body it was not going to read.
+    if (lingerArmed(socket)) return
     // A response already under way on this socket cannot be followed by another.
     const busy = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
     if (!socket.writable || busy) {

@@ -95,6 +95,11 @@ export function lingerOf (socket: Socket): Linger | undefined {
   return (socket as LingeringSocket)[kLinger]
 }
 
+/** An answer on `socket` will end it with a linger (lingerOnClose), or the linger is under way. */
+export function lingerArmed (socket: Socket): boolean {
+  return Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined
+}
+
 /** Arrange that when Node closes `raw`'s connection after the answer, the socket lingers first. */
 export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bounds: LingerBounds): void {
   const socket = raw.socket as LingeringSocket
