@@ -744,7 +744,7 @@ export interface components {
         CreatePortfolioForm: {
             /**
              * Format: binary
-             * @description PNG, JPEG, GIF or WebP, recognised by its bytes, at most 10485760 bytes; optional
+             * @description PNG or JPEG, recognised by its bytes, at most 10485760 bytes; optional
              */
             image?: string;
             name: string;

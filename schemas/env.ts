@@ -27,6 +27,7 @@ export const Env = Type.Object({
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://[^\\s]+$', description: 'redis://[user:password@]host:port[/db] for shared rate limits and idempotency records' })),
   IDEMPOTENCY_TTL_S: Integer(1, 30 * 86_400, 'how long an Idempotency-Key record is kept, in seconds', 86_400),
   SHED_EVENT_LOOP_DELAY_MS: Integer(0, 60_000, 'event loop delay past which new /api/* requests get 503, in ms; 0 turns it off', 200),
-  UPSTREAM_MAX_QUEUE: Integer(1, 100_000, 'requests that may wait for an engine connection; past it new /api/* requests get 503', 256)
+  UPSTREAM_MAX_QUEUE: Integer(1, 100_000, 'requests that may wait for an engine connection; past it new /api/* requests get 503', 256),
+  TRUST_PROXY: Type.Optional(Type.String({ minLength: 1, description: 'comma-separated IP addresses or CIDRs of the load balancers whose X-Forwarded-For is believed, e.g. 10.0.0.0/8,fd00::/8 (DECISIONS 27); unset: none' }))
 })
 export type Env = Static<typeof Env>

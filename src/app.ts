@@ -1,11 +1,10 @@
 /**
  * buildApp: the whole request path, registered in the order it runs.
  *
- *   request -> [/api/* while overloaded: 503 in front of Fastify]
+ *   request -> [in front of Fastify (http/front.ts): no Host 400, Expect 417, /api/* while overloaded 503]
  *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
-import { createServer } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
@@ -14,8 +13,9 @@ import { ownEngineClient } from './engine-client/plugin.js'
 import { createAuthenticator, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
-import { answerClientError } from './http/client-error.js'
-import { closeConnectionsWhenNeeded } from './http/connection-close.js'
+import { clientErrorAnswerer } from './http/client-error.js'
+import { closeConnectionsWhenNeeded, LINGER_BOUNDS, type LingerBounds } from './http/connection-close.js'
+import { createFrontServer, inviteBody } from './http/front.js'
 import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
@@ -36,14 +36,17 @@ export interface AppDeps {
   logger?: FastifyServerOptions['logger']
   /** Key-set fetch bounds (tests shorten the timeout). */
   keySet?: AuthOptions['keySet']
+  /** How long a connection answered early keeps reading (DECISIONS 21; tests shorten it). */
+  linger?: LingerBounds
 }
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
   const lifecycle = deps.lifecycle ?? { draining: false }
   // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
-  const shedder = new LoadShedder(lifecycle)
+  const linger = deps.linger ?? LINGER_BOUNDS
+  const shedder = new LoadShedder(lifecycle, linger)
   const app = Fastify({
-    serverFactory: (handler) => createServer(shedder.inFrontOf(handler)),
+    serverFactory: (handler) => createFrontServer(handler, { shedder, lifecycle, linger }),
     logger: deps.logger ?? false,
     genReqId: requestIdFrom,
     requestIdHeader: false,
@@ -54,10 +57,12 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
+    // DECISIONS 27: X-Forwarded-For is believed only from TRUST_PROXY's peers (request.ip).
+    trustProxy: config.trustProxy === undefined ? false : [...config.trustProxy],
     // Requests the router cannot even read (bad percent-encoding, a parameter
     // too long) bypass hooks and the error handler: answer them here, in the
     // simple shape, with the request id, and without echoing the URL.
-    clientErrorHandler: answerClientError,
+    clientErrorHandler: clientErrorAnswerer(linger),
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
       void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
@@ -80,13 +85,13 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     done()
   })
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
-  closeConnectionsWhenNeeded(app, lifecycle)
+  closeConnectionsWhenNeeded(app, lifecycle, linger)
   installTraceContext(app)
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
     app.addHook('onResponse', (request, reply, done) => {
-      request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      request.log.info({ method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
       done()
     })
   }
@@ -106,6 +111,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
+    // Expect: 100-continue: the body is invited only now (DECISIONS 21).
+    api.addHook('onRequest', inviteBody)
     await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
     await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
     await api.register(createPortfolioRoutes, {

@@ -3,6 +3,7 @@
  * `process.env` itself: the caller passes the environment in, so tests can too.
  */
 import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto'
+import { isIP } from 'node:net'
 import { Env } from '../schemas/env.js'
 import { readEnv } from './shared/env.js'
 
@@ -50,6 +51,8 @@ export interface GatewayConfig {
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
   readonly limits: LimitsConfig
+  /** TRUST_PROXY: the peers whose X-Forwarded-For is believed (DECISIONS 27); absent: none. */
+  readonly trustProxy?: readonly string[]
 }
 
 /** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
@@ -88,6 +91,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
     throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
   }
+  const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -103,8 +107,28 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
       idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
       shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
       upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
-    })
+    }),
+    ...(trustProxy === undefined ? {} : { trustProxy })
   })
+}
+
+/** TRUST_PROXY as a list of addresses and CIDRs, each checked here so a typo stops start-up with one line. */
+function trustedProxies (text: string): readonly string[] {
+  const entries = text.split(',').map((entry) => entry.trim())
+  const bad = entries.find((entry) => !isAddressOrCidr(entry))
+  if (bad !== undefined) {
+    throw new ConfigError(`TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8`)
+  }
+  return Object.freeze(entries)
+}
+
+function isAddressOrCidr (entry: string): boolean {
+  const slash = entry.indexOf('/')
+  const version = isIP(slash === -1 ? entry : entry.slice(0, slash))
+  if (version === 0) return false
+  if (slash === -1) return true
+  const bits = entry.slice(slash + 1)
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (version === 4 ? 32 : 128)
 }
 
 /** `user:password@` in a URL, as far as a message may quote it. */

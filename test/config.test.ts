@@ -258,3 +258,20 @@ t.test('METRICS_PORT never shares the public port', async (t) => {
     'METRICS_PORT=8080 is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off'))
   t.equal(loadConfig({ PORT: '0', METRICS_PORT: '0' }).metricsPort, 0, 'both 0 is fine: 0 is "any free port" and "off"')
 })
+
+t.test('TRUST_PROXY: addresses and CIDRs, IPv4 and IPv6; a bad entry stops config with one line', async (t) => {
+  t.notOk('trustProxy' in loadConfig({}), 'unset: no proxy is trusted')
+  t.same(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 192.168.1.10,fd00::/8,::1' }).trustProxy, ['10.0.0.0/8', '192.168.1.10', 'fd00::/8', '::1'])
+  const expected = 'expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8'
+  const cases: Array<[string, string]> = [
+    ['10.0.0.300', '"10.0.0.300"'],
+    ['10.0.0.0/33', '"10.0.0.0/33"'],
+    ['fd00::/129', '"fd00::/129"'],
+    ['10.0.0.1,', '""'],
+    ['haproxy', '"haproxy"'],
+    ['10.0.0.0/8/8', '"10.0.0.0/8/8"']
+  ]
+  for (const [value, entry] of cases) {
+    t.throws(() => loadConfig({ TRUST_PROXY: value }), new ConfigError(`TRUST_PROXY=${JSON.stringify(value)} is invalid: ${entry} is not an IP address or CIDR; ${expected}`), value)
+  }
+})

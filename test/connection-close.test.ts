@@ -55,10 +55,10 @@ t.test('a 401 before the body is read: connection: close, and the server ends th
   t.same(JSON.parse(res.body), { error: 'missing bearer token' })
   t.equal(res.headers.connection, 'close')
   t.match(res.headers['x-request-id'], /\S/)
-  // The client goes on streaming; the server does not keep reading it.
-  for (let i = 0; i < 8 && socket.writable; i++) socket.write(chunk('x'.repeat(16_384)))
+  // The server ends its side at once (FIN after the answer) and reads on until the body ends (DECISIONS 21 v3).
   await ended
-  t.pass('the server ended the connection')
+  for (let i = 0; i < 8 && socket.writable; i++) socket.write(chunk('x'.repeat(16_384)))
+  t.pass('the server ended its side of the connection')
 })
 
 t.test('a 404 on a POST whose body is still coming: connection: close', async (t) => {
@@ -125,6 +125,30 @@ t.test('Node parser errors: the simple shape, an id and connection: close', asyn
     t.match(res.headers['x-request-id'], /^[0-9a-f-]{36}$/, what)
     await ended
   }
+})
+
+t.test("Node's own answers (no Host, an unknown Expect): the simple shape and an id", async (t) => {
+  const { url } = await build(t)
+  const cases: Array<[string, string, number, string]> = [
+    ['HTTP/1.1 without Host', 'GET /ping HTTP/1.1\r\n\r\n', 400, 'missing Host header'],
+    ['POST without Host, body unread', 'POST /api/portfolio/update HTTP/1.1\r\ncontent-length: 5\r\n\r\n', 400, 'missing Host header'],
+    ['Expect: foo', 'GET /ping HTTP/1.1\r\nhost: x\r\nexpect: foo\r\n\r\n', 417, 'unsupported Expect header: only 100-continue is accepted']
+  ]
+  for (const [what, raw, status, message] of cases) {
+    const { socket, answer } = await open(url)
+    t.teardown(() => socket.destroy())
+    socket.write(raw)
+    const res = await answer()
+    t.equal(res.status, status, what)
+    t.same(JSON.parse(res.body), { error: message }, what)
+    t.equal(res.headers['content-type'], 'application/json; charset=utf-8', what)
+    t.match(res.headers['x-request-id'], /^[0-9a-f-]{36}$/, what)
+  }
+  // HTTP/1.0 needs no Host: served as before.
+  const { socket, answer } = await open(url)
+  t.teardown(() => socket.destroy())
+  socket.write('GET /ping HTTP/1.0\r\n\r\n')
+  t.equal((await answer()).status, 200)
 })
 
 /** A connected TCP pair on loopback, to drive the client-error handler on a real socket; `received` is what the client read. */

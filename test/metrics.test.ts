@@ -68,10 +68,16 @@ t.test('requests, rejections and engine calls after known traffic, with exact co
   t.notMatch(text, /secret-123|no\/such/, 'never the raw URL')
   t.equal(samples.filter((s) => s.name === 'gateway_requests_total').length, 6, 'no other request series')
 
-  t.equal(valueOf(samples, 'gateway_request_duration_seconds_count', { route: '/api/portfolio/ping', method: 'GET' }), 7)
-  t.equal(valueOf(samples, 'gateway_request_duration_seconds_bucket', { route: '/api/portfolio/ping', method: 'GET', le: '+Inf' }), 7)
-  t.equal(valueOf(samples, 'gateway_request_duration_seconds_bucket', { route: '/api/portfolio/ping', method: 'GET', le: '0.001' }) !== undefined, true, 'buckets start at 1 ms')
-  t.equal(valueOf(samples, 'gateway_request_duration_seconds_bucket', { route: '/api/portfolio/ping', method: 'GET', le: '10' }), 7, 'and reach 10 s')
+  // The latency histogram by status class too (issue 16 item 7): fast refusals do not hide slow answers.
+  const durations = (statusClass: string, suffix = 'count', le?: string) => valueOf(samples, `gateway_request_duration_seconds_${suffix}`, { route: '/api/portfolio/ping', method: 'GET', status_class: statusClass, ...(le === undefined ? {} : { le }) })
+  t.equal(durations('2xx'), 3)
+  t.equal(durations('4xx'), 1)
+  t.equal(durations('5xx'), 3)
+  t.equal(durations('2xx', 'bucket', '+Inf'), 3)
+  t.equal(durations('5xx', 'bucket', '+Inf'), 3)
+  t.equal(durations('2xx', 'bucket', '0.001') !== undefined, true, 'buckets start at 1 ms')
+  t.equal(durations('5xx', 'bucket', '10'), 3, 'and reach 10 s')
+  t.equal(valueOf(samples, 'gateway_request_duration_seconds_count', { route: '/api/portfolio/update', method: 'POST', status_class: '4xx' }), 3)
 
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'auth' }), 1)
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'validation' }), 1)

@@ -9,6 +9,7 @@ import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
 import t from 'tap'
 import { request } from 'undici'
 import { openApiDocument } from '../src/routes/openapi-document.js'
+import { IMAGE_TYPE_NAMES, NOT_AN_IMAGE } from '../src/shared/image-type.js'
 import { build } from './helpers/app.js'
 
 const COMMITTED = new URL('../openapi.json', import.meta.url)
@@ -102,6 +103,10 @@ t.test('create is multipart/form-data with a binary image and the field rules; u
     description: { type: 'string', maxLength: 500 }
   })
   t.same(form.required, ['name', 'type'])
+  // The image types the document names are the ones the check accepts (issue 16 item 7), worded as the refusal is.
+  t.equal((form.properties as Record<string, { description?: string }>)['image']!.description, `${IMAGE_TYPE_NAMES}, recognised by its bytes, at most 10485760 bytes; optional`)
+  t.equal(NOT_AN_IMAGE, 'image must be a PNG or JPEG file')
+  t.equal(IMAGE_TYPE_NAMES, 'PNG or JPEG')
   t.same(doc.paths['/api/portfolio/update']!.post!.requestBody!.content['application/json']!.schema, { $ref: '#/components/schemas/UpdatePortfolioBody' })
   t.match(doc.components.schemas['UpdatePortfolioBody'], { required: ['portfolio_id', 'target_positions'], properties: { target_positions: { minItems: 1, maxItems: 100 } } })
   t.notMatch(JSON.stringify(doc), /def-\d/, 'named components only')

@@ -13,10 +13,30 @@ t.test('server timeouts and header limits are the documented ones', async (t) =>
   const { app } = await build(t)
   t.equal(app.server.requestTimeout, 180_000, 'a whole request: three minutes for a 10 MiB upload from a phone')
   t.equal(app.server.headersTimeout, 10_000, 'request line and headers')
+  t.equal((app.server as typeof app.server & { connectionsCheckingInterval: number }).connectionsCheckingInterval, 1_000, 'both checked every second, so each holds within 1 s (Node\'s default: every 30 s)')
   t.equal(app.server.keepAliveTimeout, 72_000, 'idle keep-alive socket')
   t.equal(app.server.timeout, 60_000, 'idle socket; UPSTREAM_TIMEOUT_MS=1000: the floor')
   t.equal(app.server.maxHeadersCount, 64)
   t.equal(app.initialConfig.bodyLimit, 65_536, 'JSON bodies')
+})
+
+t.test('a headers timeout fires on time: within the checking interval of its value', async (t) => {
+  const { app, url } = await build(t)
+  // Node reads headersTimeout at each check; the interval is the real one (1 s).
+  app.server.headersTimeout = 1_500
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  let text = ''
+  socket.setEncoding('latin1').on('data', (c: string) => { text += c })
+  const closed = new Promise((resolve) => socket.on('close', resolve))
+  const from = performance.now()
+  socket.write('GET /ping HTTP/1.1\r\nhost: x\r\n') // and never the blank line
+  await closed
+  const ms = performance.now() - from
+  t.match(text, /^HTTP\/1\.1 408 Request Timeout\r\n/)
+  t.match(text, /\{"error":"request timed out"\}$/)
+  // With Node's 30 s interval the 408 would come up to 30 s late; a loaded runner gets 1.5 s of slack.
+  t.ok(ms >= 1_400 && ms < 1_500 + 1_000 + 1_500, `408 after ${Math.round(ms)} ms`)
 })
 
 t.test('the gateway\'s limits hold together', async (t) => {

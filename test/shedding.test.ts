@@ -136,3 +136,48 @@ t.test('the event-loop watch reads the delay live: a turn of the loop that runs 
   t.equal(watch.lagging(), true, 'the late tick holds it')
   t.ok(await eventually(() => !watch.lagging(), 5000), 'the next tick on time ends it')
 })
+
+/** One raw request (the target exactly as written) and the whole answer. */
+async function rawGet (url: string, target: string): Promise<string> {
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  await once(socket, 'connect')
+  let text = ''
+  socket.setEncoding('latin1').on('data', (c: string) => { text += c })
+  socket.write(`GET ${target} HTTP/1.1\r\nhost: gw\r\nauthorization: ${bearer().authorization}\r\nconnection: close\r\n\r\n`)
+  await once(socket, 'close')
+  return text
+}
+
+t.test('shedding sees the path the router sees: encoded and absolute targets are /api/* too', async (t) => {
+  const stub = await startStubUpstream(faults.hang)
+  t.teardown(() => stub.close())
+  const { url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 1, maxQueue: 1 } })
+  const stuck = [get(`${url}/api/portfolio/ping`, bearer()), get(`${url}/api/portfolio/ping`, bearer())]
+  t.ok(await eventually(() => stub.stats.started === 1 && engine.queueFull(), 4000), 'one call at the engine, one queued')
+  for (const target of ['/api/portfolio/ping', '/%61pi/portfolio/ping', '/%61%70%69/portfolio/ping', 'http://gw/api/portfolio/ping', 'HTTPS://gw:8443/api/portfolio/ping?x=1']) {
+    const answer = await rawGet(url, target)
+    t.match(answer, /^HTTP\/1\.1 503 Service Unavailable\r\n/, target)
+    t.match(answer, /\r\nretry-after: 1\r\n/i, target)
+    t.match(answer, /\r\nx-request-id: [0-9a-f-]{36}\r\n/i, target)
+    t.equal(answer.slice(answer.indexOf('\r\n\r\n') + 4), JSON.stringify({ error: 'gateway is overloaded, retry later' }), target)
+  }
+  // Expect: 100-continue is refused with the 503 itself: the body is never invited (DECISIONS 21).
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  await once(socket, 'connect')
+  let expectText = ''
+  socket.setEncoding('latin1').on('data', (c: string) => { expectText += c })
+  socket.write(`POST /api/portfolio/update HTTP/1.1\r\nhost: gw\r\nauthorization: ${bearer().authorization}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n`)
+  await once(socket, 'end') // the server's FIN after its answer; the body was never sent
+  socket.destroy()
+  t.match(expectText, /^HTTP\/1\.1 503 Service Unavailable\r\n/, 'Expect: 100-continue gets the 503, not 100 Continue')
+  t.match(expectText, /\r\nconnection: close\r\n/i)
+
+  // The router does not fold `//` (Fastify's default): `//api/...` is no /api route, a 404 as when not overloaded.
+  const doubled = await rawGet(url, '//api/portfolio/ping')
+  t.match(doubled, /^HTTP\/1\.1 404 /)
+  t.match(doubled, /\{"error":"no route GET \/\/api\/portfolio\/ping"\}$/)
+  t.equal(stub.stats.started, 1, 'nothing shed reached the engine')
+  stub.handle(contractHandler)
+  stub.resetAll()
+  await Promise.all(stuck)
+})

@@ -4,17 +4,22 @@
  * default writes its own body shape, no request id, and closes the socket
  * without saying so, so a client that pipelined its next request loses it
  * (issue 7 item 11). Here: the simple shape, a fresh request id, and
- * `connection: close` before the socket is ended.
+ * `connection: close` before the socket is ended; then the socket lingers
+ * (connection-close.ts), so a client still sending reads the answer instead
+ * of a reset.
  */
 import { randomUUID } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
+import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
+import { LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
   HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'request timed out'],
-  HPE_HEADERS_TIMEOUT: [408, 'request timed out']
+  HPE_HEADERS_TIMEOUT: [408, 'request timed out'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'chunk extensions too large']
 }
 const MALFORMED: readonly [number, string] = [400, 'malformed HTTP request']
 
@@ -29,16 +34,33 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
     'connection: close\r\n\r\n' + body
 }
 
-/** Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to answer. */
-export function answerClientError (err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed) return
-  // A response already under way on this socket cannot be followed by another.
-  const busy = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
-  if (!socket.writable || busy) {
-    socket.destroy()
-    return
+/**
+ * Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to
+ * answer. The route is unknown (the parser could not read the request), so the
+ * linger allows the largest body any route takes.
+ */
+export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoException, socket: Socket) => void {
+  return (err, socket) => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return
+    // A parser in error reports every further chunk, and the end of a body cut short, as another error.
+    const linger = lingerOf(socket)
+    if (linger !== undefined) {
+      if (socket.readableEnded) linger.finish()
+      else linger.sawBytes()
+      return
+    }
+    // An early answer is on its way and will linger: the parser failed on the body it was not going to read.
+    if (lingerArmed(socket)) return
+    // A response already under way on this socket cannot be followed by another.
+    const busy = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+    if (!socket.writable || busy) {
+      socket.destroy()
+      return
+    }
+    socket.write(clientErrorAnswer(err.code))
+    lingerAfterRawAnswer(socket, CREATE_BODY_MAX_BYTES, bounds)
   }
-  // end, not destroy: a reset could reach the client before the answer it must read.
-  socket.end(clientErrorAnswer(err.code))
-  setTimeout(() => socket.destroy(), 1_000).unref()
 }
+
+/** With the decided bounds (DECISIONS 21). */
+export const answerClientError = clientErrorAnswerer(LINGER_BOUNDS)

@@ -10,6 +10,11 @@ export const SERVER_LIMITS = Object.freeze({
   /** Request line and headers: a slow-loris client is cut off after this. */
   headersTimeoutMs: 10_000,
   /**
+   * How often Node checks the two timeouts above (its default is 30 s, which
+   * made 10 s mean 10-40 s): each is enforced within a second of its value.
+   */
+  connectionsCheckingIntervalMs: 1_000,
+  /**
    * Idle socket (no bytes either way), at least: while the engine thinks, the
    * client's socket is idle, so the gateway uses UPSTREAM_TIMEOUT_MS + 5 s when
    * that is longer. Above the upload stall limit, so a stalled engine is

@@ -24,7 +24,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, wireBody } from '../http/errors.js'
-import { mustCloseConnection } from '../http/connection-close.js'
+import { bodyLimitOf, endsConnection, LINGER_BOUNDS, type LingerBounds } from '../http/connection-close.js'
+import { routerPath } from '../http/router-path.js'
 import { requestIdFrom } from '../http/request-id.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
@@ -61,27 +62,29 @@ export interface ShedSignals {
   engineQueueFull: () => boolean
 }
 
-type RequestListener = (req: IncomingMessage, res: ServerResponse) => void
-
 const OVERLOADED_BODY = JSON.stringify(wireBody(overloaded(), undefined))
 
 /**
  * Sits in front of Fastify on the HTTP server (Fastify's `serverFactory`), so
  * a refused request costs Node's parse and one write: no Fastify request and
- * reply, no child logger, no hooks, no access line. Only /api/* is ever shed.
+ * reply, no child logger, no hooks, no access line. Only /api/* is ever shed,
+ * as the router sees the path: `/%61pi/...` and `http://host/api/...` are
+ * /api/* too (router-path.ts).
  * What it refuses is counted (gateway_rejections_total{reason="shed"}) and
  * logged as one warn line per second with the count.
  */
 export class LoadShedder {
   readonly #lifecycle: { readonly draining: boolean }
+  readonly #linger: LingerBounds
   #signals: ShedSignals | undefined
   #metrics: LimitsMetrics | undefined
   #log: FastifyBaseLogger | undefined
   #shedSinceLine = 0
   #lineAt = -Infinity
 
-  constructor (lifecycle: { readonly draining: boolean }) {
+  constructor (lifecycle: { readonly draining: boolean }, linger: LingerBounds = LINGER_BOUNDS) {
     this.#lifecycle = lifecycle
+    this.#linger = linger
   }
 
   /** Give it its signals once the app has them; until then nothing is shed. */
@@ -91,16 +94,14 @@ export class LoadShedder {
     this.#log = log
   }
 
-  /** Node's request listener: an overloaded /api/* request is answered here, anything else goes on to `next`. */
-  inFrontOf (next: RequestListener): RequestListener {
-    return (req, res) => {
-      if (!this.#refused(req, res)) next(req, res)
-    }
-  }
-
-  #refused (req: IncomingMessage, res: ServerResponse): boolean {
+  /** Answered here with 503 when overloaded; false: the request goes on. */
+  refused (req: IncomingMessage, res: ServerResponse): boolean {
     const signals = this.#signals
-    if (signals === undefined || req.url?.startsWith('/api/') !== true) return false
+    if (signals === undefined) return false
+    const url = req.url ?? ''
+    // The common case costs one startsWith; only an odd target is normalised.
+    const path = url.startsWith('/api/') ? url : routerPath(url)
+    if (path?.startsWith('/api/') !== true) return false
     const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
     if (why === undefined) return false
     this.#metrics!.rejected('shed')
@@ -112,13 +113,14 @@ export class LoadShedder {
       this.#lineAt = now
     }
     // The simple shape and an id like every answer (DECISIONS 21); the connection
-    // ends by the same rule as every other answer (src/http/connection-close.ts).
+    // ends by the same rule as every other answer, lingering while the client
+    // still sends its body (src/http/connection-close.ts).
     res.writeHead(503, {
       'content-type': 'application/json; charset=utf-8',
       'content-length': Buffer.byteLength(OVERLOADED_BODY),
       'retry-after': RETRY_AFTER_S,
       [REQUEST_ID_HEADER]: requestIdFrom(req),
-      ...(mustCloseConnection(req, this.#lifecycle) ? { connection: 'close' } : {})
+      ...(endsConnection(req, this.#lifecycle, bodyLimitOf(routerPath(url)), this.#linger) ? { connection: 'close' } : {})
     })
     res.end(OVERLOADED_BODY)
     return true

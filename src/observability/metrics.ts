@@ -52,8 +52,8 @@ export class GatewayMetrics {
 
   readonly requestDuration = new HistogramFamily(
     'gateway_request_duration_seconds',
-    'Time from the request arriving to the answer being sent, by route template and method',
-    ['route', 'method'], LATENCY_BUCKETS_S, this.registry)
+    'Time from the request arriving to the answer being sent, by route template, method and status class',
+    ['route', 'method', 'status_class'], LATENCY_BUCKETS_S, this.registry)
 
   /** Requests received and not yet answered: a plain count, read at scrape time. */
   inFlight = 0

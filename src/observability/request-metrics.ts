@@ -32,22 +32,27 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
   }
 }
 
-/** One route's series, resolved when the route is added: a request adds to plain numbers. */
+/**
+ * One route's series, resolved when the route is added: a request adds to
+ * plain numbers. Both per status class (issue 16 item 7): fast 401s and 429s
+ * must not hide slow 200s in one histogram.
+ */
 interface RouteSeries {
   count: CounterSeries[]
-  duration: HistogramSeries
+  duration: HistogramSeries[]
 }
 
 function seriesFor (metrics: GatewayMetrics, route: string, method: string): RouteSeries {
   return {
     count: STATUS_CLASSES.map((statusClass) => metrics.requests.series({ route, method, status_class: statusClass })),
-    duration: metrics.requestDuration.series({ route, method })
+    duration: STATUS_CLASSES.map((statusClass) => metrics.requestDuration.series({ route, method, status_class: statusClass }))
   }
 }
 
 function record (series: RouteSeries, reply: FastifyReply): void {
-  series.count[Math.floor(reply.statusCode / 100) - 1]?.inc()
-  series.duration.observe(reply.elapsedTime / 1000)
+  const statusClass = Math.floor(reply.statusCode / 100) - 1
+  series.count[statusClass]?.inc()
+  series.duration[statusClass]?.observe(reply.elapsedTime / 1000)
 }
 
 export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMetrics): void {

@@ -16,6 +16,7 @@ import { IdempotencyKeyHeader, RequestIdHeader, RetryAfterHeader, TraceParentHea
 import { CreatePortfolioFields, CreatePortfolioResponse, IMAGE_FIELD, LIMITS, UpdatePortfolioResponse } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { TRACEPARENT_HEADER } from '../observability/trace-context.js'
+import { IMAGE_TYPE_NAMES } from '../shared/image-type.js'
 
 export const OPENAPI_PATH = '/openapi.json'
 const BEARER_SCHEME = 'bearerAuth'
@@ -71,7 +72,7 @@ const CreatePortfolioForm = Type.Object({
   [IMAGE_FIELD]: Type.Optional(Type.String({
     format: 'binary',
     contentMediaType: 'application/octet-stream',
-    description: `PNG, JPEG, GIF or WebP, recognised by its bytes, at most ${LIMITS.imageMaxBytes} bytes; optional`
+    description: `${IMAGE_TYPE_NAMES}, recognised by its bytes, at most ${LIMITS.imageMaxBytes} bytes; optional`
   })),
   ...CreatePortfolioFields.properties
 }, {

@@ -23,6 +23,8 @@ export interface BuildOptions {
   engineKeepAliveMs?: number
   logger?: AppDeps['logger']
   keySet?: AppDeps['keySet']
+  /** Lingering-close bounds (DECISIONS 21), shortened by tests. */
+  linger?: AppDeps['linger']
   /** Pool settings for the test (e.g. a small pool and queue). */
   pool?: Partial<Pick<EnginePoolOptions, 'connections' | 'maxQueue'>>
 }
@@ -44,7 +46,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
     ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
     ...(opts.logger === undefined ? {} : { logger: opts.logger }),
-    ...(opts.keySet === undefined ? {} : { keySet: opts.keySet })
+    ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
+    ...(opts.linger === undefined ? {} : { linger: opts.linger })
   })
   t.teardown(async () => {
     await app.close() // closes the engine pool too

@@ -1,0 +1,90 @@
+/**
+ * The HTTP server in front of Fastify (its `serverFactory`): what Node would
+ * otherwise answer by itself, and the load shedder.
+ *
+ * - Node's own answers get the simple shape and an id (DECISIONS 21): 400 for
+ *   an HTTP/1.1 request without Host (RFC 9112 3.2; Node's `requireHostHeader`
+ *   writes a bare 400), 417 for an `Expect` other than 100-continue (Node's
+ *   'checkExpectation'). Parser errors are client-error.ts. Node's one other
+ *   answer of its own, 503 past `maxRequestsPerSocket`, cannot happen: that
+ *   limit is not set.
+ * - `Expect: 100-continue` (DECISIONS 21 v3): with a 'checkContinue' listener
+ *   Node does not send `100 Continue` by itself. The request goes the usual
+ *   way; a refusal (401, 429, 503) is its answer and the body is never sent,
+ *   and the bearer scope invites the body (`inviteBody`) once auth, the rate
+ *   limit and shedding have passed.
+ * - A request that arrives on a lingering connection (pipelined behind a body
+ *   that was answered early) is not served: its connection is closing.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
+import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
+import { bodyLimitOf, endsConnection, lingerOf, type LingerBounds } from './connection-close.js'
+import { requestIdFrom } from './request-id.js'
+import { routerPath } from './router-path.js'
+import { SERVER_LIMITS } from './limits.js'
+import type { LoadShedder } from '../limits/shedding.js'
+
+type RequestListener = (req: IncomingMessage, res: ServerResponse) => void
+
+export interface FrontOptions {
+  shedder: LoadShedder
+  lifecycle: { readonly draining: boolean }
+  linger: LingerBounds
+}
+
+const kAwaitingContinue = Symbol('gateway.awaitingContinue')
+type ContinuableRequest = IncomingMessage & { [kAwaitingContinue]?: boolean }
+
+export function createFrontServer (fastify: RequestListener, { shedder, lifecycle, linger }: FrontOptions): Server {
+  const simpleAnswer = (req: IncomingMessage, res: ServerResponse, status: number, message: string): void => {
+    const body = JSON.stringify({ error: message })
+    res.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      [REQUEST_ID_HEADER]: requestIdFrom(req),
+      ...(endsConnection(req, lifecycle, bodyLimitOf(routerPath(req.url ?? '')), linger) ? { connection: 'close' } : {})
+    })
+    res.end(body)
+  }
+
+  const front: RequestListener = (req, res) => {
+    if (lingerOf(req.socket) !== undefined) {
+      req.socket.destroy()
+      return
+    }
+    if (req.httpVersionMinor === 1 && req.httpVersionMajor === 1 && req.headers.host === undefined) {
+      simpleAnswer(req, res, 400, 'missing Host header')
+      return
+    }
+    if (!shedder.refused(req, res)) fastify(req, res)
+  }
+
+  const server = createServer({
+    // Answered above, in the simple shape.
+    requireHostHeader: false,
+    // Node checks headersTimeout and requestTimeout this often (its default, 30 s, would make 10 s mean up to 40 s).
+    connectionsCheckingInterval: SERVER_LIMITS.connectionsCheckingIntervalMs
+  }, front)
+  server.on('checkContinue', (req: ContinuableRequest, res: ServerResponse) => {
+    req[kAwaitingContinue] = true
+    front(req, res)
+  })
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    simpleAnswer(req, res, 417, 'unsupported Expect header: only 100-continue is accepted')
+  })
+  return server
+}
+
+/**
+ * The bearer scope's last onRequest hook: the request may proceed, so a client
+ * waiting on `Expect: 100-continue` is invited to send its body now.
+ */
+export function inviteBody (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
+  const raw = request.raw as ContinuableRequest
+  if (raw[kAwaitingContinue] === true) {
+    raw[kAwaitingContinue] = false
+    reply.raw.writeContinue()
+  }
+  done()
+}
