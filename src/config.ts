@@ -50,6 +50,14 @@ export interface GatewayConfig {
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
   readonly limits: LimitsConfig
+  /** Fair uploads (DECISIONS 23). */
+  readonly uploads: UploadsConfig
+}
+
+/** UPLOAD_MAX_PER_USER and UPLOAD_MAX_CONNECTIONS (per engine endpoint). */
+export interface UploadsConfig {
+  readonly maxPerUser: number
+  readonly maxConnections: number
 }
 
 /** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
@@ -103,6 +111,10 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
       idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
       shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
       upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
+    }),
+    uploads: Object.freeze({
+      maxPerUser: parsed.UPLOAD_MAX_PER_USER,
+      maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
     })
   })
 }
