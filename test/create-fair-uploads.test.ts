@@ -1,0 +1,164 @@
+/**
+ * Uploads share the engine fairly (DECISIONS 23), over real sockets with
+ * undici clients and a stub engine that counts requests begun, completed and
+ * broken off:
+ * - a per-user cap on creates in progress (429, before any engine request);
+ * - a share of the engine connections for uploads, so ping and update always
+ *   find one (past it: wait in turn, then 503);
+ * - the minimum-rate rule: a stalled or trickling client is cut off with 408
+ *   and its engine request aborted; a steady 6 KiB/s phone gets through.
+ */
+import t, { type Test } from 'tap'
+import { request } from 'undici'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, hs256, validUpdate } from './helpers/app.js'
+import { eventually } from './helpers/engine.js'
+import { slowCreate, type SlowCreate } from './helpers/slow-upload.js'
+
+/** Stops every slow create a test opened, so no socket outlives it. */
+function opened (t: Test): SlowCreate[] {
+  const list: SlowCreate[] = []
+  t.teardown(() => { for (const c of list) c.stop() })
+  return list
+}
+
+/** The minimum-rate rule far away: these tests hold uploads on purpose. */
+const PATIENT = { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
+
+t.test('one user with 40 slow creates: 2 stream, the other 38 get 429 before any engine request', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: PATIENT })
+  const creates = opened(t)
+  for (let i = 0; i < 40; i++) creates.push(slowCreate(url, 'mallory', { kind: 'hold' }))
+  t.ok(await eventually(() => stub.stats.started === 2, 10_000), 'two creates stream to the engine')
+  const refused = []
+  const holding = []
+  for (const c of creates) {
+    const settled = await Promise.race([c.answer, new Promise<undefined>((resolve) => setTimeout(resolve, 2_000, undefined))])
+    if (settled === undefined) holding.push(c)
+    else refused.push(settled)
+  }
+  t.equal(holding.length, 2, 'two still uploading')
+  t.equal(refused.length, 38)
+  for (const answer of refused) {
+    t.equal(answer.status, 429)
+    t.equal(answer.headers['retry-after'], '1')
+    t.same(JSON.parse(answer.text), { error: 'at most 2 uploads per user at once' })
+  }
+  t.equal(stub.stats.started, 2, 'no refused create reached the engine')
+  // Another user is not affected by mallory's cap.
+  const other = slowCreate(url, 'alice', { kind: 'hold' })
+  creates.push(other)
+  other.finish()
+  t.equal((await other.answer).status, 200, "another user's create goes through")
+  for (const c of holding) c.finish()
+  for (const c of holding) t.equal((await c.answer).status, 200, 'the two held creates complete')
+  // Their places are free again.
+  const again = slowCreate(url, 'mallory', { kind: 'hold' })
+  creates.push(again)
+  again.finish()
+  t.equal((await again.answer).status, 200, 'a new create once the first two are done')
+})
+
+t.test("40 users' slow creates hold at most their share of the engine pool: another user's ping and update stay fast", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  // A 16-connection pool with a share of 4 for uploads: without the share, 40 held uploads would take all 16.
+  const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: PATIENT, pool: { connections: 16 }, env: { UPLOAD_MAX_CONNECTIONS: '4', UPSTREAM_TIMEOUT_MS: '3000' } })
+  const creates = opened(t)
+  for (let i = 0; i < 40; i++) creates.push(slowCreate(url, `user-${i}`, { kind: 'hold' }))
+  t.ok(await eventually(() => stub.stats.started === 4, 10_000), 'four creates stream to the engine')
+  // Four wait their turn (the FIFO holds as many as the share); the other 32 are refused at once.
+  const early = await Promise.all(creates.map(async (c) => await Promise.race([c.answer, new Promise<undefined>((resolve) => setTimeout(resolve, 1_000, undefined))])))
+  const busy = early.filter((a) => a !== undefined)
+  t.equal(busy.length, 32, '32 refused at once: the queue of waiting creates is full')
+  for (const answer of busy) {
+    t.equal(answer!.status, 503)
+    t.equal(answer!.headers['retry-after'], '1')
+    t.same(JSON.parse(answer!.text), { error: 'too many uploads in progress, retry later' })
+  }
+  // Another user, while 4 uploads hold engine connections and 4 wait for one.
+  const zoe = bearer(hs256({ sub: 'zoe' }))
+  const latencies: number[] = []
+  for (let i = 0; i < 30; i++) {
+    const begun = performance.now()
+    const ping = await request(`${url}/api/portfolio/ping`, { headers: zoe })
+    t.equal(await ping.body.text(), 'pong')
+    latencies.push(performance.now() - begun)
+    const start = performance.now()
+    const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...zoe, 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+    t.equal(update.statusCode, 200)
+    await update.body.dump()
+    latencies.push(performance.now() - start)
+  }
+  const slowest = Math.max(...latencies)
+  t.ok(slowest < 100, `the slowest of zoe's 60 calls took ${slowest.toFixed(1)} ms (< 100 ms)`)
+  t.equal(stub.stats.started, 4 + 60, 'still only four uploads at the engine')
+  // The 4 streaming and the 4 waiting: each waiter gets its turn as a streaming create ends.
+  const kept = creates.filter((_, i) => early[i] === undefined)
+  for (const c of kept) c.finish()
+  const results = await Promise.all(kept.map(async (c) => await c.answer))
+  t.same(results.map((r) => r.status), [200, 200, 200, 200, 200, 200, 200, 200], 'the 4 streaming and, in turn, the 4 waiting creates complete')
+  t.equal(stub.requests.length, 60 + 8)
+})
+
+t.test('a create waits for an upload connection within UPSTREAM_TIMEOUT_MS, then 503', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: PATIENT, env: { UPLOAD_MAX_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '500' } })
+  const creates = opened(t)
+  const first = slowCreate(url, 'ann', { kind: 'hold' })
+  creates.push(first)
+  t.ok(await eventually(() => stub.stats.started === 1, 10_000))
+  const second = slowCreate(url, 'bob', { kind: 'hold' })
+  creates.push(second)
+  const begun = performance.now()
+  const answer = await second.answer
+  const waited = performance.now() - begun
+  t.equal(answer.status, 503)
+  t.equal(answer.headers['retry-after'], '1')
+  t.same(JSON.parse(answer.text), { error: 'too many uploads in progress, retry later' })
+  t.ok(waited >= 450, `it waited its turn (${waited.toFixed(0)} ms)`)
+  t.equal(stub.stats.started, 1, 'it never reached the engine')
+  first.finish()
+  t.equal((await first.answer).status, 200)
+})
+
+t.test('the minimum rate: a stalled and a trickling upload are cut off with 408 and their engine requests aborted', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  // 10 s, 30 s and 4 KiB/s shortened to 0.5 s, 3 s and 4 KiB/s, checked every 100 ms.
+  const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: { stallMs: 500, windowMs: 3_000, bytesPerS: 4096, tickMs: 100 } })
+  const creates = opened(t)
+  const stalled = slowCreate(url, 'staller', { kind: 'hold' })
+  // About 1 KiB/s: bytes keep coming, too few.
+  const trickle = slowCreate(url, 'trickler', { kind: 'trickle', bytes: 100, everyMs: 100 })
+  creates.push(stalled, trickle)
+  const [a, b] = await Promise.all([stalled.answer, trickle.answer])
+  t.equal(a.status, 408)
+  t.same(JSON.parse(a.text), { error: 'upload stalled: no byte for 0.5 s' })
+  t.equal(a.headers.connection, 'close')
+  t.equal(b.status, 408)
+  t.same(JSON.parse(b.text), { error: 'upload too slow: under 4096 bytes/s over 3 s' })
+  t.equal(b.headers.connection, 'close')
+  t.ok(await eventually(() => stub.stats.aborted === 2), 'both engine requests broke off')
+  t.equal(stub.stats.started, 2)
+  t.equal(stub.requests.length, 0, 'nothing completed at the engine')
+})
+
+t.test('a steady 6 KiB/s phone uploading 200 KB gets through (production minimum rate)', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const creates = opened(t)
+  const phone = slowCreate(url, 'phone', { kind: 'steady', bytesPerS: 6 * 1024, everyMs: 250 }, 200_000)
+  creates.push(phone)
+  const begun = performance.now()
+  const answer = await phone.answer
+  const took = (performance.now() - begun) / 1000
+  t.equal(answer.status, 200, `answered after ${took.toFixed(1)} s`)
+  t.same(JSON.parse(answer.text), { portfolio_id: 'p-stub-1' })
+  t.ok(took > 30, 'the upload really took longer than the 30 s window')
+  t.equal(stub.requests.length, 1)
+})
