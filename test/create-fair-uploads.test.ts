@@ -14,6 +14,8 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, validUpdate } from './helpers/app.js'
 import { eventually } from './helpers/engine.js'
 import { slowCreate, type SlowCreate } from './helpers/slow-upload.js'
+import { GatewayError } from '../src/http/errors.js'
+import { rejectionReason } from '../src/observability/request-metrics.js'
 
 /** Stops every slow create a test opened, so no socket outlives it. */
 function opened (t: Test): SlowCreate[] {
@@ -161,4 +163,11 @@ t.test('a steady 6 KiB/s phone uploading 200 KB gets through (production minimum
   t.same(JSON.parse(answer.text), { portfolio_id: 'p-stub-1' })
   t.ok(took > 30, 'the upload really took longer than the 30 s window')
   t.equal(stub.requests.length, 1)
+})
+
+t.test('each fair-upload refusal has its own reason in gateway_rejections_total', async (t) => {
+  t.equal(rejectionReason(new GatewayError('TOO_MANY_UPLOADS'), 429), 'upload_cap', 'not counted as the rate limit')
+  t.equal(rejectionReason(new GatewayError('UPLOADS_BUSY'), 503), 'upload_busy')
+  t.equal(rejectionReason(new GatewayError('UPLOAD_TIMEOUT'), 408), 'upload_slow')
+  t.equal(rejectionReason(new GatewayError('RATE_LIMITED'), 429), 'rate_limit')
 })
