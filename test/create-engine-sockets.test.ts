@@ -44,8 +44,9 @@ t.test('valid creates share one engine connection; a refusal costs at most its o
   const engine = await startEngine(t)
   let connections = 0
   engine.engine.server.on('connection', () => { connections++ })
-  // A long pool keep-alive, so an idle moment on a loaded runner does not open a socket either.
-  const { url } = await build(t, { upstreamUrl: engine.origin, engineKeepAliveMs: 30_000 })
+  // A long pool keep-alive, so an idle moment on a loaded runner does not open a socket either, and a
+  // long engine timeout, so a slow first answer on a loaded runner is not a 504 that costs a socket.
+  const { url } = await build(t, { upstreamUrl: engine.origin, engineKeepAliveMs: 30_000, env: { UPSTREAM_TIMEOUT_MS: '10000' } })
   const post = async (parts: MultipartPart[]) => {
     const { body, contentType } = multipartBody(parts)
     const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
