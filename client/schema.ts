@@ -633,6 +633,17 @@ export interface paths {
                         "application/json": components["schemas"]["SimpleError"];
                     };
                 };
+                /** @description The upload held an engine connection and sent no byte for 10 s, or under 4 KiB/s over 30 s; the connection closes */
+                408: {
+                    headers: {
+                        /** @description The request id: the client's when sane, otherwise a new UUID */
+                        "x-request-id"?: string;
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SimpleError"];
+                    };
+                };
                 /** @description IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still in flight */
                 409: {
                     headers: {

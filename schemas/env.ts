@@ -28,6 +28,8 @@ export const Env = Type.Object({
   IDEMPOTENCY_TTL_S: Integer(1, 30 * 86_400, 'how long an Idempotency-Key record is kept, in seconds', 86_400),
   SHED_EVENT_LOOP_DELAY_MS: Integer(0, 60_000, 'event loop delay past which new /api/* requests get 503, in ms; 0 turns it off', 200),
   UPSTREAM_MAX_QUEUE: Integer(1, 100_000, 'requests that may wait for an engine connection; past it new /api/* requests get 503', 256),
-  TRUST_PROXY: Type.Optional(Type.String({ minLength: 1, description: 'comma-separated IP addresses or CIDRs of the load balancers whose X-Forwarded-For is believed, e.g. 10.0.0.0/8,fd00::/8 (DECISIONS 27); unset: none' }))
+  TRUST_PROXY: Type.Optional(Type.String({ minLength: 1, description: 'comma-separated IP addresses or CIDRs of the load balancers whose X-Forwarded-For is believed, e.g. 10.0.0.0/8,fd00::/8 (DECISIONS 27); unset: none' })),
+  UPLOAD_MAX_PER_USER: Integer(1, 1000, 'creates one user (token sub) may have in progress at once; one more gets 429', 2),
+  UPLOAD_MAX_CONNECTIONS: Integer(1, 127, 'engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503', 32)
 })
 export type Env = Static<typeof Env>

@@ -19,6 +19,7 @@ import { createFrontServer, inviteBody } from './http/front.js'
 import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
+import type { MinRateOptions } from './routes/create/min-rate.js'
 import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
@@ -32,6 +33,10 @@ export interface AppDeps {
   lifecycle?: Lifecycle
   /** How long the engine may stop reading an upload (tests shorten it). */
   uploadStallTimeoutMs?: number
+  /** The minimum-rate rule for uploads (DECISIONS 23; tests shorten it). */
+  uploadMinRate?: MinRateOptions
+  /** How many engine endpoints there are: UPLOAD_MAX_CONNECTIONS is per endpoint (default: one). */
+  engineEndpoints?: () => number
   /** pino options or false; server.ts passes the real logger options. */
   logger?: FastifyServerOptions['logger']
   /** Key-set fetch bounds (tests shorten the timeout). */
@@ -121,7 +126,9 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       idempotency: limits.idempotency,
       responseTimeoutMs: config.upstreamTimeoutMs,
       stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
-      callTimeoutMs
+      callTimeoutMs,
+      uploads: { ...config.uploads, endpoints: deps.engineEndpoints ?? (() => 1) },
+      ...(deps.uploadMinRate === undefined ? {} : { minRate: deps.uploadMinRate })
     })
   }, { prefix: '/api' })
 

@@ -53,6 +53,14 @@ export interface GatewayConfig {
   readonly limits: LimitsConfig
   /** TRUST_PROXY: the peers whose X-Forwarded-For is believed (DECISIONS 27); absent: none. */
   readonly trustProxy?: readonly string[]
+  /** Fair uploads (DECISIONS 23). */
+  readonly uploads: UploadsConfig
+}
+
+/** UPLOAD_MAX_PER_USER and UPLOAD_MAX_CONNECTIONS (per engine endpoint). */
+export interface UploadsConfig {
+  readonly maxPerUser: number
+  readonly maxConnections: number
 }
 
 /** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
@@ -108,7 +116,11 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
       shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
       upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
     }),
-    ...(trustProxy === undefined ? {} : { trustProxy })
+    ...(trustProxy === undefined ? {} : { trustProxy }),
+    uploads: Object.freeze({
+      maxPerUser: parsed.UPLOAD_MAX_PER_USER,
+      maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
+    })
   })
 }
 

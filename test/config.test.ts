@@ -17,7 +17,8 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     jwt: undefined,
     upstreamTimeoutMs: 10_000,
     metricsPort: 9464,
-    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 }
+    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
+    uploads: { maxPerUser: 2, maxConnections: 32 }
   })
   t.ok(Object.isFrozen(config.limits), 'limits frozen')
   t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
@@ -40,7 +41,9 @@ t.test('each variable is read', async (t) => {
     REDIS_URL: 'redis://:pw@redis:6379/2',
     IDEMPOTENCY_TTL_S: '3600',
     SHED_EVENT_LOOP_DELAY_MS: '0',
-    UPSTREAM_MAX_QUEUE: '16'
+    UPSTREAM_MAX_QUEUE: '16',
+    UPLOAD_MAX_PER_USER: '3',
+    UPLOAD_MAX_CONNECTIONS: '16'
   })
   t.same(config, {
     production: true,
@@ -51,7 +54,8 @@ t.test('each variable is read', async (t) => {
     upstreamUrl: 'http://engine:4000',
     upstreamTimeoutMs: 2500,
     metricsPort: 9100,
-    limits: { ratePerMinute: 0, redisUrl: 'redis://:pw@redis:6379/2', idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 }
+    limits: { ratePerMinute: 0, redisUrl: 'redis://:pw@redis:6379/2', idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 },
+    uploads: { maxPerUser: 3, maxConnections: 16 }
   })
   t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
@@ -77,6 +81,8 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ IDEMPOTENCY_TTL_S: '0' }, 'IDEMPOTENCY_TTL_S="0" is invalid: must be between 1 and 2592000; expected how long an Idempotency-Key record is kept, in seconds'],
   [{ SHED_EVENT_LOOP_DELAY_MS: '1.5' }, 'SHED_EVENT_LOOP_DELAY_MS="1.5" is invalid: must be a whole number; expected event loop delay past which new /api/* requests get 503, in ms; 0 turns it off'],
   [{ UPSTREAM_MAX_QUEUE: '0' }, 'UPSTREAM_MAX_QUEUE="0" is invalid: must be between 1 and 100000; expected requests that may wait for an engine connection; past it new /api/* requests get 503'],
+  [{ UPLOAD_MAX_PER_USER: '0' }, 'UPLOAD_MAX_PER_USER="0" is invalid: must be between 1 and 1000; expected creates one user (token sub) may have in progress at once; one more gets 429'],
+  [{ UPLOAD_MAX_CONNECTIONS: '128' }, 'UPLOAD_MAX_CONNECTIONS="128" is invalid: must be between 1 and 127; expected engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503'],
   [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
 ]
 
@@ -181,7 +187,8 @@ t.test('an empty variable counts as unset', async (t) => {
   const config = loadConfig({
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
     JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
-    RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: ''
+    RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: '',
+    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -191,7 +198,8 @@ t.test('an empty variable counts as unset', async (t) => {
     jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
     upstreamTimeoutMs: 10_000,
     metricsPort: 9464,
-    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 }
+    limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
+    uploads: { maxPerUser: 2, maxConnections: 32 }
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })

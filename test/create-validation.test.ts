@@ -3,7 +3,8 @@
  * VALIDATION_ERROR naming the field, and no form completes at the engine.
  * A form refused before its image's bytes (fields, a non-image) never starts
  * an engine request; one refused later (the image too large, a bad part
- * after it) ends the engine's body unfinished, which is not a form.
+ * after it) aborts its engine request (DECISIONS 22): the stub engine, which
+ * answers 200 to any create whose body completes, completes none.
  */
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
@@ -11,7 +12,7 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
-import { completeForms, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS } from './helpers/app.js'
 import { multipartBody, type MultipartPart } from './helpers/multipart.js'
 
@@ -79,8 +80,9 @@ t.test('each bad form is a 400 naming the field; nothing completes at the engine
     t.same(await res.body.json(), err(message), `${name}: body`)
     if (!AFTER_IMAGE.has(name)) t.equal(stub.stats.started, startedBefore, `${name}: refused before any engine request started`)
   }
-  t.equal(stub.stats.started, AFTER_IMAGE.size, 'an engine request started only where the mistake came after a valid image')
-  t.equal(completeForms(stub.requests).length, 0, 'no form completed at the engine')
+  // The gateway answers without waiting for the engine: an aborted request may not have reached the stub yet.
+  t.ok(stub.stats.started <= AFTER_IMAGE.size, 'an engine request started only where the mistake came after a valid image')
+  t.equal(stub.requests.length, 0, 'no request completed at the engine')
 })
 
 t.test('parts sent as application/json are the text they hold, never parsed', async (t) => {
@@ -126,8 +128,8 @@ t.test('a truncated multipart body', async (t) => {
     t.equal(res.statusCode, 400, name)
     t.same(await res.body.json(), err('multipart body is malformed or truncated'), `${name}: body`)
   }
-  t.equal(stub.stats.started, 1, 'only the form cut in its image started an engine request')
-  t.equal(completeForms(stub.requests).length, 0, 'nothing completed at the engine')
+  t.ok(stub.stats.started <= 1, 'only the form cut in its image started an engine request')
+  t.equal(stub.requests.length, 0, 'nothing completed at the engine')
 })
 
 t.test('part headers: busboy reads 16 pairs and 1 KiB per part, and skips the rest', async (t) => {

@@ -71,7 +71,7 @@ t.test('every route with the statuses and shapes of DECISIONS 19', async (t) => 
     200: ref('UpdatePortfolioResponse'), 400: STRUCTURED, 404: STRUCTURED, 409: STRUCTURED, 422: STRUCTURED, 500: STRUCTURED, ...bearerErrors
   })
   t.same(shapes(doc.paths['/api/portfolio/create']!.post!), {
-    200: ref('CreatePortfolioResponse'), 400: STRUCTURED, 409: STRUCTURED, 422: STRUCTURED, 500: STRUCTURED, ...bearerErrors
+    200: ref('CreatePortfolioResponse'), 400: STRUCTURED, 409: STRUCTURED, 422: STRUCTURED, 500: STRUCTURED, ...bearerErrors, 408: SIMPLE
   })
 
   for (const [path, methods] of Object.entries(doc.paths)) {

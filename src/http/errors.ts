@@ -27,7 +27,10 @@ export const CATALOGUE = {
   OVERLOADED: { status: 503, shape: 'simple', message: 'gateway is overloaded, retry later' },
   IDEMPOTENCY_STORE_UNAVAILABLE: { status: 503, shape: 'simple', message: 'idempotency store unavailable, retry later' },
   IDEMPOTENCY_KEY_IN_USE: { status: 409, shape: 'structured', message: 'a request with this Idempotency-Key is still in progress' },
-  IDEMPOTENCY_KEY_REUSED: { status: 422, shape: 'structured', message: 'this Idempotency-Key was used for a different request' }
+  IDEMPOTENCY_KEY_REUSED: { status: 422, shape: 'structured', message: 'this Idempotency-Key was used for a different request' },
+  TOO_MANY_UPLOADS: { status: 429, shape: 'simple', message: 'too many uploads at once' },
+  UPLOADS_BUSY: { status: 503, shape: 'simple', message: 'too many uploads in progress, retry later' },
+  UPLOAD_TIMEOUT: { status: 408, shape: 'simple', message: 'upload too slow' }
 } as const satisfies Record<string, { status: number, shape: Shape, message: string }>
 
 export type ErrorCode = keyof typeof CATALOGUE

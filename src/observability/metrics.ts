@@ -23,7 +23,7 @@ export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
 /** ok: a 2xx; engine_error: the engine's own 4xx/5xx; the rest: the call failed (DECISIONS 8). */
 export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response'
-export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large'
+export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
 export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
 
 /** Pool counters read at scrape time (undici Pool `stats`). */
@@ -129,7 +129,7 @@ export class GatewayMetrics {
     }
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     // Series that exist from the start, so rate() and alerts see zeros instead of nothing.
-    for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large'] as const) this.rejections.inc({ reason }, 0)
+    for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large', 'upload_cap', 'upload_busy', 'upload_slow'] as const) this.rejections.inc({ reason }, 0)
     for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) this.idempotency.inc({ outcome }, 0)
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
   }

@@ -24,6 +24,12 @@ const TOO_LARGE = /must be at most \d+ bytes$/
  * other 503s (key set, shared store) are not shedding.
  */
 export function rejectionReason (failure: GatewayError, statusCode: number | undefined): RejectionReason | undefined {
+  switch (failure.code) {
+    // DECISIONS 23: fair uploads, each its own reason (the per-user cap is a 429 that is not the rate limit).
+    case 'TOO_MANY_UPLOADS': return 'upload_cap'
+    case 'UPLOADS_BUSY': return 'upload_busy'
+    case 'UPLOAD_TIMEOUT': return 'upload_slow'
+  }
   if (statusCode === 429) return 'rate_limit'
   switch (failure.code) {
     case 'UNAUTHORIZED': return 'auth'

@@ -136,7 +136,13 @@ const ROUTES: Record<string, RouteDoc> = {
     headers: IDEMPOTENT_HEADERS,
     bearer: true,
     body: CreatePortfolioForm,
-    response: { 200: answer(CreatePortfolioResponse, 'Created'), ...PORTFOLIO_ERRORS, ...BEARER_ERRORS }
+    response: {
+      200: answer(CreatePortfolioResponse, 'Created'),
+      ...PORTFOLIO_ERRORS,
+      ...BEARER_ERRORS,
+      // DECISIONS 23: fair uploads. 429 and 503 above cover the per-user cap (TOO_MANY_UPLOADS) and the uploads' share (UPLOADS_BUSY).
+      408: simple('The upload held an engine connection and sent no byte for 10 s, or under 4 KiB/s over 30 s; the connection closes')
+    }
   }
 }
 

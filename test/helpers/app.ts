@@ -18,6 +18,8 @@ export interface BuildOptions {
   env?: Record<string, string>
   lifecycle?: Lifecycle
   uploadStallTimeoutMs?: number
+  /** The uploads' minimum-rate rule, shortened for a test (DECISIONS 23). */
+  uploadMinRate?: AppDeps['uploadMinRate']
   /** The engine pool's sockets and idle keep-alive (defaults: 128, 500 ms). */
   engineConnections?: number
   engineKeepAliveMs?: number
@@ -45,6 +47,7 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
     ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
+    ...(opts.uploadMinRate === undefined ? {} : { uploadMinRate: opts.uploadMinRate }),
     ...(opts.logger === undefined ? {} : { logger: opts.logger }),
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
     ...(opts.linger === undefined ? {} : { linger: opts.linger })

@@ -21,15 +21,6 @@ export class MultipartWriter {
   /** Ends the file part's bytes. */
   readonly fileTail = Buffer.from('\r\n')
 
-  /**
-   * Ends a refused form so that the engine refuses it too, after reading it
-   * whole (the pooled socket is kept): a part with no name, and no closing
-   * boundary (RFC 2046 5.1.1: the form is incomplete). Never a valid form.
-   */
-  unfinished (): Buffer {
-    return Buffer.from(`\r\n--${this.boundary}\r\nContent-Disposition: form-data\r\n\r\n`)
-  }
-
   end (): Buffer {
     return Buffer.from(`--${this.boundary}--\r\n`)
   }

@@ -14,6 +14,8 @@ import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
+import { MIN_RATE, MinRate, type MinRateOptions } from './min-rate.js'
+import { UploadShare, type UploadShareOptions } from './upload-share.js'
 
 const CREATE_ANSWER = '200 { portfolio_id }'
 
@@ -26,6 +28,10 @@ export interface CreatePortfolioOptions {
   stallTimeoutMs: number
   /** Outer bound on the whole engine call, upload included. */
   callTimeoutMs: number
+  /** Fair uploads (DECISIONS 23): per-user cap and the uploads' share of engine connections. */
+  uploads: UploadShareOptions
+  /** The minimum-rate rule; tests shorten it. */
+  minRate?: MinRateOptions
 }
 
 export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
@@ -35,14 +41,21 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     isPartAFile
   })
 
+  const share = new UploadShare(opts.uploads)
+  const minRate = new MinRate(opts.minRate ?? MIN_RATE)
+
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
-    const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs)
     let upload: CreateUpload | undefined
+    // A client too slow while it holds an engine connection: its reads fail with the 408 (the engine call is aborted by the clock).
+    const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs, { watch: minRate, cut: (err) => upload?.cutOff(err) })
+    let leave: (() => void) | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
+      // DECISIONS 23: a third create of the same user is refused before it can open an engine request.
+      leave = share.enter(request.userId)
       const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
@@ -53,18 +66,38 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
         readAll: async () => await readWholeForm(form),
         call: async () => {
           const image = await form.readUntilImage()
-          if (image !== undefined) clock.queued()
-          const answer = await opts.engine.call({
-            method: 'POST',
+          const engineRequest = {
+            method: 'POST' as const,
             path: '/api/portfolio/create',
             ...callerOf(request),
             contentType: form.writer.contentType,
-            ...(key === undefined ? {} : { idempotencyKey: key }),
-            ...(image === undefined
-              ? { body: form.bufferedBody() }
-              : { body: form.streamBody(image, clock), signal: clock.signal, responseTimeoutMs: 0, headersTimeoutMs: opts.callTimeoutMs, onResponseStart: () => clock.responded() })
-          })
-          // The form was refused after the engine request began; the engine refused the unfinished form it got.
+            ...(key === undefined ? {} : { idempotencyKey: key })
+          }
+          let answer
+          if (image === undefined) {
+            answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
+          } else {
+            // DECISIONS 23: an upload connection first, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
+            const asked = performance.now()
+            const release = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            try {
+              clock.queued(Math.max(1, opts.responseTimeoutMs - (performance.now() - asked)))
+              answer = await opts.engine.call({
+                ...engineRequest,
+                body: form.streamBody(image, clock),
+                signal: clock.signal,
+                responseTimeoutMs: 0,
+                headersTimeoutMs: opts.callTimeoutMs,
+                onResponseStart: () => clock.responded()
+              })
+            } finally {
+              release()
+            }
+            // DECISIONS 16: the fingerprint covers the whole form. An engine that answered
+            // mid-upload left the rest unread: read and hash it (the client sends it anyway)
+            // before the record is stored; a form that cannot be read to its end stores nothing.
+            if (key !== undefined) await form.finishReading()
+          }
           if (form.refusal !== undefined) throw form.refusal
           assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
           return answer
@@ -76,6 +109,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       throw upload?.refusal ?? err
     } finally {
       clock.stop()
+      leave?.()
     }
   })
 }

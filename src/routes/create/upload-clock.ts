@@ -10,9 +10,15 @@
  * - the clock stops for good at the engine's response headers: the response
  *   body is then watched by undici's bodyTimeout.
  * Either limit fires by aborting the engine call with a 504 reason.
+ *
+ * The client is timed too, while its upload holds an engine connection: from
+ * the first chunk handed to the engine to the last, the minimum-rate rule
+ * (min-rate.ts, DECISIONS 23) watches the bytes; breaking it aborts the engine
+ * call and hands the 408 to `cut`.
  */
 import { GatewayError } from '../../http/errors.js'
 import type { UploadTiming } from './upload.js'
+import type { MinRate, RateMeter } from './min-rate.js'
 
 export class UploadClock implements UploadTiming {
   readonly #abort = new AbortController()
@@ -20,10 +26,20 @@ export class UploadClock implements UploadTiming {
   readonly #stallTimeoutMs: number
   #timer: NodeJS.Timeout | undefined
   #responded = false
+  readonly #rate: { watch: MinRate, cut: (err: GatewayError) => void } | undefined
+  #meter: RateMeter | undefined
+  #sending = false
 
-  constructor (responseTimeoutMs: number, stallTimeoutMs: number) {
+  constructor (responseTimeoutMs: number, stallTimeoutMs: number, rate?: { watch: MinRate, cut: (err: GatewayError) => void }) {
     this.#responseTimeoutMs = responseTimeoutMs
     this.#stallTimeoutMs = stallTimeoutMs
+    this.#rate = rate
+  }
+
+  /** Give the engine call up with `reason` (what the call then rejects with). */
+  abort (reason: GatewayError): void {
+    this.#stopMeter()
+    this.#abort.abort(reason)
   }
 
   get signal (): AbortSignal {
@@ -31,8 +47,8 @@ export class UploadClock implements UploadTiming {
   }
 
   /** The call is made: until the engine takes the first bytes, it waits for a pool connection. */
-  queued (): void {
-    this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
+  queued (remainingMs = this.#responseTimeoutMs): void {
+    this.#arm(remainingMs, 'portfolio engine timed out')
   }
 
   /** The engine's response headers are in: nothing re-arms the clock after this. */
@@ -41,21 +57,45 @@ export class UploadClock implements UploadTiming {
     this.stop()
   }
 
-  handedOver (): void {
+  handedOver (bytes: number): void {
+    // The first chunk goes out once undici has a connection: the client holds it from here.
+    if (!this.#sending && this.#rate !== undefined && !this.#responded) {
+      this.#sending = true
+      const rate = this.#rate
+      this.#meter = rate.watch.watch((err) => {
+        this.#meter = undefined
+        this.#abort.abort(err)
+        rate.cut(err)
+      })
+    }
+    const meter = this.#meter
+    if (meter !== undefined) {
+      meter.bytes += bytes
+      meter.onEngine = true
+    }
     this.#arm(this.#stallTimeoutMs, 'portfolio engine stopped reading the upload')
   }
 
   taken (): void {
-    this.stop()
+    if (this.#meter !== undefined) this.#meter.onEngine = false
+    clearTimeout(this.#timer)
+    this.#timer = undefined
   }
 
   bodySent (): void {
+    this.#stopMeter()
     this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
   }
 
   stop (): void {
+    this.#stopMeter()
     clearTimeout(this.#timer)
     this.#timer = undefined
+  }
+
+  #stopMeter (): void {
+    this.#meter?.stop()
+    this.#meter = undefined
   }
 
   #arm (ms: number, message: string): void {

@@ -24,8 +24,8 @@ import { Interruptible } from './interruptible.js'
 
 /** Callbacks that time the engine, not the client (see UploadClock). */
 export interface UploadTiming {
-  /** A chunk is handed to the engine connection. */
-  handedOver: () => void
+  /** A chunk of `bytes` bytes, read from the client, is handed to the engine connection. */
+  handedOver: (bytes: number) => void
   /** The engine connection took it: the next wait is on the client again. */
   taken: () => void
   /** The last byte of the form has gone to the engine. */
@@ -54,12 +54,16 @@ function clientError (err: unknown): GatewayError {
 export class CreateUpload {
   readonly writer = new MultipartWriter()
   /**
-   * Why the form was refused after the engine request had begun. The engine's
-   * body was then ended without its closing boundary (a form the engine
-   * refuses), so the pooled socket survives; the client gets this error, not
-   * the engine's answer.
+   * Why the form was refused after the engine request had begun. The engine
+   * request was then aborted (DECISIONS 22); the client gets this error, not
+   * the engine's failure.
    */
   refusal: GatewayError | undefined
+  /** Where reading stands: the image part's bytes, then the parts after it, then the end of the form. */
+  #imageEnded = false
+  #formEnded = false
+  /** Settles when streamBody's generator has exited (undici stops pulling it once the engine answers). */
+  #streaming: Promise<void> | undefined
   readonly #fields = new Map<string, string>()
   readonly #parts: AsyncIterator<Multipart>
   readonly #checkField: Validate
@@ -126,24 +130,42 @@ export class CreateUpload {
    * image as it arrives, then the rest of the form.
    *
    * A refusal from here on (image too large, a bad field after the image, a
-   * broken or cut-off body) must neither complete the form at the engine
-   * (DECISIONS 8) nor abort the engine request, which would destroy the pooled
-   * socket: the body is ended without the closing boundary, after a part with
-   * no name, which the engine refuses after reading it whole. The refusal is
-   * kept in `refusal` for the route to answer with.
+   * broken or cut-off body, a client that left) must not complete the request
+   * at the engine (DECISIONS 8, 22): the generator throws, and undici aborts
+   * the engine request (the socket is destroyed, so the engine never sees a
+   * complete HTTP request). The refusal is kept in `refusal` for the route to
+   * answer with. The closing boundary goes out only once the whole form has
+   * passed its checks.
    *
    * Small pieces (fields, the part head) ride with the first image bytes and
    * the fields after the image with the closing boundary, so each yield is one
    * socket write. (Gathering image data into 64 KiB writes was measured too:
    * no change in upload time, so the chunks go on as busboy gives them.)
    */
-  async * streamBody (image: SniffedImage, timing: UploadTiming): AsyncGenerator<Buffer> {
+  streamBody (image: SniffedImage, timing: UploadTiming): AsyncGenerator<Buffer> {
+    const body = this.#streamBody(image, timing)
+    const upload = this
+    return (async function * () {
+      // Marked once undici starts pulling: a generator never started has no reader to wait for.
+      let exited!: () => void
+      upload.#streaming = new Promise<void>((resolve) => { exited = resolve })
+      try {
+        yield * body
+      } finally {
+        upload.#streaming = undefined
+        exited()
+      }
+    })()
+  }
+
+  async * #streamBody (image: SniffedImage, timing: UploadTiming): AsyncGenerator<Buffer> {
     let out = [...this.#encodedFields(), this.writer.fileHead(IMAGE_FIELD, image.mime), ...image.head]
     const sentBeforeImage = this.#fields.size
     try {
       for (;;) {
-        timing.handedOver()
-        yield out.length === 1 ? out[0]! : Buffer.concat(out)
+        const piece = out.length === 1 ? out[0]! : Buffer.concat(out)
+        timing.handedOver(piece.length)
+        yield piece
         timing.taken()
         const chunk = await this.#nextImageChunk()
         if (chunk === undefined) break
@@ -151,19 +173,47 @@ export class CreateUpload {
       }
       out = [this.writer.fileTail]
       // The rest of the form, read and checked like the fields before the image.
-      const another = await this.readUntilImage()
-      if (another !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
+      await this.#readAfterImage()
       out.push(...this.#encodedFields().slice(sentBeforeImage))
-      this.#checkComplete()
     } catch (err) {
-      this.refusal = clientError(err)
-      yield this.writer.unfinished()
-      return
+      this.refusal ??= clientError(err)
+      throw this.refusal
     }
     out.push(this.writer.end())
-    timing.handedOver()
-    yield Buffer.concat(out)
+    const last = Buffer.concat(out)
+    timing.handedOver(last.length)
+    yield last
     timing.bodySent()
+  }
+
+  /**
+   * Read and check what is left of the form after the engine stopped taking
+   * it (it answered before the upload ended), so that a fingerprint covers the
+   * whole form (DECISIONS 16; issue 16 item 5). Bounded by the same limits as
+   * the upload. Rejects, with `refusal` set, when the form cannot be read to
+   * its end or is not valid.
+   */
+  async finishReading (): Promise<void> {
+    // One reader at a time: wait for undici to have let go of the generator.
+    await this.#streaming
+    if (this.refusal !== undefined) throw this.refusal
+    try {
+      if (this.#image === undefined) throw new Error('finishReading needs an image part being read')
+      while (!this.#imageEnded) await this.#nextImageChunk()
+      await this.#readAfterImage()
+    } catch (err) {
+      this.refusal ??= clientError(err)
+      throw this.refusal
+    }
+  }
+
+  /** The parts after the image, to the end of the form, which must then be complete. */
+  async #readAfterImage (): Promise<void> {
+    if (this.#formEnded) return
+    const another = await this.readUntilImage()
+    if (another !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
+    this.#checkComplete()
+    this.#formEnded = true
   }
 
   /** Read the image's first bytes until they say PNG or JPEG; refuse anything else before the engine is called. */
@@ -182,10 +232,14 @@ export class CreateUpload {
   /** The one place each image chunk passes: size and type checked; undefined at the end of the part. */
   async #nextImageChunk (): Promise<Buffer | undefined> {
     const { part, chunks, sniffer } = this.#image!
+    if (this.#imageEnded) return undefined
     const next = await this.#next(chunks)
     // busboy cuts the file at fileSize and marks it truncated: stop reading there.
     if (part.file.truncated) throw tooLarge()
-    if (next.done === true) return undefined
+    if (next.done === true) {
+      this.#imageEnded = true
+      return undefined
+    }
     if (!sniffer.push(next.value)) throw validationError(NOT_AN_IMAGE)
     this.#imageHash?.update(next.value)
     return next.value
