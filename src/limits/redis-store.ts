@@ -215,6 +215,9 @@ export class RedisStore implements LimitStore {
       const silent = clients.some((redis, i) => redis.commandQueue.length > 0 && redis.commandQueue.peekFront() === oldest[i])
       // Both connections go to the same server: both are dropped.
       if (silent) for (const redis of clients) if (redis.status === 'ready') redis.stream.destroy()
+      // Only slow: the connection stays, so no 'ready' will come to release
+      // the claims that timed out. Released now, behind them on the same connection.
+      else void this.#releaseOrphans()
     })
   }
 
