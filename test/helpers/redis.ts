@@ -5,6 +5,9 @@
  * tests skip with one line, except under CI=true, where that is a failure.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { once } from 'node:events'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
@@ -31,14 +34,26 @@ export interface RedisServer {
   kill: () => Promise<void>
   /** Start again on the same port, empty. */
   restart: () => Promise<void>
+  /** SIGSTOP: the process hangs with its sockets open, as a stalled server would (issue 16 item 6). */
+  stop: () => void
+  /** SIGCONT: it goes on where it stopped. */
+  cont: () => void
 }
 
-export async function startRedis (t: Test): Promise<RedisServer> {
+export interface RedisStartOptions {
+  /** More redis-server arguments, e.g. ['--replicaof', '127.0.0.1', '6379'] or ['--requirepass', 'pw']. */
+  args?: string[]
+}
+
+export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promise<RedisServer> {
   const port = await freePort()
+  // Its own directory: a replica writes the RDB it receives there (not into the working tree).
+  const dir = mkdtempSync(join(tmpdir(), 'redis-test-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   let proc: ChildProcess | undefined
 
   async function launch (): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...(opts.args ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] })
     proc = child
     let out = ''
     await new Promise<void>((resolve, reject) => {
@@ -58,9 +73,14 @@ export async function startRedis (t: Test): Promise<RedisServer> {
     await exited
   }
 
+  const signal = (name: 'SIGSTOP' | 'SIGCONT') => (): void => {
+    if (proc !== undefined && proc.exitCode === null && proc.signalCode === null) proc.kill(name)
+  }
+
   await launch()
-  t.teardown(kill)
-  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch }
+  // A stopped process ignores SIGKILL's exit until continued on some systems: continue it first.
+  t.teardown(async () => { signal('SIGCONT')(); await kill() })
+  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch, stop: signal('SIGSTOP'), cont: signal('SIGCONT') }
 }
 
 /** Commands Redis has run, by name (those a script runs included), read through `probe`; its own INFO left out. */
