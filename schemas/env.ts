@@ -25,6 +25,13 @@ export const Env = Type.Object({
   METRICS_PORT: Integer(0, 65535, 'port of the Prometheus /metrics listener on HOST, 0 for none', 9464),
   RATE_LIMIT_PER_MINUTE: Integer(0, 1_000_000, 'requests per user (token sub) per 60 s on /api/*, 0 turns the limit off', 600),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://[^\\s]+$', description: 'redis://[user:password@]host:port[/db] for shared rate limits and idempotency records' })),
+  REDIS_SENTINELS: Type.Optional(Type.String({ pattern: '^[^\\s,]+:\\d{1,5}(,[^\\s,]+:\\d{1,5})*$', description: 'the Sentinels, comma-separated host:port (with REDIS_SENTINEL_NAME)' })),
+  REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^[^\\s]+$', description: 'the master group the Sentinels watch (sentinel monitor <name> ...)' })),
+  REDIS_CLUSTER_NODES: Type.Optional(Type.String({ pattern: '^[^\\s,]+:\\d{1,5}(,[^\\s,]+:\\d{1,5})*$', description: 'some nodes of the Redis Cluster, comma-separated host:port' })),
+  REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1, description: 'ACL user of the data nodes, with REDIS_SENTINELS or REDIS_CLUSTER_NODES' })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'password of the data nodes, with REDIS_SENTINELS or REDIS_CLUSTER_NODES' })),
+  REDIS_SENTINEL_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'password of the Sentinels, when they ask for one' })),
+  REDIS_TLS_CA: Type.Optional(Type.String({ minLength: 1, description: "path of a PEM file with the CA that signed Redis's certificate; turns TLS on for REDIS_SENTINELS and REDIS_CLUSTER_NODES" })),
   IDEMPOTENCY_TTL_S: Integer(1, 30 * 86_400, 'how long an Idempotency-Key record is kept, in seconds', 86_400),
   SHED_EVENT_LOOP_DELAY_MS: Integer(0, 60_000, 'event loop delay past which new /api/* requests get 503, in ms; 0 turns it off', 200),
   UPSTREAM_MAX_QUEUE: Integer(1, 100_000, 'requests that may wait for an engine connection; past it new /api/* requests get 503', 256)

@@ -5,6 +5,9 @@
 import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto'
 import { Env } from '../schemas/env.js'
 import { readEnv } from './shared/env.js'
+import { REDIS_SECRET_VARIABLES, redisConfigOf, type RedisConfig } from './limits/redis/config.js'
+
+export type { HostPort, RedisConfig } from './limits/redis/config.js'
 
 export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
 
@@ -56,8 +59,8 @@ export interface GatewayConfig {
 export interface LimitsConfig {
   /** 0: no rate limit. */
   readonly ratePerMinute: number
-  /** Unset: counters and records live in the process. */
-  readonly redisUrl?: string
+  /** Unset: counters and records live in the process (DECISIONS 17, 26). */
+  readonly redis?: RedisConfig
   readonly idempotencyTtlS: number
   /** 0: the event loop is not watched. */
   readonly shedEventLoopDelayMs: number
@@ -74,7 +77,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') || read.name === 'REDIS_URL' ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
+    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -88,6 +91,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
     throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
   }
+  const redis = redisConfigOf(parsed)
+  if (!redis.ok) throw new ConfigError(redis.message)
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -99,7 +104,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     metricsPort: parsed.METRICS_PORT,
     limits: Object.freeze({
       ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
-      ...(parsed.REDIS_URL === undefined ? {} : { redisUrl: parsed.REDIS_URL }),
+      ...(redis.value === undefined ? {} : { redis: Object.freeze(redis.value) }),
       idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
       shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
       upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE

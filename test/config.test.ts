@@ -51,7 +51,7 @@ t.test('each variable is read', async (t) => {
     upstreamUrl: 'http://engine:4000',
     upstreamTimeoutMs: 2500,
     metricsPort: 9100,
-    limits: { ratePerMinute: 0, redisUrl: 'redis://:pw@redis:6379/2', idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 }
+    limits: { ratePerMinute: 0, redis: { mode: 'single', url: 'redis://:pw@redis:6379/2' }, idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 }
   })
   t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')

@@ -32,20 +32,41 @@ async function contract (t: Test, store: LimitStore): Promise<void> {
   await after(60)
   t.equal((await store.hit('short', 30)).count, 1, 'a new window after the reset')
 
-  t.equal(await store.claim('k', 60_000), undefined, 'the first claim wins')
-  t.same(await store.claim('k', 60_000), { state: 'pending' }, 'the second sees it in flight')
+  t.equal(await store.claim('alice', 'k', 'o1', 60_000), undefined, 'the first claim wins')
+  t.same(await store.claim('alice', 'k', 'o2', 60_000), { state: 'pending' }, 'the second sees it in flight (and not its owner)')
+  t.equal(await store.claim('bob', 'k', 'o3', 60_000), undefined, 'another subject\'s key of the same name is separate')
   const done = { state: 'done' as const, fingerprint: 'f', status: 200, contentType: 'application/json', body: Buffer.from('{}').toString('base64') }
-  await store.complete('k', done, 60_000)
-  t.same(await store.claim('k', 60_000), done, 'then the stored answer')
-  await store.release('k')
-  t.equal(await store.claim('k', 60_000), undefined, 'a released key can be claimed again')
+  t.equal(await store.complete('alice', 'k', 'o2', done, 60_000), false, 'a request that does not hold the claim cannot complete it')
+  t.same(await store.claim('alice', 'k', 'o4', 60_000), { state: 'pending' }, 'still pending')
+  t.equal(await store.complete('alice', 'k', 'o1', done, 60_000), true, 'the owner completes it')
+  t.same(await store.claim('alice', 'k', 'o5', 60_000), done, 'then the stored answer')
+  t.equal(await store.release('alice', 'k', 'o1'), false, 'a completed record is no claim: release leaves it')
+  t.same(await store.claim('alice', 'k', 'o5', 60_000), done, 'still the stored answer')
 
-  const claims = await Promise.all(Array.from({ length: 10 }, async () => await store.claim('race', 60_000)))
+  t.equal(await store.claim('alice', 'rel', 'o1', 60_000), undefined)
+  t.equal(await store.release('alice', 'rel', 'o2'), false, 'only the owner releases')
+  t.equal(await store.release('alice', 'rel', 'o1'), true)
+  t.equal(await store.claim('alice', 'rel', 'o3', 60_000), undefined, 'a released key can be claimed again')
+
+  const claims = await Promise.all(Array.from({ length: 10 }, async (_, i) => await store.claim('alice', 'race', `r${i}`, 60_000)))
   t.equal(claims.filter((c) => c === undefined).length, 1, 'ten at once: exactly one claim')
 
-  t.equal(await store.claim('brief', 30), undefined)
+  t.equal(await store.claim('alice', 'brief', 'o1', 30), undefined)
   await after(60)
-  t.equal(await store.claim('brief', 30), undefined, 'a claim whose holder died frees the key after its TTL')
+  t.equal(await store.claim('alice', 'brief', 'o2', 30), undefined, 'a claim whose holder died frees the key after its TTL')
+
+  // Issue 16: the first claim expired mid-request and a newer request claimed
+  // the key; the first one's late release or complete leaves the newer one alone.
+  t.equal(await store.claim('alice', 'stale', 'first', 30), undefined)
+  await after(60)
+  t.equal(await store.claim('alice', 'stale', 'second', 60_000), undefined, 'the key is claimed again after the first claim expired')
+  t.equal(await store.release('alice', 'stale', 'first'), false, 'the stale release deletes nothing')
+  t.same(await store.claim('alice', 'stale', 'third', 60_000), { state: 'pending' }, 'the newer claim holds: a third request gets 409, not the engine')
+  const stale = { ...done, fingerprint: 'stale' }
+  t.equal(await store.complete('alice', 'stale', 'first', stale, 60_000), false, 'the stale complete writes nothing')
+  t.same(await store.claim('alice', 'stale', 'third', 60_000), { state: 'pending' }, 'the newer claim still holds')
+  t.equal(await store.complete('alice', 'stale', 'second', done, 60_000), true)
+  t.same(await store.claim('alice', 'stale', 'third', 60_000), done, 'and its record is the one kept')
 }
 
 t.test('memory store', async (t) => {
@@ -57,20 +78,34 @@ t.test('memory store', async (t) => {
 
 t.test('memory store is bounded: the least recently used entry goes', async (t) => {
   const store = new MemoryStore({ maxEntries: 2 })
-  await store.claim('a', 60_000)
-  await store.claim('b', 60_000)
-  await store.claim('c', 60_000)
-  t.equal(await store.claim('a', 60_000), undefined, 'a was evicted')
+  await store.claim('u', 'a', 'o', 60_000)
+  await store.claim('v', 'b', 'o', 60_000)
+  await store.claim('w', 'c', 'o', 60_000)
+  t.equal(await store.claim('u', 'a', 'o', 60_000), undefined, 'a was evicted')
+})
+
+t.test('memory store: one user flooding fresh keys evicts only their own oldest records', async (t) => {
+  const store = new MemoryStore({ maxEntries: 1_000, maxRecordsPerSubject: 100 })
+  const done = { state: 'done' as const, fingerprint: 'f', status: 200, contentType: 'application/json', body: Buffer.from('{"portfolio_id":"p-1"}').toString('base64') }
+  t.equal(await store.claim('alice', 'keep', 'a', 60_000), undefined)
+  t.equal(await store.complete('alice', 'keep', 'a', done, 60_000), true)
+  // Ten times the whole store, in fresh keys: before the per-subject bound the
+  // LRU pushed alice's record out after 1,000 of them.
+  for (let i = 0; i < 10_000; i++) await store.claim('mallory', `flood-${i}`, 'm', 60_000)
+  t.same(await store.claim('alice', 'keep', 'b', 60_000), done, 'alice\'s record is still there')
+  t.same(await store.claim('mallory', 'flood-9999', 'x', 60_000), { state: 'pending' }, 'mallory\'s newest claim is kept')
+  t.same(await store.claim('mallory', 'flood-9900', 'x', 60_000), { state: 'pending' }, 'so are her last 100')
+  t.equal(await store.claim('mallory', 'flood-9899', 'x', 60_000), undefined, 'her older ones went (the claim just made took one of her 100 places)')
 })
 
 t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {
   const redis = await startRedis(t)
-  const store = new RedisStore({ url: redis.url, log: silent as never })
+  const store = new RedisStore({ redis: redis.url, log: silent as never })
   t.teardown(() => store.close())
   // No offline queue: commands fail until the background connect is done.
   for (let i = 0; ; i++) {
     try {
-      await store.release('warm-up')
+      await store.release('warm', 'up', 'o')
       break
     } catch (err) {
       if (i > 200) throw err
@@ -90,7 +125,7 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
   t.equal(more('incrby'), 2, 'one INCRBY per user')
   t.equal(more('pexpire'), 2, 'a new key gets its expiry')
   t.same(counts.filter((_, i) => i % 2 === 0).sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => i + 1))
-  const [key] = await probe.keys('pgw:rl:turn-a:*')
+  const [key] = await probe.keys('pgw:rl:{turn-a}:*')
   const ttl = await probe.pttl(key!)
   t.ok(ttl > 60_000 && ttl <= 65_000, `the window's key outlives it by the slack (pttl ${ttl})`)
 

@@ -60,6 +60,7 @@ if (requireRedis(t)) {
 
     // Cheap rejections stay cheap: a flood of bad tokens costs no Redis command.
     const probe = new Redis(redis.url)
+    probe.on('error', () => {}) // Redis is killed below
     t.teardown(() => probe.disconnect())
     const before = await commandCounts(probe)
     for (let i = 0; i < 20; i++) t.equal((await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256({}, 'not-the-secret-not-the-secret-not-the-s')) })).status, 401)

@@ -12,10 +12,11 @@
  *                           with `Idempotent-Replayed: true`
  * Store failures fail closed: 503 with Retry-After (DECISIONS 17).
  */
-import { hash } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'
 import type { EngineResponse } from '../engine-client/client.js'
+import { sendEngineJson } from '../engine-client/answers.js'
 import type { IdempotencyRecord, LimitStore } from './store.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
@@ -46,7 +47,10 @@ export function fingerprintOf (route: string, canonical: string): string {
 export interface IdempotencyOptions {
   store: LimitStore
   ttlS: number
-  /** How long an in-flight claim holds if its instance dies mid-request. */
+  /**
+   * How long an in-flight claim holds if its instance dies mid-request: longer
+   * than the longest request the server allows (limits.ts), whatever ttlS is.
+   */
   pendingTtlMs: number
   metrics: LimitsMetrics
 }
@@ -105,13 +109,16 @@ export class Idempotency {
     }
   }
 
-  /** Claim subject+key, or say who holds it. */
+  /** Claim subject+key under a fresh owner token, or say who holds it. */
   async #begin (request: FastifyRequest, key: string): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
     const { store, ttlS, pendingTtlMs } = this.#opts
-    const storeKey = `${request.userId.length}:${request.userId}:${key}`
+    const subject = request.userId
+    // Only this request knows its token: complete and release act only while
+    // the record is still this claim (a late one never touches a newer claim's record).
+    const owner = randomBytes(16).toString('base64url')
     let held
     try {
-      held = await store.claim(storeKey, pendingTtlMs)
+      held = await store.claim(subject, key, owner, pendingTtlMs)
     } catch (err) {
       this.#opts.metrics.idempotencyShortCut('store_unavailable')
       throw storeUnavailable(request, err)
@@ -122,7 +129,10 @@ export class Idempotency {
         complete: async (fingerprint, answer) => {
           const record: IdempotencyRecord = { state: 'done', fingerprint, status: answer.status, contentType: answer.contentType, body: answer.body.toString('base64') }
           try {
-            await store.complete(storeKey, record, ttlS * 1000)
+            if (!await store.complete(subject, key, owner, record, ttlS * 1000)) {
+              // The claim expired or was evicted, and maybe another request holds the key now: its record stays.
+              request.log.warn('idempotency record not stored: the claim was no longer held')
+            }
           } catch (err) {
             // The engine has answered; the client gets it. A retry meets the
             // pending claim (409) until it expires, and the engine deduplicates.
@@ -131,7 +141,7 @@ export class Idempotency {
         },
         release: async () => {
           try {
-            await store.release(storeKey)
+            await store.release(subject, key, owner)
           } catch (err) {
             request.log.warn({ err: { message: (err as Error).message } }, 'idempotency claim not released')
           }
@@ -148,7 +158,10 @@ export class Idempotency {
       throw new GatewayError('IDEMPOTENCY_KEY_REUSED')
     }
     metrics.idempotencyShortCut('replay')
-    reply.code(held.status).header(REPLAYED_HEADER, 'true').type(held.contentType).send(Buffer.from(held.body, 'base64'))
+    // Through the function that sent the first answer, so the replay's
+    // content-type is the first answer's, byte for byte (not the engine's as
+    // stored, which may differ in case or charset).
+    sendEngineJson(reply.header(REPLAYED_HEADER, 'true'), { status: held.status, contentType: held.contentType, body: Buffer.from(held.body, 'base64') })
   }
 }
 

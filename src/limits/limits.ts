@@ -25,7 +25,7 @@ export interface Limits {
  * is not mistaken for load.
  */
 export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Limits {
-  const store: LimitStore = config.redisUrl === undefined ? new MemoryStore() : new RedisStore({ url: config.redisUrl, log: app.log })
+  const store: LimitStore = config.redis === undefined ? new MemoryStore() : new RedisStore({ redis: config.redis, log: app.log, metrics: app.metrics })
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
   if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })
   app.addHook('onClose', async () => {
@@ -36,10 +36,24 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine:
   const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute, app.metrics) : undefined
   return {
     ...(rateLimit === undefined ? {} : { rateLimit }),
-    // An in-flight claim outlives the longest engine call, then frees the key if its instance died.
-    idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: Math.min(config.idempotencyTtlS * 1000, callTimeoutMs + 5_000), metrics: app.metrics })
+    idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: pendingTtlMs(callTimeoutMs), metrics: app.metrics })
   }
 }
+
+/**
+ * How long an in-flight claim holds: past the longest request the server
+ * allows (receiving it, requestTimeout 180 s, then UPSTREAM_TIMEOUT_MS for the
+ * engine: `callTimeoutMs`), plus a margin for the server's timeout checks and
+ * the store's clocks. Independent of IDEMPOTENCY_TTL_S: a claim that expired
+ * while its request still ran would let a retry reach the engine as well. It
+ * only matters when an instance dies mid-request; otherwise the claim is
+ * completed or released.
+ */
+export function pendingTtlMs (callTimeoutMs: number): number {
+  return callTimeoutMs + PENDING_MARGIN_MS
+}
+/** Node checks requestTimeout every connectionsCheckingInterval (30 s by default), so a request can run that much longer. */
+export const PENDING_MARGIN_MS = 35_000
 
 /** An event-loop watch that starts measuring when told to; until then nothing lags. */
 function lazyWatch (boundMs: number): EventLoopWatch & { start: () => void } {

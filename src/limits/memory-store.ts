@@ -1,47 +1,101 @@
 /**
  * The in-process store: right for one instance (DECISIONS 17). Bounded: the
  * least recently used entries go first, and every entry has its TTL.
+ *
+ * Each subject holds at most `maxRecordsPerSubject` idempotency records: a new
+ * claim past that evicts that subject's own oldest record. So one user sending
+ * fresh keys as fast as the rate limit allows cannot push the other users'
+ * records out of the shared LRU (issue 16); only many users together fill it.
  */
 import { LRUCache } from 'lru-cache'
 import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
 
 interface Window { id: number, count: number }
+interface Stored { subject: string, record: IdempotencyRecord }
+
+export interface MemoryStoreOptions {
+  /** Windows and records, each; default 100,000. */
+  maxEntries?: number
+  /** Records one subject may hold; default 1,000. */
+  maxRecordsPerSubject?: number
+}
 
 export class MemoryStore implements LimitStore {
   readonly #windows: LRUCache<string, Window>
-  readonly #records: LRUCache<string, IdempotencyRecord>
+  readonly #records: LRUCache<string, Stored>
+  /** Each subject's record keys, oldest claim first. */
+  readonly #bySubject = new Map<string, Set<string>>()
+  readonly #perSubject: number
 
-  constructor (opts: { maxEntries?: number } = {}) {
+  constructor (opts: MemoryStoreOptions = {}) {
     const max = opts.maxEntries ?? 100_000
+    this.#perSubject = opts.maxRecordsPerSubject ?? 1_000
     this.#windows = new LRUCache({ max })
-    this.#records = new LRUCache({ max })
+    this.#records = new LRUCache({
+      max,
+      // Evicted, expired or deleted: the subject no longer holds it. ('set' is
+      // a record replaced under the same key, which the subject still holds.)
+      dispose: (stored, key, reason) => { if (reason !== 'set') this.#forget(stored.subject, key) }
+    })
   }
 
-  hit (key: string, windowMs: number): WindowHit {
+  hit (subject: string, windowMs: number): WindowHit {
     const { id, resetMs } = currentWindow(windowMs)
-    let w = this.#windows.get(key)
+    let w = this.#windows.get(subject)
     if (w === undefined || w.id !== id) {
       w = { id, count: 0 }
-      this.#windows.set(key, w, { ttl: resetMs })
+      this.#windows.set(subject, w, { ttl: resetMs })
     }
     w.count++
     return { count: w.count, resetMs }
   }
 
-  async claim (key: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
-    const held = this.#records.get(key)
-    if (held !== undefined) return held
-    this.#records.set(key, { state: 'pending' }, { ttl: pendingTtlMs })
+  async claim (subject: string, key: string, owner: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
+    const id = recordId(subject, key)
+    const held = this.#records.get(id)
+    if (held !== undefined) return held.record.state === 'pending' ? { state: 'pending' } : held.record
+    const keys = this.#bySubject.get(subject) ?? new Set<string>()
+    for (const oldest of keys) {
+      if (keys.size < this.#perSubject) break
+      this.#records.delete(oldest)
+      keys.delete(oldest) // in case the LRU had dropped it already
+    }
+    this.#records.set(id, { subject, record: { state: 'pending', owner } }, { ttl: pendingTtlMs })
+    keys.add(id)
+    this.#bySubject.set(subject, keys)
     return undefined
   }
 
-  async complete (key: string, record: IdempotencyRecord, ttlMs: number): Promise<void> {
-    this.#records.set(key, record, { ttl: ttlMs })
+  async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {
+    const id = recordId(subject, key)
+    if (!this.#holds(id, owner)) return false
+    this.#records.set(id, { subject, record }, { ttl: ttlMs })
+    return true
   }
 
-  async release (key: string): Promise<void> {
-    this.#records.delete(key)
+  async release (subject: string, key: string, owner: string): Promise<boolean> {
+    const id = recordId(subject, key)
+    if (!this.#holds(id, owner)) return false
+    this.#records.delete(id)
+    return true
   }
 
   async close (): Promise<void> {}
+
+  #holds (id: string, owner: string): boolean {
+    const held = this.#records.get(id)?.record
+    return held?.state === 'pending' && held.owner === owner
+  }
+
+  #forget (subject: string, id: string): void {
+    const keys = this.#bySubject.get(subject)
+    if (keys === undefined) return
+    keys.delete(id)
+    if (keys.size === 0) this.#bySubject.delete(subject)
+  }
+}
+
+/** Subject and key in one string, unambiguously (the subject's length first). */
+function recordId (subject: string, key: string): string {
+  return `${subject.length}:${subject}:${key}`
 }

@@ -1,89 +1,91 @@
 /**
- * The shared store: Redis through ioredis (DECISIONS 17). A Redis outage must
- * cost milliseconds, not seconds: short connect and command timeouts, no
- * offline queue (a command while disconnected fails at once), one retry, and
- * reconnection forever in the background with a capped backoff. The gateway
- * starts while Redis is down.
+ * The shared store: Redis through ioredis (DECISIONS 17, 26), one server, a
+ * Sentinel-watched primary or a Redis Cluster (redis/client.ts: short
+ * timeouts, no offline queue, reconnection forever, a hung server detected).
+ * The gateway starts while Redis is down.
+ *
+ * Two clients: counters go through one, idempotency records through another,
+ * so a `WAIT` for a replica after a record (redis/replication.ts) never
+ * delays the rate-limit batches queued behind it on the same connection.
  */
 import DataLoader from 'dataloader'
-import { Redis } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
+import { createRedisClient, type RedisClient } from './redis/client.js'
+import type { RedisConfig } from './redis/config.js'
+import { groupBySlot, recordKey, windowKey } from './redis/keys.js'
+import { ReplicaWatch } from './redis/replication.js'
+import { CLAIM, COMPLETE, COUNT_HITS, RELEASE } from './redis/scripts.js'
+import { RedisHealth, type RedisMetrics } from './redis/health.js'
 
 /** A window's key outlives it a little, so instances whose clocks differ by that much still share it. */
 const EXPIRY_SLACK_MS = 5_000
 
-const PREFIX = 'pgw:'
-
-/** Hits counted together in one script call, at most. */
+/** Hits counted together in one turn, at most. */
 const MAX_BATCH = 512
 
-/**
- * Count a batch of hits in one call: KEYS are window keys (one per distinct
- * key), ARGV[1] the expiry, ARGV[i + 1] the hits for KEYS[i]. A key's first
- * hits give it its expiry. Redis runs a script whole, so each key's counts
- * are exact, as N separate INCRs would be.
- */
-const COUNT_HITS = `
-local out = {}
-for i, key in ipairs(KEYS) do
-  local n = tonumber(ARGV[i + 1])
-  local count = redis.call('INCRBY', key, n)
-  if count == n then redis.call('PEXPIRE', key, ARGV[1]) end
-  out[i] = count
-end
-return out`
+/** Claims whose answer was lost (timeout, dead socket) and may have been stored: released on reconnect, at most this many. */
+const MAX_ORPHANS = 10_000
 
-type CountHits = (keyCount: number, ...args: Array<string | number>) => Promise<number[]>
+interface Scripts {
+  countHits: (keyCount: number, ...args: Array<string | number>) => Promise<number[]>
+  claimRecord: (keyCount: number, key: string, pending: string, ttlMs: number) => Promise<string | null>
+  completeRecord: (keyCount: number, key: string, pending: string, record: string, ttlMs: number) => Promise<number>
+  releaseRecord: (keyCount: number, key: string, pending: string) => Promise<number>
+}
+type ScriptedClient = RedisClient & Scripts
 
 export interface RedisStoreOptions {
-  url: string
+  /** The Redis to use; a bare URL is REDIS_URL. */
+  redis: RedisConfig | string
   log: FastifyBaseLogger
+  metrics?: RedisMetrics
   /** Per-command bound; default 300 ms. */
   commandTimeoutMs?: number
+  /** No answer this long while commands wait: the connection is dead; default 1 s. */
+  socketTimeoutMs?: number
 }
 
 export class RedisStore implements LimitStore {
-  readonly #redis: Redis & { countHits: CountHits }
+  readonly #counters: ScriptedClient
+  readonly #records: ScriptedClient
+  readonly #cluster: boolean
   readonly #hits: DataLoader<{ key: string, windowMs: number }, number>
-  /** Last state logged: each change is one line, not one per failed reconnect. */
-  #state: 'starting' | 'up' | 'down' = 'starting'
+  readonly #replicas: ReplicaWatch
+  readonly #health: RedisHealth
+  readonly #log: FastifyBaseLogger
+  readonly #orphans: Array<{ key: string, pending: string }> = []
 
   constructor (opts: RedisStoreOptions) {
-    const timeout = opts.commandTimeoutMs ?? 300
-    this.#redis = new Redis(opts.url, {
-      connectTimeout: 500,
-      commandTimeout: timeout,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      // Reconnect forever: 50 ms, 100 ms, ... capped at 1 s.
-      retryStrategy: (times) => Math.min(times * 50, 1_000),
-      enableReadyCheck: true,
-      // Commands issued in one turn of the event loop go out in one write (and
-      // their answers come back in one read): under load, far fewer syscalls.
-      enableAutoPipelining: true
-    }) as Redis & { countHits: CountHits }
-    // EVALSHA, and EVAL once when Redis does not know the script yet (ioredis).
-    this.#redis.defineCommand('countHits', { lua: COUNT_HITS })
+    const config: RedisConfig = typeof opts.redis === 'string' ? { mode: 'single', url: opts.redis } : opts.redis
+    const clientOpts = {
+      ...(opts.commandTimeoutMs === undefined ? {} : { commandTimeoutMs: opts.commandTimeoutMs }),
+      ...(opts.socketTimeoutMs === undefined ? {} : { socketTimeoutMs: opts.socketTimeoutMs })
+    }
+    this.#log = opts.log
+    this.#counters = scripted(createRedisClient(config, { ...clientOpts, connectionName: 'gateway-counters' }))
+    this.#records = scripted(createRedisClient(config, { ...clientOpts, connectionName: 'gateway-records' }))
+    this.#cluster = config.mode === 'cluster'
+    this.#replicas = new ReplicaWatch(this.#records)
+    this.#health = new RedisHealth([this.#counters, this.#records], opts.log, opts.metrics)
+    this.#records.on('ready', () => {
+      this.#replicas.start()
+      void this.#releaseOrphans()
+    })
     // Every hit of one turn of the event loop (all the requests whose tokens
-    // were verified in it) goes to Redis as one script call: one command's
-    // overhead for the batch instead of one per request, and the same user's
-    // hits summed into one INCRBY. DataLoader without its cache keeps every hit.
+    // were verified in it) goes to Redis as one script call per slot: one
+    // command's overhead for the batch instead of one per request, and the
+    // same user's hits summed into one INCRBY. DataLoader without its cache keeps every hit.
     this.#hits = new DataLoader((hits) => this.#countHits(hits), {
       cache: false,
       maxBatchSize: MAX_BATCH,
       batchScheduleFn: (run) => setImmediate(run)
     })
-    this.#redis.on('ready', () => {
-      if (this.#state !== 'up') opts.log.info('redis connected')
-      this.#state = 'up'
-    })
-    const down = (reason: string): void => {
-      if (this.#state !== 'down') opts.log.warn({ reason }, 'redis unavailable: rate limits fail open, Idempotency-Key requests get 503; reconnecting')
-      this.#state = 'down'
-    }
-    this.#redis.on('error', (err: Error) => down(err.message))
-    this.#redis.on('close', () => { if (this.#state === 'up') down('connection closed') })
+  }
+
+  /** The counters' client: tests and operators' tools may read it. */
+  get client (): RedisClient {
+    return this.#counters
   }
 
   /**
@@ -92,53 +94,118 @@ export class RedisStore implements LimitStore {
    * misses its expiry (the instance died in between) is never counted again,
    * since the next window has another key.
    */
-  async hit (key: string, windowMs: number): Promise<WindowHit> {
+  async hit (subject: string, windowMs: number): Promise<WindowHit> {
     const { id, resetMs } = currentWindow(windowMs)
-    const count = await this.#hits.load({ key: `${PREFIX}rl:${key}:${id}`, windowMs })
+    const count = await this.#hits.load({ key: windowKey(subject, id), windowMs })
     return { count, resetMs }
   }
 
-  /** One batch: the hits of each key summed, and each hit given its own place in the key's count. */
-  async #countHits (hits: ReadonlyArray<{ key: string, windowMs: number }>): Promise<number[]> {
+  /**
+   * One batch: the hits of each key summed, and each hit given its own place
+   * in the key's count. One script call for a single server; in a cluster
+   * one per slot (a script's keys must share a slot), each to its node.
+   */
+  async #countHits (hits: ReadonlyArray<{ key: string, windowMs: number }>): Promise<Array<number | Error>> {
     const perKey = new Map<string, number>()
     for (const { key } of hits) perKey.set(key, (perKey.get(key) ?? 0) + 1)
-    const keys = [...perKey.keys()]
     // Windows of one length per store in practice; the longest one's expiry serves them all.
     const expiryMs = Math.max(...hits.map((h) => h.windowMs)) + EXPIRY_SLACK_MS
-    const totals = await this.#redis.countHits(keys.length, ...keys, expiryMs, ...perKey.values())
+    const groups = this.#cluster ? [...groupBySlot([...perKey.keys()]).values()] : [[...perKey.keys()]]
+    const totals = new Map<string, number | Error>()
+    await Promise.all(groups.map(async (keys) => {
+      try {
+        const counts = await this.#counters.countHits(keys.length, ...keys, expiryMs, ...keys.map((k) => perKey.get(k)!))
+        keys.forEach((key, i) => totals.set(key, counts[i]!))
+      } catch (err) {
+        for (const key of keys) totals.set(key, err as Error)
+      }
+    }))
     // The hits of a key get its last counts in arrival order: the first of n gets total - n + 1.
-    const next = new Map(keys.map((key, i) => [key, totals[i]! - perKey.get(key)! + 1]))
+    const next = new Map<string, number | Error>()
+    for (const [key, total] of totals) next.set(key, typeof total === 'number' ? total - perKey.get(key)! + 1 : total)
     return hits.map(({ key }) => {
       const count = next.get(key)!
-      next.set(key, count + 1)
+      if (typeof count === 'number') next.set(key, count + 1)
       return count
     })
   }
 
-  async claim (key: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
-    const k = PREFIX + 'idem:' + key
-    // SET NX is the claim; a miss reads the holder. The holder can expire in
-    // between: then try once more.
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const set = await this.#redis.set(k, JSON.stringify({ state: 'pending' }), 'PX', pendingTtlMs, 'NX')
-      if (set === 'OK') return undefined
-      const held = await this.#redis.get(k)
-      if (held !== null) return JSON.parse(held) as IdempotencyRecord
+  async claim (subject: string, key: string, owner: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
+    const k = recordKey(subject, key)
+    const pending = pendingRecord(owner)
+    let held
+    try {
+      held = await this.#records.claimRecord(1, k, pending, pendingTtlMs)
+    } catch (err) {
+      // Sent, maybe stored, answer lost: the claim would block the key (409)
+      // until it expires. Released (if still ours) once Redis answers again.
+      if (mayHaveRun(err)) this.#rememberOrphan(k, pending)
+      throw err
     }
-    return { state: 'pending' }
+    if (held === null) return undefined
+    const record = JSON.parse(held) as IdempotencyRecord
+    return record.state === 'pending' ? { state: 'pending' } : record
   }
 
-  async complete (key: string, record: IdempotencyRecord, ttlMs: number): Promise<void> {
-    await this.#redis.set(PREFIX + 'idem:' + key, JSON.stringify(record), 'PX', ttlMs)
+  async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {
+    const k = recordKey(subject, key)
+    const written = await this.#records.completeRecord(1, k, pendingRecord(owner), JSON.stringify(record), ttlMs) === 1
+    if (written) {
+      const ack = await this.#replicas.acknowledge(k)
+      if (ack === 'missed' || ack === 'unreplicated') {
+        this.#health.replicationMissed(ack)
+        this.#log.warn({ ack }, ack === 'missed'
+          ? 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it'
+          : 'idempotency record stored on a master without replicas: a failover now could forget it')
+      }
+    }
+    return written
   }
 
-  async release (key: string): Promise<void> {
-    await this.#redis.del(PREFIX + 'idem:' + key)
+  async release (subject: string, key: string, owner: string): Promise<boolean> {
+    return await this.#records.releaseRecord(1, recordKey(subject, key), pendingRecord(owner)) === 1
   }
 
   async close (): Promise<void> {
+    this.#replicas.stop()
+    this.#health.stop()
     // quit() would wait for a Redis that may be gone.
-    this.#redis.disconnect(false)
+    this.#counters.disconnect(false)
+    this.#records.disconnect(false)
+  }
+
+  #rememberOrphan (key: string, pending: string): void {
+    if (this.#orphans.length < MAX_ORPHANS) this.#orphans.push({ key, pending })
+  }
+
+  async #releaseOrphans (): Promise<void> {
+    const orphans = this.#orphans.splice(0)
+    for (const { key, pending } of orphans) {
+      try {
+        await this.#records.releaseRecord(1, key, pending)
+      } catch {
+        this.#rememberOrphan(key, pending)
+      }
+    }
   }
 }
 
+/** The pending record of `owner`'s claim: the exact string the compare-and-set scripts compare. */
+function pendingRecord (owner: string): string {
+  return JSON.stringify({ state: 'pending', owner })
+}
+
+/** A command that failed after it was written: Redis may have run it. */
+function mayHaveRun (err: unknown): boolean {
+  const message = (err as Error).message
+  return !message.includes("Stream isn't writeable") && !message.includes('enableOfflineQueue')
+}
+
+function scripted (client: RedisClient): ScriptedClient {
+  // EVALSHA, and EVAL once when Redis does not know the script yet (ioredis).
+  client.defineCommand('countHits', { lua: COUNT_HITS })
+  client.defineCommand('claimRecord', { lua: CLAIM })
+  client.defineCommand('completeRecord', { lua: COMPLETE })
+  client.defineCommand('releaseRecord', { lua: RELEASE })
+  return client as ScriptedClient
+}

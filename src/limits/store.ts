@@ -23,23 +23,32 @@ export interface WindowHit {
   resetMs: number
 }
 
-/** An idempotency record: claimed and in flight, or the engine's stored answer. */
+/**
+ * An idempotency record: claimed and in flight, or the engine's stored answer.
+ * A claim carries its owner, a random token only the request that claimed it
+ * knows: `complete` and `release` act only while the record is still that
+ * claim, so a request whose claim expired (or was evicted) and was taken by a
+ * newer one cannot overwrite or delete the newer one's record (issue 16).
+ */
 export type IdempotencyRecord =
-  | { state: 'pending' }
+  | { state: 'pending', owner?: string }
   | { state: 'done', fingerprint: string, status: number, contentType: string, body: string /* base64 */ }
 
 export interface LimitStore {
   /**
-   * Count one request in the current `windowMs` window of `key` (currentWindow).
-   * The in-process store answers at once (no promise on the hot path); Redis
-   * answers with a promise.
+   * Count one request of `subject` in the current `windowMs` window
+   * (currentWindow). The in-process store answers at once (no promise on the
+   * hot path); Redis answers with a promise.
    */
-  hit: (key: string, windowMs: number) => WindowHit | Promise<WindowHit>
-  /** Claim `key` atomically. Resolves undefined when this caller now holds it, else the record that holds it. */
-  claim: (key: string, pendingTtlMs: number) => Promise<IdempotencyRecord | undefined>
-  /** Replace the claim with the finished answer, kept `ttlMs`. */
-  complete: (key: string, record: IdempotencyRecord, ttlMs: number) => Promise<void>
-  /** Give a claim up (the gateway's own error: nothing to store). */
-  release: (key: string) => Promise<void>
+  hit: (subject: string, windowMs: number) => WindowHit | Promise<WindowHit>
+  /**
+   * Claim `subject`'s `key` for `owner`, atomically. Resolves undefined when
+   * this caller now holds it, else the record that holds it.
+   */
+  claim: (subject: string, key: string, owner: string, pendingTtlMs: number) => Promise<IdempotencyRecord | undefined>
+  /** Replace `owner`'s claim with the finished answer, kept `ttlMs`. False (nothing written) when the claim is no longer `owner`'s. */
+  complete: (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number) => Promise<boolean>
+  /** Give `owner`'s claim up (the gateway's own error: nothing to store). False (nothing deleted) when it is no longer `owner`'s. */
+  release: (subject: string, key: string, owner: string) => Promise<boolean>
   close: () => Promise<void>
 }

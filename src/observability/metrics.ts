@@ -101,6 +101,19 @@ export class GatewayMetrics {
     registers: [this.registry]
   })
 
+  readonly redisFailovers = new Counter({
+    name: 'gateway_redis_failovers_total',
+    help: 'Redis role changes seen: the master reached at another address (Sentinel), or a cluster replica become a master',
+    registers: [this.registry]
+  })
+
+  readonly redisReplicationLag = new Counter({
+    name: 'gateway_redis_replication_lag_total',
+    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry]
+  })
+
   constructor (opts: MetricsOptions = {}) {
     const metrics = this
     new Gauge({
@@ -132,6 +145,7 @@ export class GatewayMetrics {
     for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large'] as const) this.rejections.inc({ reason }, 0)
     for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) this.idempotency.inc({ outcome }, 0)
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
+    for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
   }
 
   readonly #engineSeries: Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries, duration: HistogramSeries }>>> = { ping: {}, create: {}, update: {}, health: {}, other: {} }
@@ -167,6 +181,28 @@ export class GatewayMetrics {
     this.rateLimitFailOpen.inc()
   }
 
+  /** Redis is configured: `gateway_redis_up` reads `up` at scrape time (src/limits/redis/health.ts). */
+  watchRedis (up: () => boolean): void {
+    new Gauge({
+      name: 'gateway_redis_up',
+      help: 'Whether the Redis store is reachable: 1 while every connection is ready, else 0',
+      registers: [this.registry],
+      collect () {
+        this.set(up() ? 1 : 0)
+      }
+    })
+  }
+
+  /** A Redis failover seen (DECISIONS 26). */
+  redisFailedOver (): void {
+    this.redisFailovers.inc()
+  }
+
+  /** An idempotency record went out without a replica's acknowledgement (DECISIONS 26). */
+  redisReplicationMissed (reason: 'missed' | 'unreplicated'): void {
+    this.redisReplicationLag.inc({ reason })
+  }
+
   /** The Prometheus text exposition of every metric. */
   async scrape (): Promise<{ contentType: string, body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() }
@@ -175,5 +211,7 @@ export class GatewayMetrics {
 
 /** What the limits layer reports (src/limits). */
 export type LimitsMetrics = Pick<GatewayMetrics, 'rejected' | 'rateLimitFailedOpen' | 'idempotencyShortCut'>
+/** What the Redis store reports (src/limits/redis/health.ts). */
+export type RedisStoreMetrics = Pick<GatewayMetrics, 'watchRedis' | 'redisFailedOver' | 'redisReplicationMissed'>
 /** What the key set reports (src/auth). */
 export type KeySetMetrics = Pick<GatewayMetrics, 'keySetRefreshed' | 'keySetKeyUnavailable'>

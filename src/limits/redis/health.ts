@@ -1,0 +1,97 @@
+/**
+ * What the gateway knows of its Redis (DECISIONS 17, 26): up or down (one log
+ * line per change, not one per failed reconnect, and `gateway_redis_up`),
+ * failovers seen (`gateway_redis_failovers_total`), and records that no
+ * replica acknowledged (`gateway_redis_replication_lag_total`).
+ *
+ * A failover is a role change seen from here: with one server or Sentinel,
+ * the master the client reaches after a reconnect is at another address
+ * (Sentinel promoted a replica); with a cluster, a node that was a replica at
+ * the last slot refresh is now a master.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
+import type { RedisClient } from './client.js'
+import { nodeKey } from './replication.js'
+
+export type ReplicationMiss = 'missed' | 'unreplicated'
+
+/** The metrics the Redis store reports (src/observability/metrics.ts). */
+export interface RedisMetrics {
+  /** Read at scrape time: 1 while every connection is ready. */
+  watchRedis: (up: () => boolean) => void
+  redisFailedOver: () => void
+  redisReplicationMissed: (reason: ReplicationMiss) => void
+}
+
+export class RedisHealth {
+  readonly #clients: readonly RedisClient[]
+  readonly #log: FastifyBaseLogger
+  readonly #metrics: RedisMetrics | undefined
+  /** Last state logged. */
+  #state: 'starting' | 'up' | 'down' = 'starting'
+  #master: string | undefined
+  #clusterReplicas = new Set<string>()
+
+  constructor (clients: readonly RedisClient[], log: FastifyBaseLogger, metrics?: RedisMetrics) {
+    this.#clients = clients
+    this.#log = log
+    this.#metrics = metrics
+    metrics?.watchRedis(() => this.up())
+    for (const client of clients) {
+      client.on('ready', () => {
+        if (this.up() && this.#state !== 'up') log.info('redis connected')
+        if (this.up()) this.#state = 'up'
+      })
+      // Only the message: ioredis's errors name hosts and Redis's replies, never the password.
+      client.on('error', (err: Error) => this.#down(err.message))
+      client.on('close', () => { if (this.#state === 'up') this.#down('connection closed') })
+    }
+    const watched = clients[0]
+    if (watched === undefined) return
+    if (watched.isCluster) {
+      const cluster = watched as Cluster
+      cluster.on('refresh', () => this.#clusterRefreshed(cluster))
+    } else {
+      const redis = watched as Redis
+      redis.on('ready', () => this.#masterReached(redis))
+    }
+  }
+
+  up (): boolean {
+    return this.#clients.every((c) => c.status === 'ready')
+  }
+
+  replicationMissed (reason: ReplicationMiss): void {
+    this.#metrics?.redisReplicationMissed(reason)
+  }
+
+  stop (): void {
+    this.#state = 'down'
+  }
+
+  #down (reason: string): void {
+    if (this.#state !== 'down') this.#log.warn({ reason }, 'redis unavailable: rate limits fail open, Idempotency-Key requests get 503; reconnecting')
+    this.#state = 'down'
+  }
+
+  #masterReached (redis: Redis): void {
+    const stream = redis.stream as { remoteAddress?: string, remotePort?: number } | undefined
+    if (stream?.remoteAddress === undefined) return
+    const address = `${stream.remoteAddress}:${String(stream.remotePort)}`
+    if (this.#master !== undefined && this.#master !== address) {
+      this.#log.warn({ from: this.#master, to: address }, 'redis failover: the master is now at another address')
+      this.#metrics?.redisFailedOver()
+    }
+    this.#master = address
+  }
+
+  #clusterRefreshed (cluster: Cluster): void {
+    const promoted = cluster.nodes('master').map(nodeKey).filter((key) => this.#clusterReplicas.has(key))
+    for (const node of promoted) {
+      this.#log.warn({ node }, 'redis failover: a replica of the cluster is now a master')
+      this.#metrics?.redisFailedOver()
+    }
+    this.#clusterReplicas = new Set(cluster.nodes('slave').map(nodeKey))
+  }
+}

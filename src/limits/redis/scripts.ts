@@ -1,0 +1,47 @@
+/**
+ * The Lua scripts of the Redis store. Redis runs a script whole, so each is
+ * atomic. Every script names its keys in KEYS and touches only those, and the
+ * callers pass keys of one hash tag (one user: keys.ts), so each runs in one
+ * Redis Cluster slot.
+ */
+
+/**
+ * Count a batch of hits in one call: KEYS are window keys (one per distinct
+ * key), ARGV[1] the expiry, ARGV[i + 1] the hits for KEYS[i]. A key's first
+ * hits give it its expiry. Each key's counts are exact, as N separate INCRs
+ * would be. In a cluster the callers send one call per slot.
+ */
+export const COUNT_HITS = `
+local out = {}
+for i, key in ipairs(KEYS) do
+  local n = tonumber(ARGV[i + 1])
+  local count = redis.call('INCRBY', key, n)
+  if count == n then redis.call('PEXPIRE', key, ARGV[1]) end
+  out[i] = count
+end
+return out`
+
+/**
+ * Claim KEYS[1] with the pending record ARGV[1] (which holds the owner's
+ * token) for ARGV[2] ms, or read who holds it: nil when claimed, else the
+ * holder's record. One round trip, and no gap between SET NX and GET in which
+ * the holder could expire.
+ */
+export const CLAIM = `
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return false end
+return redis.call('GET', KEYS[1])`
+
+/**
+ * Compare and set: replace KEYS[1] with ARGV[2] for ARGV[3] ms only while it
+ * is still the claim ARGV[1] (the exact pending record, owner token included).
+ * 1 when written, 0 when the claim is gone or someone else's.
+ */
+export const COMPLETE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`
+
+/** Compare and delete: KEYS[1] goes only while it is still the claim ARGV[1]. 1 when deleted, else 0. */
+export const RELEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])`
