@@ -10,7 +10,7 @@
 import t from 'tap'
 import { hs256, MINTS } from './helpers/app.js'
 import { scrape, valueOf } from './helpers/prometheus.js'
-import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, update, waitUntil } from './helpers/redis-gateways.js'
+import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, update, waitUntil, within } from './helpers/redis-gateways.js'
 import { MASTER_NAME, requireTools, startSentinels } from './helpers/redis-topology.js'
 
 interface Sent {
@@ -82,7 +82,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
 
     const killAt = Date.now()
     await topology.primary.kill()
-    const switched = await Promise.race([topology.switched, new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error('no +switch-master within 30 s')), 30_000))])
+    const switched = await within(topology.switched, 30_000, '+switch-master')
     t.equal(switched.address, `127.0.0.1:${topology.replica.port}`, 'Sentinel promoted the replica')
     // Load goes on 6 s past the announcement: the last second shows the steady state.
     await waitUntil('6 s after +switch-master', () => Date.now() > switched.at + 6_000)

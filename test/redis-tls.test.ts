@@ -8,7 +8,7 @@
  */
 import t from 'tap'
 import { hs256 } from './helpers/app.js'
-import { create, type Gateway, ping, startEngineProcess, startGateway, until } from './helpers/redis-gateways.js'
+import { create, type Gateway, ping, startEngineProcess, startGateway } from './helpers/redis-gateways.js'
 import { probe, requireTools, startTlsRedis } from './helpers/redis-topology.js'
 
 const PASSWORD = 'tls-test-password-6f1c9a'
@@ -25,8 +25,9 @@ if (requireTools(t, ['redis-server', 'openssl'], 'Redis TLS')) {
       const gw = await startGateway(t, engine.url, { REDIS_URL: redis.url, REDIS_TLS_CA: redis.files.caFile, RATE_LIMIT_PER_MINUTE: String(LIMIT) })
       gateways.push(gw)
       const token = hs256({ sub: 'tls-user' })
-      // The first keyed create waits for the background TLS connection.
-      const first = await until(() => create(gw.url, 'tls-1', token), (a) => a.status !== 503)
+      // Both of its connections (counters, records) are up: it says so once.
+      await gw.waitFor(/redis connected/)
+      const first = await create(gw.url, 'tls-1', token)
       t.equal(first.status, 200, first.text)
       const replay = await create(gw.url, 'tls-1', token)
       t.equal(replay.status, 200)

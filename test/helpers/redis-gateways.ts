@@ -70,6 +70,16 @@ export async function waitUntil (what: string, check: () => boolean, ms = 20_000
   }
 }
 
+/** `promise`, or a rejection naming `what` after `ms`; the timer never outlives it. */
+export async function within<T> (promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    return await Promise.race([promise, new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms) })])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 export const CREATED = /"msg":"portfolio created"/
 export const REPEATED = /"msg":"portfolio create repeated with its idempotency key"/
 
