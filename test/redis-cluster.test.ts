@@ -50,6 +50,8 @@ async function homeOf (cluster: ClusterSetup, subject: string): Promise<{ slot: 
 }
 
 if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
+  // Five gateway processes and three Redis nodes: generous on a loaded runner.
+  t.setTimeout(120_000)
   t.test('gateways on a three-primary cluster', async (t) => {
     const cluster = await startCluster(t)
     const engine = await startEngineProcess(t)
@@ -170,12 +172,16 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
         await waitUntil(`${n} more answers`, () => answers.length >= target)
       }
       await progress(20)
+      const redirectsBefore = await redirects(from)
       const moved = await cluster.moveSlot(slot, to, () => progress(4))
       await progress(20)
       stop = true
       clearTimeout(hardStop)
       await Promise.all(workers)
       t.equal((await cluster.ownerOf(slot)).port, to.port, `slot ${slot} now on the other node`)
+      const redirectsAfter = await redirects(from)
+      t.ok(redirectsAfter.ask > redirectsBefore.ask, `the old node sent the gateways ASK while the slot moved (${redirectsAfter.ask - redirectsBefore.ask} times)`)
+      t.ok(redirectsAfter.moved > redirectsBefore.moved, `and MOVED once it had (${redirectsAfter.moved - redirectsBefore.moved} times)`)
       t.ok(moved.keysMoved >= 10, `${moved.keysMoved} keys moved one by one under load`)
 
       t.same(answers.filter((x) => x.answer.status !== 200).map((x) => `${x.kind} ${x.answer.status} ${x.answer.text}`), [], `all ${answers.length} answers 200`)
@@ -196,6 +202,13 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       t.equal(engine.count(REPEATED), 0, 'no key reached the engine twice')
     })
   })
+}
+
+/** The redirections a node has answered, from Redis's own INFO errorstats. */
+async function redirects (node: ClusterNode): Promise<{ ask: number, moved: number }> {
+  const stats = await node.client.info('errorstats')
+  const count = (name: string): number => Number(new RegExp(`^errorstat_${name}:count=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
+  return { ask: count('ASK'), moved: count('MOVED') }
 }
 
 /** Wait until an async check (a read of Redis) holds. */

@@ -27,6 +27,8 @@ interface Sent {
 const RETRY_AFTER = /^[1-9]\d*$/
 
 if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
+  // Five Redis processes, two gateways, an engine and a failover: generous on a loaded runner.
+  t.setTimeout(120_000)
   t.test('SIGKILL of the primary under load: limits open, keyed creates 200 or 503, back within 5 s of +switch-master, nothing created twice', async (t) => {
     const topology = await startSentinels(t)
     const engine = await startEngineProcess(t)
