@@ -147,10 +147,15 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
     t.equal(engine.count(CREATED), portfolios.size + 1, 'the engine created each portfolio once')
     t.equal(engine.count(REPEATED), 0, 'no key reached the engine twice')
 
+    const lag: string[] = []
     for (const gw of gateways) {
       const { samples } = await scrape(gw.metricsUrl)
       t.equal(valueOf(samples, 'gateway_redis_up'), 1, 'gateway_redis_up 1 again')
       t.ok((valueOf(samples, 'gateway_redis_failovers_total') ?? 0) >= 1, 'the role change is counted')
+      // The promoted master has no replica: its records are counted as unreplicated (DECISIONS 26).
+      const unreplicated = valueOf(samples, 'gateway_redis_replication_lag_total', { reason: 'unreplicated' }) ?? 0
+      t.ok(unreplicated >= 1, 'records on the lone new master are counted as unreplicated')
+      lag.push(`missed ${String(valueOf(samples, 'gateway_redis_replication_lag_total', { reason: 'missed' }))}, unreplicated ${unreplicated}`)
     }
 
     // The figures the README quotes (issue 18): what the failover cost.
@@ -158,6 +163,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
     const lastRefused = Math.max(...refused.map((s) => s.doneAt))
     t.comment(`failover figures: +switch-master ${switched.at - killAt} ms after the SIGKILL; keyed creates refused (503) ` +
       `for ${lastRefused - firstRefused} ms (${refused.length} of ${creates.length} creates; ${sent.length - creates.length} pings and updates, none failed); ` +
-      `first 200 ${firstOk!.doneAt - switched.at} ms after +switch-master; ${inFlightAtKill.size} creates in flight at the kill, ${held.length} of them held by their claim on retry`)
+      `first 200 ${firstOk!.doneAt - switched.at} ms after +switch-master; ${inFlightAtKill.size} creates in flight at the kill, ${held.length} of them held by their claim on retry; ` +
+      `gateway_redis_replication_lag_total per gateway: ${lag.join('; ')}`)
   })
 }
