@@ -258,3 +258,74 @@ t.test('METRICS_PORT never shares the public port', async (t) => {
     'METRICS_PORT=8080 is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off'))
   t.equal(loadConfig({ PORT: '0', METRICS_PORT: '0' }).metricsPort, 0, 'both 0 is fine: 0 is "any free port" and "off"')
 })
+
+// Issue 18 (DECISIONS 26): exactly one Redis mode, and one line for every bad combination.
+t.test('Redis: REDIS_URL, REDIS_SENTINELS + REDIS_SENTINEL_NAME or REDIS_CLUSTER_NODES, each read', async (t) => {
+  t.same(loadConfig({ REDIS_URL: 'rediss://cache.example:6380' }).limits.redis, { mode: 'single', url: 'rediss://cache.example:6380' })
+  t.same(loadConfig({ REDIS_SENTINELS: 's1:26379,10.0.0.2:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'gateway', REDIS_USERNAME: 'gw', REDIS_PASSWORD: 'data-pw', REDIS_SENTINEL_PASSWORD: 'sentinel-pw' }).limits.redis, {
+    mode: 'sentinel',
+    sentinels: [{ host: 's1', port: 26379 }, { host: '10.0.0.2', port: 26380 }, { host: '::1', port: 26381 }],
+    name: 'gateway',
+    username: 'gw',
+    password: 'data-pw',
+    sentinelPassword: 'sentinel-pw'
+  })
+  t.same(loadConfig({ REDIS_CLUSTER_NODES: 'n1:7000,n2:7001', REDIS_PASSWORD: 'data-pw' }).limits.redis, {
+    mode: 'cluster', nodes: [{ host: 'n1', port: 7000 }, { host: 'n2', port: 7001 }], password: 'data-pw'
+  })
+  t.notOk('redis' in loadConfig({}).limits, 'none: state in the process')
+})
+
+t.test('Redis: REDIS_TLS_CA is read at start, for any mode', async (t) => {
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs')
+  const { spawnSync } = await import('node:child_process')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const dir = mkdtempSync(join(tmpdir(), 'redis-ca-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const ca = join(dir, 'ca.pem')
+  const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, 'ca.key'), '-out', ca, '-days', '1', '-subj', '/CN=test-ca'], { stdio: 'ignore' })
+  t.equal(made.status, 0, 'openssl made a CA')
+  const pem = (await import('node:fs')).readFileSync(ca, 'utf8')
+  t.same(loadConfig({ REDIS_URL: 'rediss://127.0.0.1:6380', REDIS_TLS_CA: ca }).limits.redis, { mode: 'single', url: 'rediss://127.0.0.1:6380', tlsCa: pem })
+  t.same(loadConfig({ REDIS_CLUSTER_NODES: 'n1:7000', REDIS_TLS_CA: ca }).limits.redis, { mode: 'cluster', nodes: [{ host: 'n1', port: 7000 }], tlsCa: pem })
+  t.equal((loadConfig({ REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_TLS_CA: ca }).limits.redis as { tlsCa?: string }).tlsCa, pem)
+
+  t.throws(() => loadConfig({ REDIS_URL: 'rediss://h:6380', REDIS_TLS_CA: join(dir, 'missing.pem') }), new ConfigError(
+    `REDIS_TLS_CA=${JSON.stringify(join(dir, 'missing.pem'))} cannot be read (ENOENT): give the path of a PEM file with the CA certificate that signed Redis's certificate`))
+  const notPem = join(dir, 'not.pem')
+  writeFileSync(notPem, 'hello')
+  t.throws(() => loadConfig({ REDIS_URL: 'rediss://h:6380', REDIS_TLS_CA: notPem }), new ConfigError(
+    `REDIS_TLS_CA=${JSON.stringify(notPem)} holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----) that signed Redis's certificate`))
+  t.throws(() => loadConfig({ REDIS_URL: 'redis://h:6379', REDIS_TLS_CA: ca }), new ConfigError(
+    'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA'))
+})
+
+const ONE_REDIS = 'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
+const BAD_REDIS: Array<[Record<string, string>, string]> = [
+  [{ REDIS_URL: 'redis://h:1', REDIS_CLUSTER_NODES: 'n:7000' }, `REDIS_URL and REDIS_CLUSTER_NODES are both set: ${ONE_REDIS}`],
+  [{ REDIS_URL: 'redis://h:1', REDIS_SENTINELS: 's:1', REDIS_SENTINEL_NAME: 'm', REDIS_CLUSTER_NODES: 'n:7000' }, `REDIS_URL and REDIS_SENTINELS and REDIS_CLUSTER_NODES are all set: ${ONE_REDIS}`],
+  [{ REDIS_SENTINELS: 's:26379' }, 'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'],
+  [{ REDIS_SENTINEL_NAME: 'm' }, "REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"],
+  [{ REDIS_CLUSTER_NODES: 'n:7000', REDIS_SENTINEL_NAME: 'm' }, "REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"],
+  [{ REDIS_CLUSTER_NODES: 'n:7000', REDIS_SENTINEL_PASSWORD: 'sentinel-secret' }, "REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it is the Sentinels' password; set REDIS_SENTINELS, or unset it"],
+  [{ REDIS_URL: 'redis://h:1', REDIS_PASSWORD: 'data-secret' }, 'REDIS_PASSWORD is set with REDIS_URL: put the credentials in the URL (redis://user:password@host:port), or unset REDIS_PASSWORD'],
+  [{ REDIS_URL: 'redis://h:1', REDIS_USERNAME: 'gw' }, 'REDIS_USERNAME is set with REDIS_URL: put the credentials in the URL (redis://user:password@host:port), or unset REDIS_USERNAME'],
+  [{ REDIS_PASSWORD: 'data-secret' }, `REDIS_PASSWORD is set but no Redis is: ${ONE_REDIS}, or unset REDIS_PASSWORD`],
+  [{ REDIS_CLUSTER_NODES: 'n:7000', REDIS_USERNAME: 'gw' }, 'REDIS_USERNAME is set without REDIS_PASSWORD: an ACL user logs in with both; set REDIS_PASSWORD too'],
+  [{ REDIS_TLS_CA: '/etc/ssl/ca.pem' }, `REDIS_TLS_CA is set but no Redis is: ${ONE_REDIS}, or unset REDIS_TLS_CA`],
+  [{ REDIS_CLUSTER_NODES: 'n:7000,n:0' }, 'REDIS_CLUSTER_NODES="n:7000,n:0" is invalid: "n:0" is not host:port with a port from 1 to 65535; expected host:port,host:port'],
+  [{ REDIS_CLUSTER_NODES: 'n:70000' }, 'REDIS_CLUSTER_NODES="n:70000" is invalid: "n:70000" is not host:port with a port from 1 to 65535; expected host:port,host:port'],
+  [{ REDIS_CLUSTER_NODES: 'n1,n2' }, 'REDIS_CLUSTER_NODES="n1,n2" is invalid: does not have the expected form; expected some nodes of the Redis Cluster, comma-separated host:port'],
+  [{ REDIS_SENTINELS: 's:26379 s2:26379', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS="s:26379 s2:26379" is invalid: does not have the expected form; expected the Sentinels, comma-separated host:port (with REDIS_SENTINEL_NAME)'],
+  [{ REDIS_URL: 'redis://:data-secret@h:0' }, 'REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535'],
+  [{ REDIS_URL: 'redis://:data-secret@[::1' }, 'REDIS_URL=(hidden) is invalid: not a URL; expected redis://[user:password@]host:port[/db], or rediss:// for TLS']
+]
+
+for (const [env, message] of BAD_REDIS) {
+  t.test(`Redis: bad combination ${Object.keys(env).join(' + ')}`, async (t) => {
+    const err = t.throws(() => loadConfig(env), new ConfigError(message)) as Error
+    t.notMatch(err.message, /\n/, 'one line')
+    t.notMatch(err.message, /secret/, 'no password in it')
+  })
+}

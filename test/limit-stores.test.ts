@@ -132,3 +132,43 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
   await redis.kill()
   await t.rejects(store.hit('u1', 60_000), 'a command fails at once while Redis is down')
 })
+
+t.test('redis cluster store (a one-node cluster holding every slot): the same contract, one script call per slot', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {
+  const { mkdtempSync, rmSync } = await import('node:fs')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const dir = mkdtempSync(join(tmpdir(), 'redis-cluster-store-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  // Announced at 127.0.0.1: alone, a node reports its address as '' in CLUSTER SLOTS.
+  const redis = await startRedis(t, { args: ['--cluster-enabled', 'yes', '--dir', dir, '--cluster-announce-ip', '127.0.0.1'] })
+  const probe = new Redis(redis.url)
+  t.teardown(() => probe.disconnect())
+  await probe.cluster('ADDSLOTSRANGE', 0, 16383)
+  for (let i = 0; !/cluster_state:ok/.test(await probe.cluster('INFO') as string); i++) {
+    if (i > 200) throw new Error('the cluster never became ok')
+    await after(20)
+  }
+  const store = new RedisStore({ redis: { mode: 'cluster', nodes: [{ host: '127.0.0.1', port: redis.port }] }, log: silent as never })
+  t.teardown(() => store.close())
+  t.ok(store.client.isCluster, 'an ioredis Cluster client')
+  for (let i = 0; ; i++) {
+    try {
+      await store.release('warm', 'up', 'o')
+      break
+    } catch (err) {
+      if (i > 200) throw err
+      await after(20)
+    }
+  }
+  await contract(t, store)
+
+  const before = await commandCounts(probe)
+  const users = ['turn-a', 'turn-b', 'turn-c']
+  const counts = await Promise.all(Array.from({ length: 30 }, async (_, i) => (await store.hit(users[i % 3]!, 60_000)).count))
+  const later = await commandCounts(probe)
+  const more = (name: string) => (later[name] ?? 0) - (before[name] ?? 0)
+  t.equal(more('evalsha') + more('eval'), 3, '30 hits of 3 users in 3 slots: one script call per slot')
+  t.equal(more('incrby'), 3)
+  t.same(counts.filter((_, i) => i % 3 === 0).sort((a, b) => a - b), Array.from({ length: 10 }, (_, i) => i + 1), 'exact counts')
+  t.same((await probe.keys('pgw:rl:{turn-a}:*')).length, 1, 'the key carries the hash tag')
+})

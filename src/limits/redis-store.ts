@@ -10,6 +10,7 @@
  */
 import DataLoader from 'dataloader'
 import type { FastifyBaseLogger } from 'fastify'
+import type { Redis } from 'ioredis'
 import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
 import { createRedisClient, type RedisClient } from './redis/client.js'
 import type { RedisConfig } from './redis/config.js'
@@ -55,6 +56,8 @@ export class RedisStore implements LimitStore {
   readonly #health: RedisHealth
   readonly #log: FastifyBaseLogger
   readonly #orphans: Array<{ key: string, pending: string }> = []
+  /** A hang check is pending (#dropIfHung). */
+  #hungCheck = false
 
   constructor (opts: RedisStoreOptions) {
     const config: RedisConfig = typeof opts.redis === 'string' ? { mode: 'single', url: opts.redis } : opts.redis
@@ -117,6 +120,7 @@ export class RedisStore implements LimitStore {
         const counts = await this.#counters.countHits(keys.length, ...keys, expiryMs, ...keys.map((k) => perKey.get(k)!))
         keys.forEach((key, i) => totals.set(key, counts[i]!))
       } catch (err) {
+        this.#dropIfHung(err)
         for (const key of keys) totals.set(key, err as Error)
       }
     }))
@@ -137,6 +141,7 @@ export class RedisStore implements LimitStore {
     try {
       held = await this.#records.claimRecord(1, k, pending, pendingTtlMs)
     } catch (err) {
+      this.#dropIfHung(err)
       // Sent, maybe stored, answer lost: the claim would block the key (409)
       // until it expires. Released (if still ours) once Redis answers again.
       if (mayHaveRun(err)) this.#rememberOrphan(k, pending)
@@ -149,7 +154,13 @@ export class RedisStore implements LimitStore {
 
   async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {
     const k = recordKey(subject, key)
-    const written = await this.#records.completeRecord(1, k, pendingRecord(owner), JSON.stringify(record), ttlMs) === 1
+    let written
+    try {
+      written = await this.#records.completeRecord(1, k, pendingRecord(owner), JSON.stringify(record), ttlMs) === 1
+    } catch (err) {
+      this.#dropIfHung(err)
+      throw err
+    }
     if (written) {
       const ack = await this.#replicas.acknowledge(k)
       if (ack === 'missed' || ack === 'unreplicated') {
@@ -163,7 +174,12 @@ export class RedisStore implements LimitStore {
   }
 
   async release (subject: string, key: string, owner: string): Promise<boolean> {
-    return await this.#records.releaseRecord(1, recordKey(subject, key), pendingRecord(owner)) === 1
+    try {
+      return await this.#records.releaseRecord(1, recordKey(subject, key), pendingRecord(owner)) === 1
+    } catch (err) {
+      this.#dropIfHung(err)
+      throw err
+    }
   }
 
   async close (): Promise<void> {
@@ -172,6 +188,37 @@ export class RedisStore implements LimitStore {
     // quit() would wait for a Redis that may be gone.
     this.#counters.disconnect(false)
     this.#records.disconnect(false)
+  }
+
+  /**
+   * A command without an answer within commandTimeout: the server is taken
+   * for hung at once, and both connections to it dropped. A hung Redis
+   * (stopped, or its host partitioned) keeps its TCP connections open, so
+   * without this every command would wait out its own timeout, one after the
+   * other (a keyed request makes two: its count, then its claim). Destroyed,
+   * a connection fails its queued commands, the next ones fail at once (no
+   * offline queue), and ioredis reconnects in the background. (socketTimeout
+   * does the same after 1 s of silence, in every mode; a cluster's nodes rely
+   * on that alone, since one node's silence says nothing of the others.)
+   */
+  #dropIfHung (err: unknown): void {
+    if ((err as Error).message !== 'Command timed out' || this.#cluster || this.#hungCheck) return
+    // A timer that fired late (the event loop was busy) is no hang: the answers
+    // may be waiting in the socket. setImmediate runs after the poll phase has
+    // read every socket, so a connection whose oldest command is still the
+    // same then has really received nothing.
+    const clients = [this.#counters, this.#records] as Redis[]
+    const oldest = clients.map((redis) => redis.commandQueue.peekFront())
+    this.#hungCheck = true
+    setImmediate(() => {
+      this.#hungCheck = false
+      const silent = clients.some((redis, i) => redis.commandQueue.length > 0 && redis.commandQueue.peekFront() === oldest[i])
+      // Both connections go to the same server: both are dropped.
+      if (silent) for (const redis of clients) if (redis.status === 'ready') redis.stream.destroy()
+      // Only slow: the connection stays, so no 'ready' will come to release
+      // the claims that timed out. Released now, behind them on the same connection.
+      else void this.#releaseOrphans()
+    })
   }
 
   #rememberOrphan (key: string, pending: string): void {

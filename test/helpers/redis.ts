@@ -31,14 +31,23 @@ export interface RedisServer {
   kill: () => Promise<void>
   /** Start again on the same port, empty. */
   restart: () => Promise<void>
+  /** SIGSTOP: the process hangs with its sockets open, as a stalled server would (issue 16 item 6). */
+  stop: () => void
+  /** SIGCONT: it goes on where it stopped. */
+  cont: () => void
 }
 
-export async function startRedis (t: Test): Promise<RedisServer> {
+export interface RedisStartOptions {
+  /** More redis-server arguments, e.g. ['--replicaof', '127.0.0.1', '6379'] or ['--requirepass', 'pw']. */
+  args?: string[]
+}
+
+export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promise<RedisServer> {
   const port = await freePort()
   let proc: ChildProcess | undefined
 
   async function launch (): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...(opts.args ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] })
     proc = child
     let out = ''
     await new Promise<void>((resolve, reject) => {
@@ -58,9 +67,14 @@ export async function startRedis (t: Test): Promise<RedisServer> {
     await exited
   }
 
+  const signal = (name: 'SIGSTOP' | 'SIGCONT') => (): void => {
+    if (proc !== undefined && proc.exitCode === null && proc.signalCode === null) proc.kill(name)
+  }
+
   await launch()
-  t.teardown(kill)
-  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch }
+  // A stopped process ignores SIGKILL's exit until continued on some systems: continue it first.
+  t.teardown(async () => { signal('SIGCONT')(); await kill() })
+  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch, stop: signal('SIGSTOP'), cont: signal('SIGCONT') }
 }
 
 /** Commands Redis has run, by name (those a script runs included), read through `probe`; its own INFO left out. */

@@ -10,7 +10,8 @@
  *   TCP connection open, and TCP keep-alive is answered by its kernel). It is
  *   destroyed, its queued commands fail, and the client reconnects, so
  *   nothing piles up behind a hung server;
- * - no offline queue: while not connected a command fails at once;
+ * - no offline queue: while not connected a command fails at once, and the
+ *   commands of a dropped connection fail then, not resent after reconnecting;
  * - reconnection forever in the background: 50 ms, 100 ms, ... capped at 1 s.
  *
  * Sentinel: ioredis asks the Sentinels for the master, checks its role on
@@ -47,6 +48,10 @@ function connectionOptions (opts: RedisClientOptions): RedisOptions {
     // Detects a peer whose machine is gone (its kernel does not answer).
     keepAlive: 10_000,
     maxRetriesPerRequest: 1,
+    // A command whose connection dropped fails at once; it is not sent again
+    // after the reconnect, where it would run long after its caller gave up
+    // (a claim nobody holds, a hit counted twice).
+    autoResendUnfulfilledCommands: false,
     enableReadyCheck: true,
     ...(opts.connectionName === undefined ? {} : { connectionName: opts.connectionName })
   }

@@ -1,0 +1,82 @@
+/**
+ * The Sentinel mode end to end, small (DECISIONS 26): a primary, one replica
+ * and one Sentinel (Debian's redis-server in sentinel mode). A forced
+ * failover (SENTINEL FAILOVER) promotes the replica; the gateway follows by
+ * itself and counts the role change in gateway_redis_failovers_total.
+ * (The full failover under load, with SIGKILL and three Sentinels, is
+ * test/*sentinel* by the system tests.)
+ */
+import { spawn } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { request } from 'undici'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, hs256, validUpdate } from './helpers/app.js'
+import { metricOf } from './helpers/prometheus.js'
+import { freePort } from './helpers/processes.js'
+import { requireRedis, startRedis } from './helpers/redis.js'
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function eventually<T> (attempt: () => Promise<T>, done: (value: T) => boolean, ms = 20_000): Promise<T> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const value = await attempt()
+    if (done(value) || Date.now() > deadline) return value
+    await sleep(100)
+  }
+}
+
+if (requireRedis(t)) {
+  t.test('Sentinel: the gateway finds the master, follows a failover, and counts it', async (t) => {
+    const primary = await startRedis(t)
+    const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
+    const dir = mkdtempSync(join(tmpdir(), 'redis-sentinel-'))
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+    const port = await freePort()
+    const conf = join(dir, 'sentinel.conf')
+    writeFileSync(conf, [
+      `port ${port}`, 'bind 127.0.0.1', `dir ${dir}`,
+      `sentinel monitor gw 127.0.0.1 ${primary.port} 1`,
+      'sentinel down-after-milliseconds gw 1000', 'sentinel failover-timeout gw 5000', ''
+    ].join('\n'))
+    const sentinel = spawn('redis-server', [conf, '--sentinel'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    t.teardown(() => { sentinel.kill('SIGKILL') })
+    let out = ''
+    await new Promise<void>((resolve, reject) => {
+      sentinel.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk; if (out.includes('+monitor master')) resolve() })
+      sentinel.once('exit', (code) => reject(new Error(`redis-sentinel exited (${String(code)}):\n${out}`)))
+    })
+    const sentinelProbe = new Redis({ port, host: '127.0.0.1' })
+    t.teardown(() => sentinelProbe.disconnect())
+    // The Sentinel learns of the replica from the primary's INFO (every 10 s at first).
+    await eventually(async () => await sentinelProbe.call('SENTINEL', 'REPLICAS', 'gw') as unknown[], (replicas) => replicas.length > 0)
+
+    const stub = await startStubUpstream()
+    t.teardown(() => stub.close())
+    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_SENTINELS: `127.0.0.1:${port}`, REDIS_SENTINEL_NAME: 'gw', RATE_LIMIT_PER_MINUTE: '1000' } })
+    let n = 0
+    const keyed = async (): Promise<number> => {
+      const res = await request(`${url}/api/portfolio/update`, { method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(hs256()), 'content-type': 'application/json', 'idempotency-key': `s-${n++}` } })
+      await res.body.dump()
+      return res.statusCode
+    }
+    t.equal(await eventually(keyed, (s) => s === 200), 200, 'connected through the Sentinel')
+    const onPrimary = new Redis(primary.url)
+    t.teardown(() => onPrimary.disconnect())
+    t.ok((await onPrimary.keys('pgw:idem:{alice}:*')).length > 0, 'the records are on the primary')
+    t.equal(await metricOf(app.metrics, 'gateway_redis_failovers_total'), 0)
+
+    t.equal(await sentinelProbe.call('SENTINEL', 'FAILOVER', 'gw'), 'OK', 'forced failover')
+    const failovers = await eventually(async () => await metricOf(app.metrics, 'gateway_redis_failovers_total'), (v) => v === 1)
+    t.equal(failovers, 1, 'the role change is counted')
+    t.equal(await eventually(keyed, (s) => s === 200), 200, 'keyed requests are stored again')
+    const onReplica = new Redis(replica.url)
+    t.teardown(() => onReplica.disconnect())
+    t.match(await onReplica.info('replication'), /^role:master/m, 'on the promoted replica')
+    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+  })
+}

@@ -1,0 +1,119 @@
+/**
+ * Replicas and credentials (DECISIONS 26), with real redis-servers: a primary
+ * and one replica started with --replicaof.
+ * - a stored idempotency record waits for the replica (WAIT 1 100); with the
+ *   replica stopped (SIGSTOP) the missed acknowledgement is logged and counted
+ *   and the answer still goes out; a master left alone costs no WAIT;
+ * - gateway_redis_up says whether Redis is reachable;
+ * - a wrong password's error is logged without the password.
+ */
+import { performance } from 'node:perf_hooks'
+import { Writable } from 'node:stream'
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { request } from 'undici'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, hs256, validUpdate } from './helpers/app.js'
+import { metricOf } from './helpers/prometheus.js'
+import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {
+  const chunks: string[] = []
+  const stream = new Writable({ write (chunk, _enc, cb) { chunks.push(String(chunk)); cb() } })
+  const text = (): string => chunks.join('')
+  return { stream, text, lines: () => text().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>) }
+}
+
+let keys = 0
+async function keyed (url: string): Promise<{ status: number, ms: number }> {
+  const start = performance.now()
+  const res = await request(`${url}/api/portfolio/update`, {
+    method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(hs256()), 'content-type': 'application/json', 'idempotency-key': `r-${keys++}` }
+  })
+  await res.body.dump()
+  return { status: res.statusCode, ms: performance.now() - start }
+}
+
+/** Try until `done`, at most 15 s (the replica check polls every 2 s). */
+async function eventually<T> (attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
+  const deadline = Date.now() + 15_000
+  for (;;) {
+    const value = await attempt()
+    if (done(value) || Date.now() > deadline) return value
+    await sleep(50)
+  }
+}
+
+if (requireRedis(t)) {
+  t.test('a record waits for the replica; a stopped replica is a logged, counted miss; a lone master costs no WAIT', async (t) => {
+    const primary = await startRedis(t)
+    const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
+    const probe = new Redis(primary.url)
+    t.teardown(() => probe.disconnect())
+    await eventually(async () => await probe.info('replication'), (info) => /^slave0:.*state=online/m.test(info))
+
+    const stub = await startStubUpstream()
+    t.teardown(() => stub.close())
+    const log = capture()
+    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: primary.url }, logger: { level: 'warn', stream: log.stream } })
+    const lag = async (reason: string): Promise<number | undefined> => await metricOf(app.metrics, 'gateway_redis_replication_lag_total', { reason })
+    const waits = async (): Promise<number> => (await commandCounts(probe))['wait'] ?? 0
+
+    // Once the replica check has run, each stored record is followed by a WAIT.
+    const first = await eventually(async () => ({ answer: await keyed(url), waits: await waits() }), (r) => r.answer.status === 200 && r.waits > 0)
+    t.equal(first.answer.status, 200)
+    const before = await waits()
+    t.equal((await keyed(url)).status, 200)
+    t.equal(await waits(), before + 1, 'one WAIT for one stored record')
+    t.equal(await lag('missed'), 0, 'acknowledged: nothing counted')
+    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+
+    replica.stop()
+    const missed = await keyed(url)
+    t.equal(missed.status, 200, 'the answer still goes out')
+    t.ok(missed.ms >= 100 && missed.ms < 1_000, `after the 100 ms WAIT (${Math.round(missed.ms)} ms)`)
+    t.equal(await lag('missed'), 1, 'the missed acknowledgement is counted')
+    t.match(log.lines().filter((l) => l['msg'] === 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it'), [{ level: 40, ack: 'missed' }], 'and logged')
+    replica.cont()
+    t.equal((await keyed(url)).status, 200)
+    t.equal(await lag('missed'), 1, 'acknowledged again once the replica runs')
+
+    // The replica gone: once the check has seen it, no WAIT, and the records count as unreplicated.
+    await replica.kill()
+    await eventually(async () => await probe.info('replication'), (info) => /^connected_slaves:0/m.test(info))
+    const alone = await eventually(async () => ({ answer: await keyed(url), unreplicated: await lag('unreplicated') }), (r) => (r.unreplicated ?? 0) > 0)
+    t.equal(alone.answer.status, 200)
+    const waitsAlone = await waits()
+    const next = await keyed(url)
+    t.equal(next.status, 200)
+    t.equal(await waits(), waitsAlone, 'a master left alone: no WAIT')
+    t.equal(await lag('unreplicated'), (alone.unreplicated ?? 0) + 1, 'counted as unreplicated')
+
+    await primary.kill()
+    t.equal(await eventually(async () => await metricOf(app.metrics, 'gateway_redis_up'), (up) => up === 0), 0, 'gateway_redis_up 0 once Redis is gone')
+  })
+
+  t.test('a wrong password: logged without the password, keyed requests 503', async (t) => {
+    const password = 'right-horse-battery-staple'
+    const wrong = 'wrong-horse-battery-staple'
+    const redis = await startRedis(t, { args: ['--requirepass', password] })
+    const stub = await startStubUpstream()
+    t.teardown(() => stub.close())
+    const log = capture()
+    const { url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: `redis://:${wrong}@127.0.0.1:${redis.port}` }, logger: { level: 'info', stream: log.stream } })
+    await eventually(async () => log.text(), (text) => text.includes('redis unavailable'))
+    const down = log.lines().find((l) => l['msg'] === 'redis unavailable: rate limits fail open, Idempotency-Key requests get 503; reconnecting')
+    t.match(down, { level: 40, reason: /WRONGPASS|invalid password|invalid username-password/ }, 'the line says why')
+    t.equal((await keyed(url)).status, 503)
+    t.notMatch(log.text(), wrong, 'the password appears in no log line')
+    t.notMatch(log.text(), password)
+
+    // With the right one it connects.
+    const ok = capture()
+    const right = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: `redis://:${password}@127.0.0.1:${redis.port}` }, logger: { level: 'info', stream: ok.stream } })
+    t.equal((await eventually(async () => await keyed(right.url), (r) => r.status === 200)).status, 200)
+    t.notMatch(ok.text(), password)
+  })
+}
