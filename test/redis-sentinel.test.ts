@@ -96,6 +96,9 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
     t.same(failures('ping').map((s) => s.answer?.status ?? s.error), [], `no ping failed (${sent.filter((s) => s.kind === 'ping').length} sent)`)
     t.same(failures('update').map((s) => s.answer?.status ?? s.error), [], `no update without a key failed (${sent.filter((s) => s.kind === 'update').length} sent)`)
 
+    // Not only 200: counted again (a limit failing open answers without RateLimit).
+    const uncounted = sent.filter((s) => s.sentAt >= switched.at + 5_000 && s.answer?.headers['ratelimit'] === undefined)
+    t.same(uncounted.map((s) => `${s.kind} via gateway ${s.gateway}, ${s.sentAt - switched.at} ms after +switch-master`), [], 'every request sent 5 s after +switch-master is counted again')
     const creates = sent.filter((s) => s.kind === 'create')
     const refused = creates.filter((s) => s.answer?.status === 503)
     t.same([...new Set(creates.map((s) => s.answer?.status ?? s.error))].sort(), refused.length > 0 ? [200, 503] : [200], 'keyed creates: 200 or 503, nothing else')
@@ -156,6 +159,11 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
       const unreplicated = valueOf(samples, 'gateway_redis_replication_lag_total', { reason: 'unreplicated' }) ?? 0
       t.ok(unreplicated >= 1, 'records on the lone new master are counted as unreplicated')
       lag.push(`missed ${String(valueOf(samples, 'gateway_redis_replication_lag_total', { reason: 'missed' }))}, unreplicated ${unreplicated}`)
+    }
+
+    // A failure explains itself: what each gateway logged about Redis.
+    if (!t.passing()) {
+      for (const [i, gw] of gateways.entries()) t.comment(`gateway ${i}:\n${gw.out().split('\n').filter((l) => /"msg":"redis /.test(l)).slice(-25).join('\n')}`)
     }
 
     // The figures the README quotes (issue 18): what the failover cost.
