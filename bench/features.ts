@@ -11,15 +11,16 @@
 import { existsSync } from 'node:fs'
 import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
-import { REDIS_BINARY } from './processes.js'
+import { REDIS_BINARY, REDIS_CLI_BINARY } from './processes.js'
 
-export type Feature = 'jwks' | 'rate-limit' | 'redis' | 'idempotency' | 'metrics' | 'shedding' | 'traceparent'
+export type Feature = 'jwks' | 'rate-limit' | 'redis' | 'redis-cluster' | 'idempotency' | 'metrics' | 'shedding' | 'traceparent'
 
 /** The agreed variable (common brief) that shows each feature is built in. */
 const VARIABLE: Record<Exclude<Feature, 'traceparent'>, string> = {
   jwks: 'JWT_JWKS_URL',
   'rate-limit': 'RATE_LIMIT_PER_MINUTE',
   redis: 'REDIS_URL',
+  'redis-cluster': 'REDIS_CLUSTER_NODES',
   idempotency: 'IDEMPOTENCY_TTL_S',
   metrics: 'METRICS_PORT',
   shedding: 'SHED_EVENT_LOOP_DELAY_MS'
@@ -44,6 +45,9 @@ export async function detectFeatures (dist: string): Promise<Missing> {
     if (!envSchema.includes(variable)) missing.set(feature, `${variable} is not in this build's schemas/env.ts (feature not on this branch yet)`)
   }
   if (!missing.has('redis') && !existsSync(REDIS_BINARY)) missing.set('redis', `${REDIS_BINARY} not installed`)
+  // A cluster is made by redis-cli (Debian's redis-tools).
+  if (!missing.has('redis-cluster') && !existsSync(REDIS_BINARY)) missing.set('redis-cluster', `${REDIS_BINARY} not installed`)
+  if (!missing.has('redis-cluster') && !existsSync(REDIS_CLI_BINARY)) missing.set('redis-cluster', `${REDIS_CLI_BINARY} not installed (redis-tools)`)
   const sources = await Promise.all((await jsFiles(path.join(dist, 'src'))).map(async (f) => await readFile(f, 'utf8')))
   if (!sources.some((text) => text.includes('traceparent'))) missing.set('traceparent', 'the gateway does not handle `traceparent` in this build (feature not on this branch yet)')
   return missing

@@ -3,12 +3,13 @@
  * harness process is busy generating load, and anything sharing its event
  * loop would be measured together with autocannon's own overhead.
  */
-import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
+import { execFile, spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 
 /** dist/, the parent of dist/bench/ where this module runs from. */
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -162,7 +163,8 @@ export interface GatewayOptions {
 const INHERITED_SETTINGS = [
   'JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_ISSUER', 'JWT_AUDIENCE', 'JWT_JWKS_URL', 'JWT_CLOCK_TOLERANCE_S', 'JWT_JWKS_COOLDOWN_S',
   'RATE_LIMIT_PER_MINUTE', 'REDIS_URL', 'IDEMPOTENCY_TTL_S', 'SHED_EVENT_LOOP_DELAY_MS', 'UPSTREAM_MAX_QUEUE',
-  'METRICS_PORT', 'UPSTREAM_TIMEOUT_MS', 'NODE_OPTIONS'
+  'METRICS_PORT', 'UPSTREAM_TIMEOUT_MS', 'NODE_OPTIONS',
+  'REDIS_SENTINELS', 'REDIS_SENTINEL_NAME', 'REDIS_CLUSTER_NODES', 'REDIS_USERNAME', 'REDIS_PASSWORD', 'REDIS_SENTINEL_PASSWORD', 'REDIS_TLS_CA'
 ]
 
 /**
@@ -333,6 +335,73 @@ export async function startRedis (): Promise<Server> {
       await rm(dir, { recursive: true, force: true })
       scratch.delete(dir)
     }
+  }
+}
+
+export const REDIS_CLI_BINARY = '/usr/bin/redis-cli'
+
+/** Start one redis-server with `args` and resolve once it says "Ready to accept connections". */
+async function launchRedisNode (args: string[]): Promise<Launched> {
+  const launched = launch(REDIS_BINARY, args, process.env, 'pipe')
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server not ready after 10 s:\n${launched.tail()}`)), 10_000)
+    let seen = ''
+    launched.child.stdout?.on('data', (chunk: Buffer) => {
+      seen += chunk.toString('utf8')
+      if (seen.includes('Ready to accept connections')) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    launched.child.once('exit', () => {
+      clearTimeout(timer)
+      reject(exitedError('redis-server', launched))
+    })
+  })
+  return launched
+}
+
+/**
+ * Three redis-server primaries (no replicas) made a Redis Cluster by
+ * `redis-cli --cluster create`, nothing persisted: the store behind
+ * ping-redis-cluster (issue 18). Its `url` is REDIS_CLUSTER_NODES, the three
+ * as host:port; its CPU is the three servers'. Ready once each node says
+ * cluster_state:ok.
+ */
+export async function startRedisCluster (): Promise<Server> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'bench-redis-cluster-'))
+  scratch.add(dir)
+  const nodes = await Promise.all([0, 1, 2].map(async (i) => {
+    // The bus port chosen free too: port + 10000 may be taken, or past 65535.
+    const [port, bus] = [await freePort(), await freePort()]
+    const launched = await launchRedisNode(['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
+      '--dbfilename', `node-${i}.rdb`, '--cluster-enabled', 'yes', '--cluster-config-file', path.join(dir, `nodes-${i}.conf`), '--cluster-port', String(bus)])
+    return { port, launched }
+  }))
+  const stop = async (): Promise<void> => {
+    await Promise.all(nodes.map(async (n) => await stopChild(n.launched.child)))
+    await rm(dir, { recursive: true, force: true })
+    scratch.delete(dir)
+  }
+  const run = promisify(execFile)
+  try {
+    await run(REDIS_CLI_BINARY, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { timeout: 30_000 })
+    const deadline = Date.now() + 15_000
+    for (const { port } of nodes) {
+      while (!(await run(REDIS_CLI_BINARY, ['-p', String(port), 'cluster', 'info'])).stdout.includes('cluster_state:ok')) {
+        if (Date.now() > deadline) throw new Error(`redis cluster node ${port}: no cluster_state:ok after 15 s`)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+  return {
+    name: 'redis-cluster',
+    url: nodes.map((n) => `127.0.0.1:${n.port}`).join(','),
+    pids: async () => (await Promise.all(nodes.map(async (n) => await ownPids(n.launched.child)()))).flat(),
+    stop
   }
 }
 

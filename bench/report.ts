@@ -182,6 +182,8 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
     rateLimitVsPing: compare('ping-ratelimit', 'ping', 0.95),
     redisLimitVsPing: compare('ping-redis', 'ping', 0.8),
     redisLimitUsersVsPing: compare('ping-redis-users', 'ping', 0.8),
+    // Issue 18: the cluster costs what one Redis does, or says how much more.
+    redisClusterLimitVsPing: compare('ping-redis-cluster', 'ping', null),
     idempotentVsUpdate: compare('update-idempotent', 'update', 0.95),
     // Issue 10: metrics on within 5% of off.
     metricsVsPing: compare('ping-metrics', 'ping', 0.95),

@@ -19,7 +19,7 @@ import { detectFeatures, whyUnavailable, type Missing } from './features.js'
 import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
 import {
-  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, stopAll, type Server
+  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
 import {
   formatProblems, formatRatios, formatSaturation, formatTable, quantile, ratios, saturationVerdict, skippedSummary, summarize,
@@ -264,6 +264,8 @@ interface GatewayContext {
   secret: string
   keyServer: KeyServer | null
   redis: Server | null
+  /** REDIS_CLUSTER_NODES of a three-primary cluster, for the cluster scenario. */
+  redisCluster: Server | null
 }
 
 /** The environment for one gateway configuration: every feature off unless the spec turns it on. */
@@ -274,6 +276,7 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
   }
   if (spec.rateLimit !== 'off') env.RATE_LIMIT_PER_MINUTE = NEVER_REACHED_PER_MINUTE
   if (spec.rateLimit === 'redis' && context.redis !== null) env.REDIS_URL = context.redis.url
+  if (spec.rateLimit === 'redis-cluster' && context.redisCluster !== null) env.REDIS_CLUSTER_NODES = context.redisCluster.url
   // Metrics on a port of its own, never the default 9464 another process may hold.
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
   if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
@@ -407,10 +410,11 @@ async function main (): Promise<void> {
   const keySet = gatewaysNeeded.some((g) => GATEWAYS[g].auth === 'keyset') && !missing.has('jwks')
   const keyServer = keySet ? await startBenchKeyServer() : null
   const redis = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
+  const redisCluster = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
   const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
   if (mock !== null) {
-    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
+    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
     await Promise.all(gatewaysNeeded.map(async (name) => {
       try {

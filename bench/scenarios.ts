@@ -13,7 +13,7 @@ import { createForm, pngImage, updateBody } from './payloads.js'
  */
 export type TargetName = 'mock' | 'nginx' | GatewayName
 
-export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' |
+export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' | 'gateway-redis-cluster' |
   'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis'
 
 /** How one gateway process is configured. Everything not named is off (processes.ts BARE_GATEWAY_ENV). */
@@ -21,8 +21,8 @@ export interface GatewaySpec {
   logLevel: 'warn' | 'info'
   /** hs256: JWT_SECRET; keyset: JWT_JWKS_URL of the harness's key server. */
   auth: 'hs256' | 'keyset'
-  /** in-process or Redis-backed, set so high it never refuses (issue 11: "set high enough not to trigger"). */
-  rateLimit: 'off' | 'memory' | 'redis'
+  /** in-process, Redis-backed or in a Redis Cluster, set so high it never refuses (issue 11: "set high enough not to trigger"). */
+  rateLimit: 'off' | 'memory' | 'redis' | 'redis-cluster'
   metrics: boolean
   /** SHED_EVENT_LOOP_DELAY_MS at its default (200 ms) instead of 0. */
   shedding: boolean
@@ -40,6 +40,7 @@ export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
   'gateway-jwks': { ...BARE, auth: 'keyset', needs: ['jwks'] },
   'gateway-ratelimit': { ...BARE, rateLimit: 'memory', needs: ['rate-limit'] },
   'gateway-redis': { ...BARE, rateLimit: 'redis', needs: ['rate-limit', 'redis'] },
+  'gateway-redis-cluster': { ...BARE, rateLimit: 'redis-cluster', needs: ['rate-limit', 'redis-cluster'] },
   'gateway-metrics': { ...BARE, metrics: true, needs: ['metrics'] },
   'gateway-prod': PRODUCTION,
   'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] }
@@ -163,6 +164,8 @@ export const SCENARIOS: readonly Scenario[] = [
   { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true },
+  // Issue 18: the same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
+  { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
   { name: 'ping-redis-users', description: 'gateway ping, rate limit in Redis, 50 users in turn', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, users: 50 },
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true },

@@ -16,19 +16,19 @@ const RUN = dist('bench', 'run.js')
 // The report's contract: every scenario appears, run or skipped with a reason.
 const SCENARIOS = [
   'direct', 'nginx', 'ping', 'update', 'create', 'create-10mib', 'ping-logging',
-  'ping-jwks', 'ping-ratelimit', 'ping-redis', 'ping-redis-users', 'ping-metrics', 'ping-traceparent', 'update-idempotent',
+  'ping-jwks', 'ping-ratelimit', 'ping-redis', 'ping-redis-cluster', 'ping-redis-users', 'ping-metrics', 'ping-traceparent', 'update-idempotent',
   'prod-ping', 'prod-update', 'prod-create', 'prod-redis-ping', 'prod-redis-update', 'prod-redis-create'
 ]
 const RATIOS = [
   'gatewayPingVsNginx', 'gatewayPingP99VsNginx', 'gatewayPingVsDirect', 'updateVsPing', 'loggingVsNginx', 'loggingVsPing',
-  'keySetVsHs256Ping', 'rateLimitVsPing', 'redisLimitVsPing', 'redisLimitUsersVsPing', 'idempotentVsUpdate', 'metricsVsPing', 'traceparentVsPing',
+  'keySetVsHs256Ping', 'rateLimitVsPing', 'redisLimitVsPing', 'redisClusterLimitVsPing', 'redisLimitUsersVsPing', 'idempotentVsUpdate', 'metricsVsPing', 'traceparentVsPing',
   'prodPingVsNginx', 'prodPingVsPing', 'prodUpdateVsUpdate', 'prodCreateVsCreate', 'prodRedisPingVsNginx', 'prodRedisPingVsProdPing'
 ]
 /** The features a scenario may be skipped for, while they are not on this branch. */
-const FEATURES = ['jwks', 'rate-limit', 'redis', 'idempotency', 'metrics', 'shedding', 'traceparent']
+const FEATURES = ['jwks', 'rate-limit', 'redis', 'redis-cluster', 'idempotency', 'metrics', 'shedding', 'traceparent']
 
-// Twenty scenarios with a short warm-up and a one-second round, four
-// one-second open-loop steps, and nine processes to start on a busy machine.
+// Twenty-one scenarios with a short warm-up and a one-second round, four
+// one-second open-loop steps, and ten gateways and a three-node cluster to start on a busy machine.
 t.setTimeout(180_000)
 
 // The harness runs compiled code (dist/); without a build there is nothing to run.

@@ -48,6 +48,8 @@ export interface Proc {
   proc: ChildProcess
   url: string
   out: () => string
+  /** What it wrote to stderr. */
+  err: () => string
   /** Resolves when stdout holds at least `count` matches of `pattern`. */
   waitFor: (pattern: RegExp, count?: number) => Promise<void>
   count: (pattern: RegExp) => number
@@ -86,5 +88,5 @@ export async function startProcess (t: Test, script: string, env: Record<string,
     })
   }
   await waitFor(ready)
-  return { proc, url: `http://127.0.0.1:${port}`, out: () => out, waitFor, count }
+  return { proc, url: `http://127.0.0.1:${port}`, out: () => out, err: () => err, waitFor, count }
 }
