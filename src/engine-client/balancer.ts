@@ -3,7 +3,9 @@
  * random choices. Of two endpoints drawn at random among those in rotation,
  * the one with fewer calls in flight wins; a tie goes to the first drawn.
  * Panic: when fewer than half the endpoints are up, the health information is
- * not trusted and every endpoint takes requests (Envoy's panic threshold).
+ * not trusted and every endpoint takes requests (Envoy's panic threshold),
+ * except those whose last health check could not connect at all: with every
+ * endpoint unreachable there is no one to pick, and the answer is 502 at once.
  *
  * Called once per try, so it allocates nothing: one scratch array is reused.
  */
@@ -35,7 +37,9 @@ export class Balancer {
     candidates.length = 0
     for (let i = 0; i < n; i++) {
       const e = list[i]!
-      if ((panic || e.up) && (tried === undefined || !tried.includes(e))) candidates.push(e)
+      // In panic every endpoint takes requests, except one whose last check could not connect:
+      // trying it would only add a connect failure (or a connect timeout) before the 502.
+      if ((e.up || (panic && !e.unreachable)) && (tried === undefined || !tried.includes(e))) candidates.push(e)
     }
     const m = candidates.length
     if (m === 0) return undefined

@@ -118,7 +118,10 @@ export class Call implements AttemptOwner {
 
   start (): void {
     this.ctx.budget.calls++
-    this.#dispatch(this.ctx.balancer.pick(this.ctx.set.list, undefined)!)
+    const endpoint = this.ctx.balancer.pick(this.ctx.set.list, undefined)
+    // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout (DECISIONS 24).
+    if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined)
+    else this.#dispatch(endpoint)
   }
 
   /** The client went away, or the call's own deadline passed: no further try. */

@@ -37,6 +37,9 @@ export class Endpoint {
   draining = false
   checkFailures = 0
   checkSuccesses = 0
+  checking = false
+  /** The last health check could not even connect (refused, timeout, no route): in panic it is skipped, so an all-down cluster answers 502 at once. */
+  unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
 

@@ -17,6 +17,9 @@ export const FAILURES_TO_EJECT = 5
 export const EJECTION_BASE_MS = 30_000
 export const EJECTION_MAX_MS = 300_000
 
+/** A check that failed with one of these never had a connection: the endpoint cannot be reached at all. */
+const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT'])
+
 export interface HealthEvents {
   /** An endpoint was ejected (gateway_engine_ejections_total). */
   ejected?: (endpoint: Endpoint) => void
@@ -102,7 +105,11 @@ export class HealthState {
   }
 
   async check (e: Endpoint): Promise<void> {
+    // A hung engine's checks would pile up, one per interval: one at a time per endpoint.
+    if (e.checking) return
+    e.checking = true
     let status = 0
+    let connectFailed = false
     try {
       const res = await e.pool.request({
         method: 'GET',
@@ -114,10 +121,15 @@ export class HealthState {
       })
       status = res.statusCode
       await res.body.dump({ limit: 64 * 1024 })
-    } catch {
+    } catch (err) {
       status = 0
+      const code = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
+      connectFailed = CONNECT_FAILURES.has(code)
+    } finally {
+      e.checking = false
     }
     if (e.removed) return
+    e.unreachable = connectFailed
     if (status === 200) {
       e.checkFailures = 0
       e.checkSuccesses++

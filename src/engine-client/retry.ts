@@ -12,8 +12,7 @@
  *   stream: its outcome is unknown (the client retries with Idempotency-Key).
  *
  * At most 2 retries (1 with a single endpoint: the fresh-connection retry), full
- * jitter of 25-250 ms before the second, and a budget: retries in flight stay
- * under 20% of the calls in flight that are on their first try (at least 3).
+ * jitter of 25-250 ms before the second, and a budget (RetryBudget).
  */
 import type { GatewayError } from '../http/errors.js'
 
@@ -71,14 +70,18 @@ export function jitterMs (random: () => number = Math.random): number {
 }
 
 /**
- * The retry budget. Counting against first tries rather than all calls keeps
- * the retries, as a count, within 20% of the calls even when a retried call
- * lasts twice as long as one that is not (R < 0.2 (C - R) implies R < 0.2 C).
+ * The retry budget: a retry is allowed when, with it, the retries in flight
+ * stay under 20% of the calls in flight on their first try (3 are always
+ * allowed). Counting against first tries, and counting the new retry itself,
+ * keeps the retries as a count within 20% of the calls too, even when a
+ * retried call lasts longer than one that is not (R < 0.2 (C - R) implies
+ * R < 0.2 C; test/upstream-cluster.test.ts counts at the engines).
  */
 export class RetryBudget {
   calls = 0
   retries = 0
   allows (): boolean {
-    return this.retries < Math.max(BUDGET_MIN, BUDGET_RATIO * (this.calls - this.retries))
+    const withThisOne = this.retries + 1
+    return withThisOne <= BUDGET_MIN || withThisOne < BUDGET_RATIO * (this.calls - this.retries)
   }
 }
