@@ -88,6 +88,7 @@ export class Call implements AttemptOwner {
   #stopped: Error | undefined = undefined
   #jitter: NodeJS.Timeout | undefined = undefined
   #lastError: GatewayError | undefined = undefined
+  #lastAttempt: Attempt | undefined = undefined
   #settled = false
   readonly #onAbort: (() => void) | undefined
 
@@ -187,13 +188,13 @@ export class Call implements AttemptOwner {
     }
     if (stopped === undefined) {
       const reason = retryReason(req.method, attempt.sent, err, attempt.tryTimedOut, req.path, attempt.status, attempt.contentType)
-      if (reason !== undefined && this.#retry(reason, endpoint, err)) return
+      if (reason !== undefined && this.#retry(reason, endpoint, err, attempt)) return
     }
     this.#finish(err, attempt)
   }
 
   /** Try again if the policy, the endpoints left, the deadline and the budget allow it. */
-  #retry (reason: RetryReason, failed: Endpoint, err: GatewayError | undefined): boolean {
+  #retry (reason: RetryReason, failed: Endpoint, err: GatewayError | undefined, attempt: Attempt): boolean {
     const { ctx } = this
     const list = ctx.set.list
     const single = list.length === 1
@@ -212,6 +213,7 @@ export class Call implements AttemptOwner {
     ctx.budget.retries++
     ctx.cluster?.retried(this.name, reason)
     this.#lastError = err
+    this.#lastAttempt = attempt
     if (this.#retries === 1) this.afterJitter()
     else this.#jitter = setTimeout(jitterDone, jitterMs(ctx.random), this)
     return true
@@ -224,7 +226,9 @@ export class Call implements AttemptOwner {
     if (next === undefined || (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt)) {
       this.#retrying = false
       this.ctx.budget.retries--
-      this.#finish(next === undefined ? (this.#lastError ?? new GatewayError('UPSTREAM_UNAVAILABLE')) : new GatewayError('UPSTREAM_TIMEOUT'), undefined)
+      // Nobody left after the wait: the last try's failure or answer (a GET's 503 passes on as it came).
+      if (next === undefined) this.#finish(this.#lastError, this.#lastAttempt)
+      else this.#finish(new GatewayError('UPSTREAM_TIMEOUT'), this.#lastAttempt)
       return
     }
     this.#dispatch(next)
