@@ -16,6 +16,8 @@ import { ensureBuilt, freePort, ROOT, startProcess, type Proc } from './helpers/
 import { parseExposition, valueOf } from './helpers/prometheus.js'
 
 ensureBuilt()
+// Engine processes started, killed and restarted under load: minutes on a loaded 2-core runner.
+t.setTimeout(300_000)
 const ENGINE = join(ROOT, 'dist', 'fixtures', 'draining-engine.js')
 const HEALTH_MS = 250
 
