@@ -188,6 +188,8 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
     // Issue 10: metrics on within 5% of off.
     metricsVsPing: compare('ping-metrics', 'ping', 0.95),
     traceparentVsPing: compare('ping-traceparent', 'ping', 0.95),
+    // Issue 17: two engine endpoints within 5% of one (its `cpu` is the CPU per request ratio the issue states).
+    twoEnginesVsPing: compare('ping-2-engines', 'ping', 0.95),
     // Issue 11: everything on, info logging included, ping >= 0.6 x nginx.
     prodPingVsNginx: compare('prod-ping', 'nginx', 0.6),
     prodPingVsPing: compare('prod-ping', 'ping', null),

@@ -257,6 +257,8 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
 /** What the gateways need from the harness: secrets, the key server, Redis. */
 interface GatewayContext {
   upstreamUrl: string
+  /** The second mock, for gateways with `engines: 2`. */
+  secondUpstreamUrl?: string
   /** Where the everything-on gateways write CPU profiles, if anywhere. */
   profileDir?: string
   /** --prod-env: applied last to the everything-on gateways. */
@@ -308,7 +310,7 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
   // Without the key-set feature the production profile falls back to HS256 (and says so in the report).
   const keySet = spec.auth === 'keyset' && context.keyServer !== null
   return await startGateway({
-    upstreamUrl: context.upstreamUrl,
+    upstreamUrl: spec.engines === 2 && context.secondUpstreamUrl !== undefined ? `${context.upstreamUrl},${context.secondUpstreamUrl}` : context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
     env: { ...await gatewayEnv(spec, context), ...(name.startsWith('gateway-prod') ? context.prodEnv : {}) },
@@ -413,8 +415,10 @@ async function main (): Promise<void> {
   const redisCluster = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
   const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
+  // A second mock engine for the gateways that spread over two (issue 17).
+  const mock2 = mock !== null && gatewaysNeeded.some((g) => GATEWAYS[g].engines === 2) ? await startMock() : null
   if (mock !== null) {
-    const context: GatewayContext = { upstreamUrl: mock.url, secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
+    const context: GatewayContext = { upstreamUrl: mock.url, ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }), secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
     await Promise.all(gatewaysNeeded.map(async (name) => {
       try {

@@ -14,7 +14,7 @@ import { createForm, pngImage, updateBody } from './payloads.js'
 export type TargetName = 'mock' | 'nginx' | GatewayName
 
 export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' | 'gateway-redis-cluster' |
-  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis'
+  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis' | 'gateway-2-engines'
 
 /** How one gateway process is configured. Everything not named is off (processes.ts BARE_GATEWAY_ENV). */
 export interface GatewaySpec {
@@ -28,6 +28,8 @@ export interface GatewaySpec {
   shedding: boolean
   /** What the gateway must have for this configuration to mean anything. */
   needs: Feature[]
+  /** Engine endpoints (DECISIONS 24): 2 starts a second mock and lists both in UPSTREAM_URL. */
+  engines?: 1 | 2
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
@@ -43,7 +45,8 @@ export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
   'gateway-redis-cluster': { ...BARE, rateLimit: 'redis-cluster', needs: ['rate-limit', 'redis-cluster'] },
   'gateway-metrics': { ...BARE, metrics: true, needs: ['metrics'] },
   'gateway-prod': PRODUCTION,
-  'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] }
+  'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] },
+  'gateway-2-engines': { ...BARE, engines: 2 }
 }
 
 export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx'
@@ -168,6 +171,8 @@ export const SCENARIOS: readonly Scenario[] = [
   { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
   { name: 'ping-redis-users', description: 'gateway ping, rate limit in Redis, 50 users in turn', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, users: 50 },
+  // Issue 17: the cluster client's cost per request with two endpoints (balancer, health, retry state) against `ping`'s one.
+  { name: 'ping-2-engines', description: 'gateway ping, JWT, two mock engines (least-request of two)', target: 'gateway-2-engines', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true },
   { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'] },
   {

@@ -20,7 +20,7 @@ export const Env = Type.Object({
   JWT_JWKS_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: "the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)" })),
   JWT_CLOCK_TOLERANCE_S: Integer(0, 300, 'seconds of clock drift allowed when checking exp and nbf', 5),
   JWT_JWKS_COOLDOWN_S: Integer(1, 3600, 'seconds between key-set refetches caused by an unknown kid', 30),
-  UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#]+/?$', description: 'base URL of the engine, http(s)://host:port with no path' })),
+  UPSTREAM_URL: Type.Optional(Type.String({ pattern: '^https?://[^\\s/?#,]+/?(\\s*,\\s*https?://[^\\s/?#,]+/?)*$', description: 'base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)' })),
   UPSTREAM_TIMEOUT_MS: Integer(1, 600_000, 'how long to wait for the engine response headers, in ms', 10_000),
   METRICS_PORT: Integer(0, 65535, 'port of the Prometheus /metrics listener on HOST, 0 for none', 9464),
   RATE_LIMIT_PER_MINUTE: Integer(0, 1_000_000, 'requests per user (token sub) per 60 s on /api/*, 0 turns the limit off', 600),
@@ -37,6 +37,7 @@ export const Env = Type.Object({
   UPSTREAM_MAX_QUEUE: Integer(1, 100_000, 'requests that may wait for an engine connection; past it new /api/* requests get 503', 256),
   TRUST_PROXY: Type.Optional(Type.String({ minLength: 1, description: 'comma-separated IP addresses or CIDRs of the load balancers whose X-Forwarded-For is believed, e.g. 10.0.0.0/8,fd00::/8 (DECISIONS 27); unset: none' })),
   UPLOAD_MAX_PER_USER: Integer(1, 1000, 'creates one user (token sub) may have in progress at once; one more gets 429', 2),
-  UPLOAD_MAX_CONNECTIONS: Integer(1, 127, 'engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503', 32)
+  UPLOAD_MAX_CONNECTIONS: Integer(1, 127, 'engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503', 32),
+  UPSTREAM_TRY_TIMEOUT_MS: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000, description: 'how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS' }))
 })
 export type Env = Static<typeof Env>

@@ -35,8 +35,6 @@ export interface AppDeps {
   uploadStallTimeoutMs?: number
   /** The minimum-rate rule for uploads (DECISIONS 23; tests shorten it). */
   uploadMinRate?: MinRateOptions
-  /** How many engine endpoints there are: UPLOAD_MAX_CONNECTIONS is per endpoint (default: one). */
-  engineEndpoints?: () => number
   /** pino options or false; server.ts passes the real logger options. */
   logger?: FastifyServerOptions['logger']
   /** Key-set fetch bounds (tests shorten the timeout). */
@@ -127,7 +125,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       responseTimeoutMs: config.upstreamTimeoutMs,
       stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
       callTimeoutMs,
-      uploads: { ...config.uploads, endpoints: deps.engineEndpoints ?? (() => 1) },
+      // UPLOAD_MAX_CONNECTIONS is per engine endpoint; the set may grow or shrink with DNS.
+      uploads: { ...config.uploads, endpoints: () => deps.engine.endpointCount() },
       ...(deps.uploadMinRate === undefined ? {} : { minRate: deps.uploadMinRate })
     })
   }, { prefix: '/api' })

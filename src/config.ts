@@ -50,6 +50,10 @@ export interface GatewayConfig {
   readonly jwt: JwtConfig
   /** Unset: the gateway starts the embedded reference engine. */
   readonly upstreamUrl?: string
+  /** Every base URL of UPSTREAM_URL, in order (DECISIONS 24); upstreamUrl is the first. */
+  readonly upstreamUrls?: readonly string[]
+  /** One try of a GET when another endpoint can take a retry (UPSTREAM_TRY_TIMEOUT_MS). */
+  readonly upstreamTryTimeoutMs: number
   readonly upstreamTimeoutMs: number
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
@@ -94,7 +98,12 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const parsed = read.value
   const production = parsed.NODE_ENV === 'production'
   const jwt = jwtConfig(parsed, production)
-  const upstreamUrl = parsed.UPSTREAM_URL === undefined ? undefined : upstreamOrigin(parsed.UPSTREAM_URL)
+  const upstreamUrls = parsed.UPSTREAM_URL === undefined ? undefined : upstreamOrigins(parsed.UPSTREAM_URL)
+  const upstreamUrl = upstreamUrls?.[0]
+  const upstreamTryTimeoutMs = parsed.UPSTREAM_TRY_TIMEOUT_MS ?? Math.max(1, Math.floor(parsed.UPSTREAM_TIMEOUT_MS / 3))
+  if (upstreamTryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
+    throw new ConfigError(`UPSTREAM_TRY_TIMEOUT_MS=${upstreamTryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`)
+  }
   if (production && upstreamUrl === undefined) {
     // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
     throw new ConfigError('NODE_ENV=production needs UPSTREAM_URL: set it to the engine\'s base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)')
@@ -112,6 +121,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     logLevel: parsed.LOG_LEVEL,
     jwt: Object.freeze(jwt),
     ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
+    ...(upstreamUrls === undefined ? {} : { upstreamUrls: Object.freeze(upstreamUrls) }),
+    upstreamTryTimeoutMs,
     upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
     metricsPort: parsed.METRICS_PORT,
     limits: Object.freeze({
@@ -170,6 +181,20 @@ function upstreamOrigin (text: string): string {
     throw new ConfigError(`UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path`)
   }
   return new URL(text).origin
+}
+
+/**
+ * UPSTREAM_URL's comma-separated list (DECISIONS 24): each one an origin as
+ * upstreamOrigin reads it, none twice (the same engine twice would get twice
+ * the share and be ejected twice).
+ */
+function upstreamOrigins (text: string): string[] {
+  const origins = text.split(',').map((part) => upstreamOrigin(part.trim()))
+  const twice = origins.find((o, i) => origins.indexOf(o) !== i)
+  if (twice !== undefined) {
+    throw new ConfigError(`UPSTREAM_URL lists ${twice} twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000`)
+  }
+  return origins
 }
 
 function jwtConfig (env: Env, production: boolean): JwtConfig {

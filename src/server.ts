@@ -52,7 +52,9 @@ const embedded = imageDir === undefined
   : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' } })
 const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host: '127.0.0.1' })
 
-const engine = new EngineClient({ url: upstreamUrl, timeoutMs: config.upstreamTimeoutMs, maxQueue: config.limits.upstreamMaxQueue })
+// DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its
+// first answer undici resolves it per connection), so a slow DNS never holds up start-up.
+const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue })
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger })

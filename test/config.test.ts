@@ -16,6 +16,7 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     logLevel: 'info',
     jwt: undefined,
     upstreamTimeoutMs: 10_000,
+    upstreamTryTimeoutMs: 3333,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 }
@@ -52,7 +53,9 @@ t.test('each variable is read', async (t) => {
     logLevel: 'debug',
     jwt: { source: 'static', clockToleranceS: 5, key: SECRET, algorithm: 'HS256', generated: false, issuer: 'https://issuer.example', audience: 'portfolio' },
     upstreamUrl: 'http://engine:4000',
+    upstreamUrls: ['http://engine:4000'],
     upstreamTimeoutMs: 2500,
+    upstreamTryTimeoutMs: 833,
     metricsPort: 9100,
     limits: { ratePerMinute: 0, redis: { mode: 'single', url: 'redis://:pw@redis:6379/2' }, idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 },
     uploads: { maxPerUser: 3, maxConnections: 16 }
@@ -62,7 +65,21 @@ t.test('each variable is read', async (t) => {
   t.equal(loadConfig({ UPSTREAM_URL: 'https://engine.internal' }).upstreamUrl, 'https://engine.internal')
 })
 
+t.test('UPSTREAM_URL as a list: every endpoint, in order (DECISIONS 24); UPSTREAM_TRY_TIMEOUT_MS', async (t) => {
+  const config = loadConfig({ UPSTREAM_URL: 'http://engine-a:4000, http://engine-b:4000/,https://10.0.0.7', UPSTREAM_TIMEOUT_MS: '3000', UPSTREAM_TRY_TIMEOUT_MS: '500' })
+  t.same(config.upstreamUrls, ['http://engine-a:4000', 'http://engine-b:4000', 'https://10.0.0.7'])
+  t.equal(config.upstreamUrl, 'http://engine-a:4000', 'the first, for what needs one URL')
+  t.equal(config.upstreamTryTimeoutMs, 500)
+  t.equal(loadConfig({ UPSTREAM_TIMEOUT_MS: '3000' }).upstreamTryTimeoutMs, 1000, 'a third of UPSTREAM_TIMEOUT_MS by default')
+  t.ok(Object.isFrozen(config.upstreamUrls))
+})
+
 const BAD: Array<[Record<string, string>, string]> = [
+  [{ UPSTREAM_URL: 'http://a:4000,http://a:4000/' }, 'UPSTREAM_URL lists http://a:4000 twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000'],
+  [{ UPSTREAM_URL: 'http://a:4000,' }, 'UPSTREAM_URL="http://a:4000," is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
+  [{ UPSTREAM_URL: 'http://a:4000,http://b:99999' }, 'UPSTREAM_URL="http://b:99999" is invalid: port 99999 is out of range; use a port from 1 to 65535, or none for 80/443'],
+  [{ UPSTREAM_TIMEOUT_MS: '1000', UPSTREAM_TRY_TIMEOUT_MS: '2000' }, 'UPSTREAM_TRY_TIMEOUT_MS=2000 is longer than UPSTREAM_TIMEOUT_MS=1000: one try lives within the call\'s deadline; set it lower, or leave it unset for a third'],
+  [{ UPSTREAM_TRY_TIMEOUT_MS: '0' }, 'UPSTREAM_TRY_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS'],
   [{ PORT: 'abc' }, 'PORT="abc" is invalid: must be a whole number; expected listen port'],
   [{ PORT: '70000' }, 'PORT="70000" is invalid: must be between 0 and 65535; expected listen port'],
   [{ PORT: '4e3' }, 'PORT="4e3" is invalid: must be a whole number; expected listen port'],
@@ -70,8 +87,8 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ PORT: '-1' }, 'PORT="-1" is invalid: must be a whole number; expected listen port'],
   [{ PORT: ' 3000' }, 'PORT=" 3000" is invalid: must be a whole number; expected listen port'],
   [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL="loud" is invalid: must be one of fatal, error, warn, info, debug, trace, silent; expected pino level'],
-  [{ UPSTREAM_URL: 'ftp://x' }, 'UPSTREAM_URL="ftp://x" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'],
-  [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path'],
+  [{ UPSTREAM_URL: 'ftp://x' }, 'UPSTREAM_URL="ftp://x" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
+  [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
   [{ UPSTREAM_TIMEOUT_MS: '0' }, 'UPSTREAM_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long to wait for the engine response headers, in ms'],
   [{ UPSTREAM_TIMEOUT_MS: '1.5' }, 'UPSTREAM_TIMEOUT_MS="1.5" is invalid: must be a whole number; expected how long to wait for the engine response headers, in ms'],
   [{ METRICS_PORT: '70000' }, 'METRICS_PORT="70000" is invalid: must be between 0 and 65535; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
@@ -197,6 +214,7 @@ t.test('an empty variable counts as unset', async (t) => {
     logLevel: 'info',
     jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
     upstreamTimeoutMs: 10_000,
+    upstreamTryTimeoutMs: 3333,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 }

@@ -85,7 +85,8 @@ t.test('requests, rejections and engine calls after known traffic, with exact co
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'rate_limit' }), 0, 'present at zero')
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'shed' }), 0)
 
-  const calls = (call: string, outcome: string) => valueOf(samples, 'gateway_engine_calls_total', { call, outcome })
+  // DECISIONS 24: each call is counted under the endpoint (host:port) that answered it.
+  const calls = (call: string, outcome: string) => valueOf(samples, 'gateway_engine_calls_total', { call, outcome, endpoint: `127.0.0.1:${stub.port}` })
   t.equal(calls('ping', 'ok'), 3)
   t.equal(calls('ping', 'bad_response'), 2, 'not HTTP, and an error that is not the JSON shape')
   t.equal(calls('ping', 'unavailable'), 1)
@@ -116,16 +117,17 @@ t.test('in flight, pool state and a timeout while the engine hangs', async (t) =
   t.same(await pending, { status: 504, body: '{"error":"portfolio engine timed out"}' })
   const after = (await scrape(metricsUrl)).samples
   t.equal(valueOf(after, 'gateway_requests_in_flight'), 0)
-  t.equal(valueOf(after, 'gateway_engine_calls_total', { call: 'ping', outcome: 'timeout' }), 1)
+  t.equal(valueOf(after, 'gateway_engine_calls_total', { call: 'ping', outcome: 'timeout', endpoint: `127.0.0.1:${stub.port}` }), 1)
 })
 
 t.test('an engine that refuses connections: unavailable; /api/health probes count as health calls', async (t) => {
-  const { url, metricsUrl } = await gatewayWithMetrics(t, `http://127.0.0.1:${await refusedPort()}`)
+  const refused = await refusedPort()
+  const { url, metricsUrl } = await gatewayWithMetrics(t, `http://127.0.0.1:${refused}`)
   const res = await request(`${url}/api/health`, { headers: bearer() })
   t.equal(res.statusCode, 200)
   await res.body.dump()
   const { samples } = await scrape(metricsUrl)
-  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'health', outcome: 'unavailable' }), 1)
+  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'health', outcome: 'unavailable', endpoint: `127.0.0.1:${refused}` }), 1)
   t.equal(valueOf(samples, 'gateway_requests_total', { route: '/api/health', method: 'GET', status_class: '2xx' }), 1)
 })
 

@@ -283,7 +283,7 @@ t.test('the process serves metrics on METRICS_PORT and closes it on SIGTERM', as
   t.equal(scraped.statusCode, 200)
   const samples = parseExposition(await scraped.body.text())
   t.equal(valueOf(samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), 1)
-  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'ping', outcome: 'ok' }), 1)
+  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'ping', outcome: 'ok', endpoint: `127.0.0.1:${stub.port}` }), 1)
 
   child.proc.kill('SIGTERM')
   t.same(await exitOf(child), { code: 0, signal: null })

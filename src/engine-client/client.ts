@@ -1,6 +1,9 @@
 /**
- * The gateway's only way to the engine: one undici Pool, every limit set here
- * (undici's defaults are 300 s timeouts and unlimited connections).
+ * The gateway's only way to the engine (DECISIONS 24): a small cluster client.
+ * Routes see one engine; behind `call` are the endpoint set (endpoints.ts,
+ * one undici Pool each, every limit set here: undici's defaults are 300 s
+ * timeouts and unlimited connections), who is healthy (health.ts), who gets
+ * the next request (balancer.ts) and whether to try again (retry.ts).
  *
  * Responses of the upstream contract are small JSON or text, and the gateway
  * must check their shape before answering (DECISIONS 8), so they are collected
@@ -8,14 +11,29 @@
  * buffered here: a stream or iterable is handed to undici as it is.
  */
 import type { Readable } from 'node:stream'
-import { Pool, type Dispatcher } from 'undici'
-import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
-import { GatewayError, upstreamError } from '../http/errors.js'
+import { Pool } from 'undici'
+import { Balancer, type Random } from './balancer.js'
+import { EndpointSet, type Lookup } from './endpoints.js'
+import { HealthState, type HealthOptions } from './health.js'
+import { RetryBudget, type RetryReason } from './retry.js'
+import { upstreamError } from '../http/errors.js'
 import type { EngineCallName, EngineOutcome, EnginePoolState } from '../observability/metrics.js'
+import { abortError, Call, type ClusterContext } from './call.js'
 import { overloaded } from '../limits/shedding.js'
 
 export interface EnginePoolOptions {
-  url: string
+  /** One base URL or several (UPSTREAM_URL's list); a name may stand for several addresses. */
+  url: string | readonly string[]
+  /** One try of a GET when a retry can follow (UPSTREAM_TRY_TIMEOUT_MS); default a third of timeoutMs. */
+  tryTimeoutMs?: number
+  /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
+  lookup?: Lookup
+  /** How often names are resolved again; default 30 s. */
+  resolveIntervalMs?: number
+  /** Active health checks and ejection times; tests shorten them. */
+  health?: HealthOptions
+  /** The balancer's and the jitter's randomness (tests fix it). */
+  random?: Random
   /** Response headers deadline for calls whose body is small (DECISIONS "Configuration"). */
   timeoutMs: number
   /** Sockets to the engine; requests beyond queue in the pool, not the kernel. */
@@ -60,30 +78,14 @@ export function callerOf (request: { id: string, userId: string, traceparent: st
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
-/** Told of every finished call: the metrics' one hook into the engine client. */
-export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number) => void
+/** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
+export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint: string) => void
 
-/** The metrics label of each engine path: a fixed set, never the path itself. */
-const CALL_NAMES: Readonly<Record<string, EngineCallName>> = {
-  '/api/portfolio/ping': 'ping',
-  '/api/portfolio/create': 'create',
-  '/api/portfolio/update': 'update',
-  '/health': 'health'
-}
-
-/**
- * What a finished call means (DECISIONS 8): a 2xx, the engine's own (JSON)
- * error, or how the call failed. Only the status and type are looked at here;
- * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
- */
-function outcomeOf (err: GatewayError | undefined, status: number, contentType: string): EngineOutcome {
-  if (err === undefined) {
-    if (status >= 200 && status < 300) return 'ok'
-    return status >= 400 && contentType.startsWith('application/json') ? 'engine_error' : 'bad_response'
-  }
-  if (err.code === 'UPSTREAM_TIMEOUT') return 'timeout'
-  if (err.code === 'UPSTREAM_BAD_RESPONSE') return 'bad_response'
-  return 'unavailable'
+/** The cluster's rarer events, for their counters (gateway_engine_*). */
+export interface ClusterObserver {
+  ejected: (endpoint: string) => void
+  retried: (call: EngineCallName, reason: RetryReason) => void
+  budgetExhausted: () => void
 }
 
 export interface EngineResponse {
@@ -92,22 +94,25 @@ export interface EngineResponse {
   body: Buffer
 }
 
-type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
+/** The endpoints' pools' undici `queued` field: see EngineClient.queueFull. */
+export function queuedSymbolOf (pool: Pool): symbol | undefined {
+  return Object.getOwnPropertySymbols(pool).find((s) => s.description === 'queued')
+}
 
 export class EngineClient {
-  readonly #pool: Pool
-  readonly #timeoutMs: number
-  readonly #maxResponseBytes: number
-  #observer: EngineCallObserver | undefined
+  readonly #set: EndpointSet
+  readonly #health: HealthState
+  /** Shared by every call: made once, so a call allocates nothing for it. */
+  readonly #ctx: ClusterContext
   readonly #maxQueue: number
-  readonly #queued: () => number
+  readonly #queued: (pool: Pool) => number
 
   constructor (opts: EnginePoolOptions) {
-    this.#timeoutMs = opts.timeoutMs
-    this.#maxResponseBytes = opts.maxResponseBytes ?? 1024 * 1024
     this.#maxQueue = opts.maxQueue ?? 256
+    const random = opts.random ?? Math.random
     const idleMs = opts.keepAliveTimeoutMs ?? 4_000
-    this.#pool = new Pool(opts.url, {
+    // The bounds that exist for one engine hold per endpoint (issue 17).
+    const poolFor = (origin: string): Pool => new Pool(origin, {
       connections: opts.connections ?? 128,
       pipelining: opts.pipelining ?? 1,
       connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
@@ -119,115 +124,114 @@ export class EngineClient {
       headersTimeout: opts.timeoutMs,
       bodyTimeout: opts.timeoutMs
     })
+    const urls = typeof opts.url === 'string' ? [opts.url] : opts.url
+    this.#set = new EndpointSet({
+      urls,
+      pool: poolFor,
+      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
+      ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
+      onChange: () => { this.#health.membershipChanged() }
+    })
+    this.#health = new HealthState(this.#set, opts.health, { ejected: (e) => this.#ctx.cluster?.ejected(e.key) })
+    this.#ctx = {
+      set: this.#set,
+      health: this.#health,
+      balancer: new Balancer(random),
+      budget: new RetryBudget(),
+      random,
+      timeoutMs: opts.timeoutMs,
+      tryTimeoutMs: opts.tryTimeoutMs ?? Math.max(1, Math.floor(opts.timeoutMs / 3)),
+      maxResponseBytes: opts.maxResponseBytes ?? 1024 * 1024,
+      observer: undefined,
+      cluster: undefined
+    }
     // `pool.stats` builds a PoolStats that walks every connection (five getters,
     // 128 clients each): measured at 6-8% of the gateway's CPU when read per
     // request. The queued count itself is one field of the pool: read that.
-    const queued = Object.getOwnPropertySymbols(this.#pool).find((s) => s.description === 'queued')
-    const pool = this.#pool as unknown as Record<symbol, number>
-    this.#queued = queued === undefined ? () => this.#pool.stats.queued : () => pool[queued]!
+    // test/engine-client-queued.test.ts fails if undici renames it.
+    const queued = queuedSymbolOf(this.#set.list[0]!.pool)
+    this.#queued = queued === undefined
+      ? (pool) => pool.stats.queued
+      : (pool) => (pool as unknown as Record<symbol, number>)[queued]!
   }
 
   /** Report every finished call to `observer` (one at a time: the last one set wins). */
   observe (observer: EngineCallObserver): void {
-    this.#observer = observer
+    this.#ctx.observer = observer
   }
 
-  /** Sockets connected, requests waiting for a socket, requests on a socket (undici Pool stats). */
+  /** Report ejections, retries and an exhausted retry budget. */
+  observeCluster (observer: ClusterObserver): void {
+    this.#ctx.cluster = observer
+  }
+
+  /** Resolved once every name in UPSTREAM_URL has had its first DNS answer. */
+  async ready (): Promise<void> {
+    await this.#set.ready()
+  }
+
+  /** How many endpoints there are now (helpers that scale a bound per endpoint read it). */
+  endpointCount (): number {
+    return this.#set.list.length
+  }
+
+  /** Each endpoint (host:port) and whether it is in rotation, for gateway_engine_endpoint_up. */
+  endpointStates (): Array<{ endpoint: string, up: boolean }> {
+    return this.#set.list.map((e) => ({ endpoint: e.key, up: e.up }))
+  }
+
+  /** True while any endpoint is out of rotation: /api/health says degraded (DECISIONS 24). */
+  degraded (): boolean {
+    return this.#set.list.some((e) => !e.up)
+  }
+
+  /** Run one round of active health checks now (tests; the timer runs them every interval). */
+  async checkHealth (): Promise<void> {
+    await this.#health.checkAll()
+  }
+
+  /** Resolve every name again now (tests; the timer does it every 30 s). */
+  async resolve (): Promise<void> {
+    await this.#set.resolve()
+  }
+
+  /** Sockets connected, requests waiting for a socket, requests on a socket, summed over the endpoints' pools. */
   poolState (): EnginePoolState {
-    const { connected, queued, running } = this.#pool.stats
+    let connected = 0
+    let queued = 0
+    let running = 0
+    for (const e of this.#set.list) {
+      const s = e.pool.stats
+      connected += s.connected
+      queued += s.queued
+      running += s.running
+    }
     return { connected, queued, running }
   }
 
-  /** True when as many calls wait for a connection as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
+  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
   queueFull (): boolean {
-    return this.#queued() >= this.#maxQueue
+    const list = this.#set.list
+    let queued = 0
+    for (let i = 0; i < list.length; i++) queued += this.#queued(list[i]!.pool)
+    return queued >= this.#maxQueue
   }
 
   /** Send one request and collect the engine's answer. Rejects with a GatewayError only. */
   call (req: EngineRequest): Promise<EngineResponse> {
     // An abort that came first never fires its event again: refuse at once, send nothing.
-    if (req.signal?.aborted === true) return Promise.reject(upstreamError(req.signal.reason))
+    if (req.signal?.aborted === true) return Promise.reject(upstreamError(abortError(req.signal.reason)))
     // Past the bound the call would only wait into a timeout: refuse it now.
     if (this.queueFull()) return Promise.reject(overloaded())
     return new Promise<EngineResponse>((resolve, reject) => {
-      const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
-      if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
-      if (req.contentType !== undefined) headers['content-type'] = req.contentType
-      if (req.idempotencyKey !== undefined) headers['idempotency-key'] = req.idempotencyKey
-      if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
-      if (req.traceparent !== undefined) headers.traceparent = req.traceparent
-      const observer = this.#observer
-      const startedAt = observer === undefined ? 0 : performance.now()
-
-      const max = this.#maxResponseBytes
-      const chunks: Buffer[] = []
-      let size = 0
-      let status = 0
-      let contentType = ''
-      let controller: Controller | undefined
-      /** Set once the call is given up on, possibly before undici took it off the pool's queue. */
-      let failure: Error | undefined
-      const giveUp = (err: Error): void => {
-        failure ??= err
-        if (controller !== undefined) controller.abort(failure)
-        else finish(failure)
-      }
-      const signal = req.signal
-      const onAbort = (): void => giveUp(signal?.reason as Error)
-      signal?.addEventListener('abort', onAbort, { once: true })
-      // DECISIONS 8 counts from the moment the gateway asks, queue included. undici's
-      // own headersTimeout starts only on a socket and fires on a ~1 s grid.
-      const deadlineMs = req.responseTimeoutMs ?? this.#timeoutMs
-      const deadline = deadlineMs > 0 ? setTimeout(() => giveUp(new GatewayError('UPSTREAM_TIMEOUT')), deadlineMs) : undefined
-      let settled = false
-      function finish (err: Error | undefined, answer?: EngineResponse): void {
-        if (settled) return
-        settled = true
-        clearTimeout(deadline)
-        signal?.removeEventListener('abort', onAbort)
-        const failed = err === undefined ? undefined : upstreamError(err)
-        observer?.(CALL_NAMES[req.path] ?? 'other', outcomeOf(failed, status, contentType), (performance.now() - startedAt) / 1000)
-        if (failed !== undefined) reject(failed)
-        else resolve(answer!)
-      }
-
-      this.#pool.dispatch({
-        method: req.method,
-        path: req.path,
-        headers,
-        // undici documents AsyncIterable bodies for dispatch; its typings omit them.
-        body: (req.body ?? null) as Dispatcher.DispatchOptions['body'],
-        headersTimeout: req.headersTimeoutMs ?? this.#timeoutMs
-      }, {
-        onRequestStart (c) {
-          controller = c
-          if (failure !== undefined) c.abort(failure)
-        },
-        onResponseStart (_c, statusCode, resHeaders) {
-          status = statusCode
-          const type = resHeaders['content-type']
-          contentType = typeof type === 'string' ? type : ''
-          // Headers are in: from here undici's bodyTimeout watches the engine.
-          clearTimeout(deadline)
-          req.onResponseStart?.()
-        },
-        onResponseData (c, chunk) {
-          size += chunk.length
-          if (size > max) c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: new Error(`engine response exceeds ${max} bytes`) }))
-          else chunks.push(chunk)
-        },
-        onResponseEnd () {
-          finish(undefined, { status, contentType, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) })
-        },
-        onResponseError (_c, err) {
-          finish(err)
-        }
-      })
+      new Call(this.#ctx, req, resolve, reject).start()
     })
   }
 
   /** Wait for requests in flight, then close every socket. */
-  close (): Promise<void> {
-    return this.#pool.close()
+  async close (): Promise<void> {
+    this.#health.close()
+    await this.#set.close()
   }
+
 }

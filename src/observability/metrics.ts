@@ -36,6 +36,8 @@ export interface EnginePoolState {
 export interface MetricsOptions {
   /** Read at each scrape; absent when there is no engine pool to watch. */
   enginePool?: () => EnginePoolState
+  /** Each engine endpoint (host:port) and whether it is in rotation, read at each scrape (DECISIONS 24). */
+  engineEndpoints?: () => ReadonlyArray<{ endpoint: string, up: boolean }>
   /** Process metrics (CPU, memory, event loop, GC); on by default. */
   processMetrics?: boolean
 }
@@ -67,8 +69,8 @@ export class GatewayMetrics {
 
   readonly engineCalls = new CounterFamily(
     'gateway_engine_calls_total',
-    'Calls to the engine by call and outcome (ok, engine_error, unavailable, timeout, bad_response)',
-    ['call', 'outcome'], this.registry)
+    'Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response) and the endpoint (host:port) of their last try',
+    ['call', 'outcome', 'endpoint'], this.registry)
 
   readonly engineCallDuration = new HistogramFamily(
     'gateway_engine_call_duration_seconds',
@@ -92,6 +94,26 @@ export class GatewayMetrics {
   readonly keySetUnavailable = new Counter({
     name: 'gateway_jwks_unavailable_total',
     help: 'Tokens answered 503 because their key could not be had: the identity provider was unreachable',
+    registers: [this.registry]
+  })
+
+  readonly engineEjections = new Counter({
+    name: 'gateway_engine_ejections_total',
+    help: 'Engine endpoints taken out of rotation by outlier detection (5 consecutive gateway failures), by endpoint (host:port)',
+    labelNames: ['endpoint'] as const,
+    registers: [this.registry]
+  })
+
+  readonly engineRetries = new Counter({
+    name: 'gateway_engine_retries_total',
+    help: 'Engine calls tried again, by call and reason (unreachable: never reached the engine; reset, try_timeout, bad_response: GETs only)',
+    labelNames: ['call', 'reason'] as const,
+    registers: [this.registry]
+  })
+
+  readonly engineRetryBudgetExhausted = new Counter({
+    name: 'gateway_engine_retry_budget_exhausted_total',
+    help: 'Retries not made because retries in flight had reached 20% of the engine calls in flight (at least 3)',
     registers: [this.registry]
   })
 
@@ -140,21 +162,54 @@ export class GatewayMetrics {
         }
       })
     }
+    const endpoints = opts.engineEndpoints
+    if (endpoints !== undefined) {
+      new Gauge({
+        name: 'gateway_engine_endpoint_up',
+        help: 'Engine endpoints (host:port) at scrape time: 1 in rotation (health checks pass, not ejected), 0 out',
+        labelNames: ['endpoint'] as const,
+        registers: [this.registry],
+        collect () {
+          // The set follows DNS: an endpoint that left stops being reported.
+          this.reset()
+          for (const { endpoint, up } of endpoints()) this.set({ endpoint }, up ? 1 : 0)
+        }
+      })
+    }
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     // Series that exist from the start, so rate() and alerts see zeros instead of nothing.
     for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large', 'upload_cap', 'upload_busy', 'upload_slow'] as const) this.rejections.inc({ reason }, 0)
     for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) this.idempotency.inc({ outcome }, 0)
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
     for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
+    this.engineRetryBudgetExhausted.inc(0)
   }
 
-  readonly #engineSeries: Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries, duration: HistogramSeries }>>> = { ping: {}, create: {}, update: {}, health: {}, other: {} }
+  /** Per endpoint (host:port), per call, per outcome: one Map read and two property reads per call. */
+  readonly #engineSeries = new Map<string, Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries, duration: HistogramSeries }>>>>()
 
-  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per call and outcome. */
-  engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number): void {
-    const series = this.#engineSeries[call][outcome] ??= { count: this.engineCalls.series({ call, outcome }), duration: this.engineCallDuration.series({ call }) }
+  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per endpoint, call and outcome. */
+  engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint = 'none'): void {
+    let byCall = this.#engineSeries.get(endpoint)
+    if (byCall === undefined) this.#engineSeries.set(endpoint, byCall = { ping: {}, create: {}, update: {}, health: {}, other: {} })
+    const series = byCall[call][outcome] ??= { count: this.engineCalls.series({ call, outcome, endpoint }), duration: this.engineCallDuration.series({ call }) }
     series.count.inc()
     series.duration.observe(seconds)
+  }
+
+  /** An engine endpoint was ejected (src/engine-client/health.ts). */
+  engineEjected (endpoint: string): void {
+    this.engineEjections.inc({ endpoint })
+  }
+
+  /** An engine call is tried again (src/engine-client/retry.ts). */
+  engineRetried (call: EngineCallName, reason: string): void {
+    this.engineRetries.inc({ call, reason })
+  }
+
+  /** A retry refused by the retry budget. */
+  engineRetryBudgetSpent (): void {
+    this.engineRetryBudgetExhausted.inc()
   }
 
   rejected (reason: RejectionReason): void {

@@ -114,9 +114,15 @@ declare module 'fastify' {
  * counters (shed, replays, key-set fetches) stay, as plain increments.
  */
 export function installMetrics (app: FastifyInstance, engine: EngineClient, opts: { perRequest: boolean }): GatewayMetrics {
-  const metrics = new GatewayMetrics({ enginePool: () => engine.poolState() })
+  const metrics = new GatewayMetrics({ enginePool: () => engine.poolState(), engineEndpoints: () => engine.endpointStates() })
+  // The cluster's events are rare (ejections, retries): counted whether or not anything scrapes.
+  engine.observeCluster({
+    ejected: (endpoint) => { metrics.engineEjected(endpoint) },
+    retried: (call, reason) => { metrics.engineRetried(call, reason) },
+    budgetExhausted: () => { metrics.engineRetryBudgetSpent() }
+  })
   if (opts.perRequest) {
-    engine.observe((call, outcome, seconds) => metrics.engineCall(call, outcome, seconds))
+    engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
     installRequestMetrics(app, metrics)
   }
   app.decorate('metrics', metrics)

@@ -37,7 +37,12 @@ export interface EngineHealthOptions {
 
 const DISCONNECTED = 'disconnected'
 
-/** GET /api/health: always 200; every value comes from probing the engine. */
+/**
+ * GET /api/health: always 200; every value comes from probing the engine. With
+ * several endpoints (DECISIONS 24) the probe goes where calls go (an endpoint
+ * in rotation, so `services` come from a healthy one), and the status is
+ * degraded while any endpoint is out of rotation.
+ */
 export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async (app, { engine, probeTimeoutMs }) => {
   app.get('/health', { schema: { response: { 200: ApiHealth } } }, async (request) => {
     let database = DISCONNECTED
@@ -48,6 +53,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         path: '/health',
         ...callerOf(request),
         // The whole probe, body included, within the cap: one signal instead of the headers deadline.
+        // The client counts its TimeoutError as a timeout, not as unavailable (issue 16 item 7).
         responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })
@@ -57,7 +63,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
     } catch (err) {
       request.log.warn({ err }, 'engine health probe failed')
     }
-    const healthy = database === SERVICE_CONNECTED && cache === SERVICE_CONNECTED
+    const healthy = database === SERVICE_CONNECTED && cache === SERVICE_CONNECTED && !engine.degraded()
     return { status: healthy ? 'ok' : 'degraded', timestamp: new Date().toISOString(), services: { database, cache } }
   })
 }

@@ -17,11 +17,11 @@ const RUN = dist('bench', 'run.js')
 const SCENARIOS = [
   'direct', 'nginx', 'ping', 'update', 'create', 'create-10mib', 'ping-logging',
   'ping-jwks', 'ping-ratelimit', 'ping-redis', 'ping-redis-cluster', 'ping-redis-users', 'ping-metrics', 'ping-traceparent', 'update-idempotent',
-  'prod-ping', 'prod-update', 'prod-create', 'prod-redis-ping', 'prod-redis-update', 'prod-redis-create'
+  'prod-ping', 'prod-update', 'prod-create', 'prod-redis-ping', 'prod-redis-update', 'prod-redis-create', 'ping-2-engines'
 ]
 const RATIOS = [
   'gatewayPingVsNginx', 'gatewayPingP99VsNginx', 'gatewayPingVsDirect', 'updateVsPing', 'loggingVsNginx', 'loggingVsPing',
-  'keySetVsHs256Ping', 'rateLimitVsPing', 'redisLimitVsPing', 'redisClusterLimitVsPing', 'redisLimitUsersVsPing', 'idempotentVsUpdate', 'metricsVsPing', 'traceparentVsPing',
+  'keySetVsHs256Ping', 'rateLimitVsPing', 'redisLimitVsPing', 'redisClusterLimitVsPing', 'redisLimitUsersVsPing', 'idempotentVsUpdate', 'metricsVsPing', 'traceparentVsPing', 'twoEnginesVsPing',
   'prodPingVsNginx', 'prodPingVsPing', 'prodUpdateVsUpdate', 'prodCreateVsCreate', 'prodRedisPingVsNginx', 'prodRedisPingVsProdPing'
 ]
 /** The features a scenario may be skipped for, while they are not on this branch. */

@@ -29,6 +29,10 @@ export interface BuildOptions {
   linger?: AppDeps['linger']
   /** Pool settings for the test (e.g. a small pool and queue). */
   pool?: Partial<Pick<EnginePoolOptions, 'connections' | 'maxQueue'>>
+  /** Several engines (DECISIONS 24): UPSTREAM_URL's comma-separated list; overrides upstreamUrl. */
+  upstreamUrls?: readonly string[]
+  /** Cluster settings for the test: shorter health checks, an injected DNS lookup, fixed randomness. */
+  cluster?: Partial<Pick<EnginePoolOptions, 'health' | 'lookup' | 'resolveIntervalMs' | 'random' | 'tryTimeoutMs'>>
 }
 
 export interface Built {
@@ -41,8 +45,9 @@ export interface Built {
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   // Event-loop shedding is off unless a test turns it on: this process runs the
   // clients and tap as well, and a stall of theirs would shed the gateway's requests.
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
-  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: config.upstreamTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...opts.pool })
+  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
+  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...opts.pool, ...opts.cluster })
+  await engine.ready()
   const app = await buildApp(config, {
     engine,
     ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),

@@ -1,0 +1,253 @@
+/**
+ * One engine call across the cluster: pick an endpoint, try, and on a failure
+ * the retry policy allows, try another (DECISIONS 24). A Call is one object
+ * per request and each try one Attempt: no closures per call beyond the
+ * promise, one timer per try (as the single-engine client had per call).
+ */
+import type { Dispatcher } from 'undici'
+import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
+import { GatewayError, upstreamError } from '../http/errors.js'
+import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
+import { Attempt, type AttemptOwner } from './attempt.js'
+import type { Balancer, Random } from './balancer.js'
+import type { Endpoint, EndpointSet } from './endpoints.js'
+import type { HealthState } from './health.js'
+import { isGatewayFailure, jitterMs, MAX_RETRIES, retryReason, type RetryBudget, type RetryReason } from './retry.js'
+import type { ClusterObserver, EngineCallObserver, EngineRequest, EngineResponse } from './client.js'
+
+/** What every call shares: made once by the EngineClient. */
+export interface ClusterContext {
+  set: EndpointSet
+  health: HealthState
+  balancer: Balancer
+  budget: RetryBudget
+  random: Random
+  timeoutMs: number
+  tryTimeoutMs: number
+  maxResponseBytes: number
+  observer: EngineCallObserver | undefined
+  cluster: ClusterObserver | undefined
+}
+
+/** The metrics label of each engine path: a fixed set, never the path itself. */
+const CALL_NAMES: Readonly<Record<string, EngineCallName>> = {
+  '/api/portfolio/ping': 'ping',
+  '/api/portfolio/create': 'create',
+  '/api/portfolio/update': 'update',
+  '/health': 'health'
+}
+
+/** The endpoint label of a call that found no endpoint to try. */
+export const NO_ENDPOINT = 'none'
+
+/**
+ * What a finished call means (DECISIONS 8): a 2xx, the engine's own (JSON)
+ * error, or how the call failed. Only the status and type are looked at here;
+ * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
+ */
+function outcomeOf (err: GatewayError | undefined, status: number, contentType: string): EngineOutcome {
+  if (err === undefined) {
+    if (status >= 200 && status < 300) return 'ok'
+    return status >= 400 && contentType.startsWith('application/json') ? 'engine_error' : 'bad_response'
+  }
+  if (err.code === 'UPSTREAM_TIMEOUT') return 'timeout'
+  if (err.code === 'UPSTREAM_BAD_RESPONSE') return 'bad_response'
+  return 'unavailable'
+}
+
+/** An abort reason as the call's error: AbortSignal.timeout's TimeoutError is the engine taking too long (issue 16 item 7). */
+export function abortError (reason: unknown): Error {
+  if (reason instanceof Error && reason.name === 'TimeoutError' && !(reason instanceof GatewayError)) {
+    return new GatewayError('UPSTREAM_TIMEOUT', undefined, { cause: reason })
+  }
+  return reason as Error
+}
+
+function attemptTimer (call: Call, attempt: Attempt, lastChance: boolean): void {
+  call.attemptTimedOut(attempt, lastChance)
+}
+
+function jitterDone (call: Call): void {
+  call.afterJitter()
+}
+
+export class Call implements AttemptOwner {
+  readonly name: EngineCallName
+  readonly #headers: Record<string, string>
+  readonly #startedAt: number
+  /** performance.now() by which the engine's headers must be in; 0: no deadline (a streamed upload keeps its own clock). */
+  readonly #deadlineAt: number
+  readonly #deadlineMs: number
+  /** A GET with somewhere else to go: each try has its own, shorter clock. */
+  readonly #perTry: boolean
+  #retries = 0
+  #tried: Endpoint[] | undefined = undefined
+  #attempt: Attempt | undefined = undefined
+  /** A retry of this call holds the budget, from its grant to the end of its try. */
+  #retrying = false
+  #stopped: Error | undefined = undefined
+  #jitter: NodeJS.Timeout | undefined = undefined
+  #lastError: GatewayError | undefined = undefined
+  #lastAttempt: Attempt | undefined = undefined
+  #settled = false
+  readonly #onAbort: (() => void) | undefined
+
+  constructor (readonly ctx: ClusterContext, readonly req: EngineRequest, readonly resolve: (answer: EngineResponse) => void, readonly reject: (err: GatewayError) => void) {
+    this.name = CALL_NAMES[req.path] ?? 'other'
+    const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
+    if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
+    if (req.contentType !== undefined) headers['content-type'] = req.contentType
+    if (req.idempotencyKey !== undefined) headers['idempotency-key'] = req.idempotencyKey
+    if (typeof req.body === 'string') headers['content-length'] = String(Buffer.byteLength(req.body))
+    if (req.traceparent !== undefined) headers.traceparent = req.traceparent
+    this.#headers = headers
+    this.#startedAt = performance.now()
+    // DECISIONS 8 counts from the moment the gateway asks, queue included. undici's
+    // own headersTimeout starts only on a socket and fires on a ~1 s grid.
+    const deadlineMs = req.responseTimeoutMs ?? ctx.timeoutMs
+    this.#deadlineMs = deadlineMs
+    this.#deadlineAt = deadlineMs > 0 ? this.#startedAt + deadlineMs : 0
+    this.#perTry = req.method === 'GET' && deadlineMs > ctx.tryTimeoutMs && ctx.set.list.length > 1
+    const signal = req.signal
+    if (signal !== undefined) {
+      this.#onAbort = () => { this.#stop(abortError(signal.reason)) }
+      signal.addEventListener('abort', this.#onAbort, { once: true })
+    } else {
+      this.#onAbort = undefined
+    }
+  }
+
+  start (): void {
+    this.ctx.budget.calls++
+    const endpoint = this.ctx.balancer.pick(this.ctx.set.list, undefined)
+    // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout (DECISIONS 24).
+    if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined)
+    else this.#dispatch(endpoint)
+  }
+
+  /** The client went away, or the call's own deadline passed: no further try. */
+  #stop (err: Error): void {
+    this.#stopped ??= err
+    if (this.#jitter !== undefined) {
+      clearTimeout(this.#jitter)
+      this.#jitter = undefined
+      this.#finish(upstreamError(this.#stopped), undefined)
+    } else {
+      this.#attempt?.giveUp(this.#stopped)
+    }
+  }
+
+  #dispatch (endpoint: Endpoint): void {
+    const { ctx, req } = this
+    const attempt = new Attempt(this, endpoint, ctx.maxResponseBytes)
+    this.#attempt = attempt
+    endpoint.inFlight++
+    if (this.#deadlineAt !== 0) {
+      // A first try's clock is the whole deadline, as a whole number: calls asked in the same
+      // millisecond share one timer list and time out together (test/engine-client-timeout.test.ts).
+      const remaining = this.#tried === undefined ? this.#deadlineMs : this.#deadlineAt - performance.now()
+      const lastChance = !this.#perTry || remaining <= ctx.tryTimeoutMs
+      attempt.timer = setTimeout(attemptTimer, Math.max(1, lastChance ? remaining : ctx.tryTimeoutMs), this, attempt, lastChance)
+    }
+    endpoint.pool.dispatch({
+      method: req.method,
+      path: req.path,
+      headers: endpoint.hostHeader === undefined ? this.#headers : { ...this.#headers, host: endpoint.hostHeader },
+      // undici documents AsyncIterable bodies for dispatch; its typings omit them.
+      body: (req.body ?? null) as Dispatcher.DispatchOptions['body'],
+      headersTimeout: req.headersTimeoutMs ?? ctx.timeoutMs
+    }, attempt)
+  }
+
+  attemptTimedOut (attempt: Attempt, lastChance: boolean): void {
+    if (attempt !== this.#attempt) return
+    if (lastChance) this.#stopped ??= new GatewayError('UPSTREAM_TIMEOUT')
+    else attempt.tryTimedOut = true
+    attempt.giveUp(this.#stopped ?? new GatewayError('UPSTREAM_TIMEOUT'))
+  }
+
+  attemptResponded (): void {
+    this.req.onResponseStart?.()
+  }
+
+  attemptEnded (attempt: Attempt, raw: Error | undefined): void {
+    const { ctx, req } = this
+    const endpoint = attempt.endpoint
+    endpoint.inFlight--
+    if (this.#retrying) {
+      this.#retrying = false
+      ctx.budget.retries--
+    }
+    const err = raw === undefined ? undefined : upstreamError(raw)
+    const stopped = this.#stopped
+    // The client going away says nothing about the endpoint; a deadline does.
+    const clientGone = stopped !== undefined && !(stopped instanceof GatewayError && stopped.code === 'UPSTREAM_TIMEOUT')
+    if (!clientGone) {
+      if (isGatewayFailure(err, req.path, attempt.status, attempt.contentType)) ctx.health.failed(endpoint)
+      else ctx.health.succeeded(endpoint)
+    }
+    if (stopped === undefined) {
+      const reason = retryReason(req.method, attempt.sent, err, attempt.tryTimedOut, req.path, attempt.status, attempt.contentType)
+      if (reason !== undefined && this.#retry(reason, endpoint, err, attempt)) return
+    }
+    this.#finish(err, attempt)
+  }
+
+  /** Try again if the policy, the endpoints left, the deadline and the budget allow it. */
+  #retry (reason: RetryReason, failed: Endpoint, err: GatewayError | undefined, attempt: Attempt): boolean {
+    const { ctx } = this
+    const list = ctx.set.list
+    const single = list.length === 1
+    // A single endpoint gets one retry, on a fresh connection, and only when the call never reached it.
+    if (single ? this.#retries >= 1 || reason !== 'unreachable' : this.#retries >= MAX_RETRIES) return false
+    if (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt) return false
+    const tried = this.#tried ??= []
+    tried.push(failed)
+    if (!single && ctx.balancer.pick(list, tried) === undefined) return false
+    if (!ctx.budget.allows()) {
+      ctx.cluster?.budgetExhausted()
+      return false
+    }
+    this.#retries++
+    this.#retrying = true
+    ctx.budget.retries++
+    ctx.cluster?.retried(this.name, reason)
+    this.#lastError = err
+    this.#lastAttempt = attempt
+    if (this.#retries === 1) this.afterJitter()
+    else this.#jitter = setTimeout(jitterDone, jitterMs(ctx.random), this)
+    return true
+  }
+
+  afterJitter (): void {
+    this.#jitter = undefined
+    const list = this.ctx.set.list
+    const next = list.length === 1 ? list[0] : this.ctx.balancer.pick(list, this.#tried)
+    if (next === undefined || (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt)) {
+      this.#retrying = false
+      this.ctx.budget.retries--
+      // Nobody left after the wait: the last try's failure or answer (a GET's 503 passes on as it came).
+      if (next === undefined) this.#finish(this.#lastError, this.#lastAttempt)
+      else this.#finish(new GatewayError('UPSTREAM_TIMEOUT'), this.#lastAttempt)
+      return
+    }
+    this.#dispatch(next)
+  }
+
+  #finish (err: GatewayError | undefined, attempt: Attempt | undefined): void {
+    if (this.#settled) return
+    this.#settled = true
+    const { ctx, req } = this
+    ctx.budget.calls--
+    if (this.#retrying) {
+      this.#retrying = false
+      ctx.budget.retries--
+    }
+    if (this.#onAbort !== undefined) req.signal!.removeEventListener('abort', this.#onAbort)
+    const status = attempt?.status ?? 0
+    const contentType = attempt?.contentType ?? ''
+    ctx.observer?.(this.name, outcomeOf(err, status, contentType), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)
+    if (err !== undefined) this.reject(err)
+    else this.resolve({ status, contentType, body: attempt!.body() })
+  }
+}

@@ -1,0 +1,183 @@
+/**
+ * The endpoint set (DECISIONS 24): every base URL of UPSTREAM_URL, and for a
+ * host name, one endpoint per address it resolves to, resolved again every
+ * 30 s (a Kubernetes headless service). Each endpoint has its own undici Pool,
+ * so each has its own connection bound and its own queue; the name is kept as
+ * the `Host` header.
+ *
+ * Who is healthy lives in health.ts, who gets the next request in balancer.ts:
+ * this file only knows which endpoints exist.
+ */
+import { lookup as dnsLookup } from 'node:dns/promises'
+import { isIP } from 'node:net'
+import { Pool } from 'undici'
+
+/** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
+export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string, family: number }>>
+
+export const systemLookup: Lookup = async (hostname) => await dnsLookup(hostname, { all: true })
+
+export type PoolFactory = (origin: string) => Pool
+
+/** One address the gateway can send to: its pool, its load, and its health (health.ts writes those). */
+export class Endpoint {
+  /** host:port, the metrics label: a bounded set (the configured URLs and their addresses). */
+  readonly key: string
+  /** Calls on this endpoint that have not finished: what least-request compares. */
+  inFlight = 0
+  /** In rotation: its health checks pass and it is not ejected (health.ts keeps this one boolean current). */
+  up = true
+  // Passive outlier state (health.ts).
+  consecutiveFailures = 0
+  ejections = 0
+  ejected = false
+  ejectionTimer: NodeJS.Timeout | undefined = undefined
+  // Active health-check state (health.ts).
+  checkedHealthy = true
+  draining = false
+  checkFailures = 0
+  checkSuccesses = 0
+  checking = false
+  /** The last health check could not even connect (refused, timeout, no route): in panic it is skipped, so an all-down cluster answers 502 at once. */
+  unreachable = false
+  /** Set once the endpoint has left the set: its pool closes when its calls are done. */
+  removed = false
+
+  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string) {
+    this.key = key
+  }
+}
+
+/** One configured URL: an IP literal is one endpoint, a name one per address. */
+interface Source {
+  protocol: string
+  hostname: string
+  /** The port as written or the scheme's default: endpoints always name it. */
+  port: string
+  /** What the engine expects as Host: the name as configured, port included when it was. */
+  host: string
+  named: boolean
+}
+
+function sourceOf (url: string): Source {
+  const u = new URL(url)
+  const port = u.port !== '' ? u.port : u.protocol === 'https:' ? '443' : '80'
+  const hostname = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname
+  return { protocol: u.protocol, hostname, port, host: u.host, named: isIP(hostname) === 0 }
+}
+
+const bracketed = (address: string): string => isIP(address) === 6 ? `[${address}]` : address
+
+export interface EndpointSetOptions {
+  urls: readonly string[]
+  pool: PoolFactory
+  lookup?: Lookup
+  /** How often names are resolved again (DECISIONS 24: 30 s); 0 never. */
+  resolveIntervalMs?: number
+  /** Told after every change of the set (endpoints added or removed). */
+  onChange?: () => void
+}
+
+export class EndpointSet {
+  /** The current endpoints. Replaced, never mutated, when DNS changes: a call that holds it sees one consistent set. */
+  list: readonly Endpoint[]
+  readonly #sources: readonly Source[]
+  readonly #pool: PoolFactory
+  readonly #lookup: Lookup
+  readonly #onChange: (() => void) | undefined
+  readonly #timer: NodeJS.Timeout | undefined
+  #resolving: Promise<void> | undefined
+  #closed = false
+
+  constructor (opts: EndpointSetOptions) {
+    this.#sources = opts.urls.map(sourceOf)
+    this.#pool = opts.pool
+    this.#lookup = opts.lookup ?? systemLookup
+    this.#onChange = opts.onChange
+    // Until a name is resolved, it is one endpoint by name: undici resolves it
+    // per connection, as the gateway did with one URL. Resolution replaces it.
+    this.list = this.#sources.map((s) => this.#make(s, s.hostname))
+    if (this.#sources.some((s) => s.named)) {
+      this.#resolving = this.resolve()
+      const every = opts.resolveIntervalMs ?? 30_000
+      if (every > 0) this.#timer = setInterval(() => { this.#resolving ??= this.resolve() }, every).unref()
+    }
+  }
+
+  /** The first resolution of every name (tests and startup wait on it); resolved at once when there is none. */
+  async ready (): Promise<void> {
+    await this.#resolving
+  }
+
+  #make (s: Source, address: string): Endpoint {
+    const origin = `${s.protocol}//${bracketed(address)}:${s.port}`
+    // A name kept as Host only when the endpoint is an address the name resolved to.
+    const hostHeader = s.named && address !== s.hostname ? s.host : undefined
+    return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`)
+  }
+
+  /**
+   * Resolve every name again and apply the answer: endpoints that stay keep
+   * their pool and health; new ones join in rotation; gone ones leave (their
+   * pool closes after its calls). A failed lookup keeps what the name had.
+   */
+  async resolve (): Promise<void> {
+    try {
+      const answers = await Promise.all(this.#sources.map(async (s) => {
+        if (!s.named) return undefined
+        try {
+          const found = await this.#lookup(s.hostname)
+          return found.length === 0 ? undefined : [...new Set(found.map((a) => a.address))].sort()
+        } catch {
+          return undefined
+        }
+      }))
+      if (this.#closed) return
+      const byOrigin = new Map(this.list.map((e) => [e.origin, e]))
+      const next: Endpoint[] = []
+      this.#sources.forEach((s, i) => {
+        const addresses = answers[i]
+        if (addresses === undefined) {
+          // An IP literal, or a name whose lookup failed: keep its endpoints as they are.
+          for (const e of this.list) if (this.#belongsTo(e, s) && !next.includes(e)) next.push(e)
+          if (!next.some((e) => this.#belongsTo(e, s))) next.push(byOrigin.get(this.#make0(s)) ?? this.#make(s, s.hostname))
+          return
+        }
+        for (const address of addresses) {
+          const origin = `${s.protocol}//${bracketed(address)}:${s.port}`
+          const kept = byOrigin.get(origin)
+          if (kept !== undefined && !next.includes(kept)) next.push(kept)
+          else if (kept === undefined && !next.some((e) => e.origin === origin)) next.push(this.#make(s, address))
+        }
+      })
+      const changed = next.length !== this.list.length || next.some((e, i) => e !== this.list[i])
+      if (!changed) return
+      for (const e of this.list) {
+        if (next.includes(e)) continue
+        e.removed = true
+        clearTimeout(e.ejectionTimer)
+        e.pool.close().catch(() => {})
+      }
+      this.list = next
+      this.#onChange?.()
+    } finally {
+      this.#resolving = undefined
+    }
+  }
+
+  #make0 (s: Source): string {
+    return `${s.protocol}//${bracketed(s.hostname)}:${s.port}`
+  }
+
+  #belongsTo (e: Endpoint, s: Source): boolean {
+    if (!s.named) return e.origin === this.#make0(s)
+    return e.hostHeader === s.host || e.origin === this.#make0(s)
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    clearInterval(this.#timer)
+    for (const e of this.list) clearTimeout(e.ejectionTimer)
+    await Promise.all(this.list.map(async (e) => await e.pool.close()))
+  }
+}
