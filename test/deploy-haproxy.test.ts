@@ -35,9 +35,9 @@ t.test('haproxy -c accepts the config with its variables and refuses it without 
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const { haproxyPem } = makeCertificates(dir)
   const env = {
-    HAPROXY_BIND: '127.0.0.1:8443',
-    HAPROXY_CERT: haproxyPem,
-    HAPROXY_ADMIN_BIND: '127.0.0.1:8404',
+    HAPROXY_HTTPS_BIND: '127.0.0.1:8443',
+    HAPROXY_TLS_CERT: haproxyPem,
+    HAPROXY_STATS_BIND: '127.0.0.1:8404',
     HAPROXY_STATS_SOCKET: join(dir, 'haproxy.sock'),
     GATEWAY_1: '127.0.0.1:3001',
     GATEWAY_2: '127.0.0.1:3002',
@@ -48,9 +48,12 @@ t.test('haproxy -c accepts the config with its variables and refuses it without 
   t.equal(ok.status, 0, ok.out)
   t.match(ok.out, /Configuration file is valid/)
 
-  const { HAPROXY_BIND: _, ...withoutBind } = env
+  const { HAPROXY_STATS_SOCKET: _socket, ...withoutSocket } = env
+  t.equal(check(withoutSocket).status, 0, 'HAPROXY_STATS_SOCKET has a default (compose leaves it unset)')
+
+  const { HAPROXY_HTTPS_BIND: _, ...withoutBind } = env
   const refused = check(withoutBind)
-  t.equal(refused.status, 1, 'an unset HAPROXY_BIND is an error, not a listener on a random port')
+  t.equal(refused.status, 1, 'an unset HAPROXY_HTTPS_BIND is an error, not a listener on a random port')
   t.match(refused.out, /haproxy\.cfg:\d+\] : 'bind' expects/)
 })
 
@@ -68,6 +71,6 @@ t.test('the health checks see a draining gateway leave before its listener close
   t.match(cfg, /^\s*retry-on conn-failure$/m)
   t.match(cfg, /^\s*option redispatch\b/m)
   t.match(cfg, /^\s*http-request disable-l7-retry if METH_POST$/m)
-  t.match(cfg, /bind "\$\{HAPROXY_BIND\}" ssl crt "\$\{HAPROXY_CERT\}" alpn h2,http\/1\.1/)
+  t.match(cfg, /bind "\$\{HAPROXY_HTTPS_BIND\}" ssl crt "\$\{HAPROXY_TLS_CERT\}" alpn h2,http\/1\.1/)
   t.match(cfg, /ssl-min-ver TLSv1\.3/)
 })

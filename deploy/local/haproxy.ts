@@ -6,9 +6,9 @@ import { createConnection } from 'node:net'
 import { waitUntil, type PartSpec } from './parts.js'
 
 export interface HaproxyEnv {
-  HAPROXY_BIND: string
-  HAPROXY_CERT: string
-  HAPROXY_ADMIN_BIND: string
+  HAPROXY_HTTPS_BIND: string
+  HAPROXY_TLS_CERT: string
+  HAPROXY_STATS_BIND: string
   HAPROXY_STATS_SOCKET: string
   GATEWAY_1: string
   GATEWAY_2: string

@@ -32,7 +32,8 @@ export function prometheusConfig (targets: ScrapeTargets, ruleFile: string | und
     `  evaluation_interval: ${intervalS}s`,
     ...(ruleFile === undefined ? [] : ['rule_files:', `  - '${ruleFile}'`]),
     'scrape_configs:',
-    ...job('gateway', targets.gateways),
+    // The job name alerts.yml and the Kubernetes ServiceMonitor use (deploy/prometheus).
+    ...job('portfolio-gateway', targets.gateways),
     ...job('haproxy', [targets.haproxy]),
     ...job('prometheus', [targets.self]),
     ''

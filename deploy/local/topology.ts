@@ -188,9 +188,9 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
 
     log('haproxy')
     const haproxyEnv: HaproxyEnv = {
-      HAPROXY_BIND: host(ports.https),
-      HAPROXY_CERT: certs.haproxyPem,
-      HAPROXY_ADMIN_BIND: host(ports.haproxyAdmin),
+      HAPROXY_HTTPS_BIND: host(ports.https),
+      HAPROXY_TLS_CERT: certs.haproxyPem,
+      HAPROXY_STATS_BIND: host(ports.haproxyAdmin),
       HAPROXY_STATS_SOCKET: join(runDir, 'haproxy.sock'),
       GATEWAY_1: host(ports.gateways[0]!),
       GATEWAY_2: host(ports.gateways[1]!),

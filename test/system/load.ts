@@ -28,6 +28,8 @@ export interface Outcome {
   status: number | string
   key?: string
   portfolioId?: string
+  /** The start of the body of an answer other than 200, to tell whose answer it was (haproxy's, the gateway's). */
+  body?: string
 }
 
 interface Request { method: 'GET' | 'POST', path: string, headers: Record<string, string>, body?: Buffer | string }
@@ -62,7 +64,9 @@ function http2 (origin: string, ca: string): Transport {
   }
   return {
     send: async (req) => await new Promise<Answer>((resolve, reject) => {
-      const stream = open().request({ ':method': req.method, ':path': req.path, ...req.headers })
+      // A length, as phones send with a known body; without it haproxy would forward the body chunked.
+      const length = req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }
+      const stream = open().request({ ':method': req.method, ':path': req.path, ...req.headers, ...length })
       stream.setTimeout(TIMEOUT_MS, () => stream.close(constants.NGHTTP2_CANCEL))
       let status = 0
       let body = ''
@@ -111,6 +115,7 @@ export class Load {
       const answer = await t.send(req)
       outcome = { op, proto, user, start, end: performance.now(), status: answer.status }
       if (op === 'create' && answer.status === 200) outcome.portfolioId = (JSON.parse(answer.body) as { portfolio_id: string }).portfolio_id
+      if (answer.status !== 200) outcome.body = answer.body.slice(0, 160)
     } catch (err) {
       outcome = { op, proto, user, start, end: performance.now(), status: (err as NodeJS.ErrnoException).code ?? 'error' }
     }
@@ -163,6 +168,7 @@ export class Load {
 
   /** Stop sending new requests; creates still retrying get `graceMs` to finish. */
   async stop (graceMs = 20_000): Promise<void> {
+    if (this.stopping) return
     this.stopping = true
     this.giveUpAt = performance.now() + graceMs
     await Promise.all(this.workers)
