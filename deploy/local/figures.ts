@@ -24,6 +24,8 @@ export interface Figures {
   failed: number
   /** ms */
   meanLatency: number
+  /** What the failures were: "5xx x12", "503 x3", "errors x2". */
+  failures: string
 }
 
 export interface FigureOptions {
@@ -33,18 +35,20 @@ export interface FigureOptions {
   durationS: number
 }
 
-const DEFAULTS: FigureOptions = { connections: 16, streams: 8, durationS: 10 }
+const DEFAULTS: FigureOptions = { connections: 4, streams: 8, durationS: 10 }
 
 /** h2load's summary lines: "finished in 10.00s, 5000.10 req/s", "requests: ... 123 succeeded, 0 failed", "time for request: min max mean". */
 export function parseH2load (out: string): Omit<Figures, 'client'> {
   const rate = /finished in [\d.]+\w*, ([\d.]+) req\/s/.exec(out)
-  const requests = /requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed/.exec(out)
+  // "failed" counts HTTP-level failures (4xx, 5xx) too; "errored" and "timeout" got no answer.
+  const requests = /requests: \d+ total, \d+ started, \d+ done, \d+ succeeded, (\d+) failed, (\d+) errored, (\d+) timeout/.exec(out)
   const status = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(out)
   const time = /time for request:\s+(\S+)\s+(\S+)\s+(\S+)/.exec(out)
   if (rate === null || requests === null || status === null || time === null) throw new Error(`h2load's output was not understood:\n${out}`)
   const ms = (v: string): number => v.endsWith('us') ? Number(v.slice(0, -2)) / 1000 : v.endsWith('ms') ? Number(v.slice(0, -2)) : Number(v.slice(0, -1)) * 1000
-  const ok = Number(status[1])
-  return { requestsPerSecond: Number(rate[1]), ok, failed: Number(requests[1]) + Number(requests[2]) - ok, meanLatency: ms(time[3]!) }
+  const noAnswer = Number(requests[1]) - Number(status[3]) - Number(status[4])
+  const failures = [['4xx', status[3]], ['5xx', status[4]], ['no answer', noAnswer]].filter(([, n]) => Number(n) > 0).map(([what, n]) => `${String(what)} x${String(n)}`).join(', ')
+  return { requestsPerSecond: Number(rate[1]), ok: Number(status[1]), failed: Number(requests[1]), meanLatency: ms(time[3]!), failures }
 }
 
 export async function h2loadFigures (info: TopologyInfo, token: string, o: FigureOptions): Promise<Figures> {
@@ -64,7 +68,9 @@ export async function autocannonFigures (info: TopologyInfo, token: string, o: F
     requestsPerSecond: result.requests.average,
     ok: result['2xx'],
     failed: result.non2xx + result.errors + result.timeouts,
-    meanLatency: result.latency.mean
+    meanLatency: result.latency.mean,
+    failures: [...Object.entries(result.statusCodeStats).filter(([code]) => code !== '200').map(([code, { count }]) => `${code} x${count}`),
+      ...(result.errors > 0 ? [`errors x${result.errors}`] : []), ...(result.timeouts > 0 ? [`timeouts x${result.timeouts}`] : [])].join(', ')
   }
 }
 
@@ -73,8 +79,8 @@ export async function runFigures (info: TopologyInfo, print: (line: string) => v
   const token = mintToken(readFileSync(info.secretFile, 'utf8').trim(), 'bench')
   print(`GET /api/portfolio/ping through haproxy at ${info.url}, ${o.durationS} s each, one after the other`)
   const figures = [await h2loadFigures(info, token, o), await autocannonFigures(info, token, o)]
-  print('| client | req/s | 2xx | failed | mean latency |')
-  print('|---|---:|---:|---:|---:|')
-  for (const f of figures) print(`| ${f.client} | ${Math.round(f.requestsPerSecond)} | ${f.ok} | ${f.failed} | ${f.meanLatency.toFixed(2)} ms |`)
+  print('| client | req/s | 2xx | failed | mean latency | failures |')
+  print('|---|---:|---:|---:|---:|---|')
+  for (const f of figures) print(`| ${f.client} | ${Math.round(f.requestsPerSecond)} | ${f.ok} | ${f.failed} | ${f.meanLatency.toFixed(2)} ms | ${f.failures || '-'} |`)
   return figures
 }

@@ -46,7 +46,7 @@ export async function gatewayStates (socketPath: string): Promise<Record<string,
   return states
 }
 
-export async function waitGatewaysUp (socketPath: string, names?: string[], timeoutMs = 20_000): Promise<void> {
+export async function waitGatewaysUp (socketPath: string, names?: string[], timeoutMs = 60_000): Promise<void> {
   await waitUntil(`haproxy seeing ${names?.join(', ') ?? 'every gateway'} UP`, async () => {
     const states = await gatewayStates(socketPath)
     const wanted = names ?? Object.keys(states)

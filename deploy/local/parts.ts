@@ -34,8 +34,12 @@ export interface Part {
 
 const POLL_MS = 100
 
-/** `check` until it returns true, every 100 ms, up to `timeoutMs`; the error names what was awaited. */
-export async function waitUntil (what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+/**
+ * `check` until it returns true, every 100 ms, up to `timeoutMs`; the error names what was awaited.
+ * The default is generous: a Node process takes a second to start on an idle machine, but well over
+ * twenty on a shared 2-core runner under load.
+ */
+export async function waitUntil (what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   for (;;) {

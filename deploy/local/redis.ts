@@ -93,3 +93,15 @@ export async function agreedPrimary (ports: number[]): Promise<number | undefine
   const role = await redisCall(port, 'ROLE').catch(() => undefined) as unknown[] | undefined
   return role?.[0] === 'master' ? port : undefined
 }
+
+/** How many keys match `pattern` (SCAN, never KEYS: the store may be serving). */
+export async function countKeys (port: number, pattern: string): Promise<number> {
+  let cursor = '0'
+  let count = 0
+  do {
+    const [next, keys] = await redisCall(port, 'SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000) as [string, string[]]
+    cursor = next
+    count += keys.length
+  } while (cursor !== '0')
+  return count
+}

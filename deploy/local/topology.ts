@@ -181,9 +181,7 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
       REDIS_SENTINEL_NAME: SENTINEL_NAME,
       // haproxy connects from loopback: its X-Forwarded-For is the one to believe (DECISIONS 27).
       TRUST_PROXY: '127.0.0.1',
-      ...opts.gatewayEnv,
-      // TEMPORARY until the cluster and store branches land: one engine, the primary by URL.
-      ...(process.env['DEPLOY_LOCAL_COMPAT'] === '1' ? { UPSTREAM_URL: `http://${host(ports.engines[0]!)}`, REDIS_URL: `redis://${host(ports.redisPrimary)}` } : {})
+      ...opts.gatewayEnv
     }, ports.gateways[i]!))))
 
     log('haproxy')

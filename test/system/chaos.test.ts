@@ -14,17 +14,20 @@ import t from 'tap'
 import { gatewayStates, waitGatewaysUp } from '../../deploy/local/haproxy.js'
 import { httpStatus, waitUntil } from '../../deploy/local/parts.js'
 import { upByTarget } from '../../deploy/local/prometheus.js'
-import { agreedPrimary } from '../../deploy/local/redis.js'
+import { agreedPrimary, countKeys } from '../../deploy/local/redis.js'
 import { ENGINES, GATEWAYS, mintToken, startTopology, statsSocket, type Topology } from '../../deploy/local/topology.js'
 import { ensureBuilt, ROOT } from '../helpers/processes.js'
 import { Load, type Outcome } from './load.js'
 import { costTable, inPhase, type Phase } from './phases.js'
 
-t.setTimeout(180_000)
+// About 100 s on an idle 2-core machine; the guard leaves room for a loaded runner.
+t.setTimeout(240_000)
 
 const TOOLS = ['haproxy', 'redis-server', 'redis-sentinel', 'prometheus', 'openssl']
 const missing = TOOLS.filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore', env: { PATH: `${process.env['PATH'] ?? ''}:/usr/sbin:/sbin` } }).status !== 0)
 const USERS = ['ana', 'ben', 'chloe', 'dev']
+/** How long after an engine's death a gateway may still write on a connection to it (its event loop has not yet seen the FIN). */
+const CLOSE_NOTICED_MS = 250
 
 const statusOf = (o: Outcome): string => `${o.op} ${o.proto} ${String(o.status)}${o.body === undefined ? '' : ` ${o.body}`}`
 
@@ -122,10 +125,14 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
   const rollingFailures = inPhase(outcomes, rolling).filter((o) => o.status !== 200)
   t.same(rollingFailures.map(statusOf), [], 'no request failed through the rolling restart of the gateways')
 
-  // Through the engine kill: only requests that were on an engine when it died, as 502 or 504.
+  // Through the engine kill: only requests that were on the engine when it died, as 502 or 504. That
+  // includes a POST a gateway wrote, in the moment after the kill, on a kept-alive connection to the
+  // dead engine before it had read the connection's end: its bytes left, so it is never sent again
+  // (DECISIONS 24). A GET in that moment is retried on the other engine, so it has no such excuse.
   const killAt = engineKill.marks['kill']!
   const engineFailures = inPhase(outcomes, engineKill).filter((o) => o.status !== 200)
-  const excused = (o: Outcome): boolean => (o.status === 502 || o.status === 504) && o.start <= killAt && o.end >= killAt
+  const excused = (o: Outcome): boolean => (o.status === 502 || o.status === 504) && o.end >= killAt &&
+    (o.start <= killAt || (o.op !== 'ping' && o.start <= killAt + CLOSE_NOTICED_MS))
   t.same(engineFailures.filter((o) => !excused(o)).map((o) => `${statusOf(o)} at +${Math.round(o.start - killAt)} ms`), [],
     'through the engine kill, only requests in flight at the kill failed, as 502 or 504')
 
@@ -144,6 +151,8 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
   }
   t.same([...byKey].filter(([, ids]) => ids.size !== 1).map(([key, ids]) => `${key}: ${[...ids].join(', ') || 'never created'}`), [],
     `each of the ${byKey.size} keyed creates made exactly one portfolio`)
+  // Counted where it matters, at the engines' store (the reference engine's keys: pe:portfolio:{owner}:<id>).
+  t.equal(await countKeys(ports.engineRedis, 'pe:portfolio:*'), byKey.size, 'the engines\' store holds exactly one portfolio per key')
 
   // The end state: everything healthy and in rotation, the sentinels agreed, Prometheus scraping all.
   for (const [i, port] of ports.gateways.entries()) t.equal(await httpStatus(`http://127.0.0.1:${port}/health`), 200, `${GATEWAYS[i]!} /health`)

@@ -162,7 +162,6 @@ export class Load {
       if (id === undefined) throw new Error(`setup: no portfolio for ${user}`)
       this.portfolios.set(user, id)
     }
-    this.outcomes.length = 0 // the setup is not part of the measured load
     for (const user of this.opts.tokens.keys()) this.workers.push(this.worker(user, 'h1'), this.worker(user, 'h2'))
   }
 
