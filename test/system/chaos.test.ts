@@ -20,8 +20,8 @@ import { ensureBuilt, ROOT } from '../helpers/processes.js'
 import { Load, type Outcome } from './load.js'
 import { costTable, inPhase, type Phase } from './phases.js'
 
-// About 100 s on an idle 2-core machine; the guard leaves room for a loaded runner.
-t.setTimeout(240_000)
+// About 100 s on a quiet 2-core machine, near 230 s with a load average of 35; the guard leaves room.
+t.setTimeout(300_000)
 
 const TOOLS = ['haproxy', 'redis-server', 'redis-sentinel', 'prometheus', 'openssl']
 const missing = TOOLS.filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore', env: { PATH: `${process.env['PATH'] ?? ''}:/usr/sbin:/sbin` } }).status !== 0)
@@ -80,7 +80,7 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
     return p
   }
 
-  await phase('steady load', async () => { await sleep(3_000) })
+  const steady = await phase('steady load', async () => { await sleep(3_000) })
 
   const rolling = await phase('rolling restart of 3 gateways', async () => {
     for (const name of GATEWAYS) {
@@ -121,20 +121,21 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
   const outcomes = running.outcomes
   t.comment(costTable(phases, outcomes).join('\n'))
 
-  // Through the gateway restarts: not one failed request.
-  const rollingFailures = inPhase(outcomes, rolling).filter((o) => o.status !== 200)
-  t.same(rollingFailures.map(statusOf), [], 'no request failed through the rolling restart of the gateways')
-
-  // Through the engine kill: only requests that were on the engine when it died, as 502 or 504. That
-  // includes a POST a gateway wrote, in the moment after the kill, on a kept-alive connection to the
-  // dead engine before it had read the connection's end: its bytes left, so it is never sent again
-  // (DECISIONS 24). A GET in that moment is retried on the other engine, so it has no such excuse.
+  // Through the engine kill: only requests that were on the engine when it died, as 502 or 504, in
+  // whichever event they started (one sent just before the kill is one of them). That includes a POST
+  // a gateway wrote, in the moment after the kill, on a kept-alive connection to the dead engine before
+  // it had read the connection's end: its bytes left, so it is never sent again (DECISIONS 24). A GET
+  // in that moment is retried on the other engine, so it has no such excuse.
   const killAt = engineKill.marks['kill']!
-  const engineFailures = inPhase(outcomes, engineKill).filter((o) => o.status !== 200)
   const excused = (o: Outcome): boolean => (o.status === 502 || o.status === 504) && o.end >= killAt &&
     (o.start <= killAt || (o.op !== 'ping' && o.start <= killAt + CLOSE_NOTICED_MS))
-  t.same(engineFailures.filter((o) => !excused(o)).map((o) => `${statusOf(o)} at +${Math.round(o.start - killAt)} ms`), [],
-    'through the engine kill, only requests in flight at the kill failed, as 502 or 504')
+  const unexcused = (p: Phase): string[] => inPhase(outcomes, p).filter((o) => o.status !== 200 && !excused(o))
+    .map((o) => `${statusOf(o)} at ${Math.round(o.start - killAt)} ms from the engine kill`)
+
+  t.same(unexcused(steady), [], 'no request failed under steady load')
+  // Through the gateway restarts: not one failed request.
+  t.same(unexcused(rolling), [], 'no request failed through the rolling restart of the gateways')
+  t.same(unexcused(engineKill), [], 'through the engine kill, only requests in flight at the kill failed, as 502 or 504')
 
   // Through the Redis failover: keyed creates get 200 or 503 (DECISIONS 17), pings never fail (issue 18).
   const duringFailover = inPhase(outcomes, failover)
