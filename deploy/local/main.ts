@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { runFigures } from './figures.js'
 import { stopFromPidFile } from './parts.js'
-import { mintToken, readTopologyInfo, startTopology, STOP_ORDER } from './topology.js'
+import { mintToken, readTopologyInfo, startTopology, STOP_WAVES } from './topology.js'
 
 /** dist/deploy/local/main.js -> the repository. */
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
@@ -41,7 +41,7 @@ try {
 const runDir = resolve(values['run-dir'])
 
 if (values.stop) {
-  const stopped = await stopFromPidFile(runDir, STOP_ORDER)
+  const stopped = await stopFromPidFile(runDir, STOP_WAVES)
   process.stdout.write(stopped.length === 0 ? `nothing running from ${runDir}\n` : `stopped ${stopped.join(', ')}\n`)
   process.exit(0)
 }
@@ -65,7 +65,7 @@ for (const tool of ['haproxy', 'redis-server', 'redis-sentinel', 'prometheus', '
     fail(`${tool} not found: apt-get install haproxy redis-server redis-sentinel prometheus openssl (Debian 12 or later)`)
   }
 }
-if (readTopologyInfo(runDir) !== undefined && await stopFromPidFile(runDir, STOP_ORDER).then((s) => s.length > 0)) {
+if (readTopologyInfo(runDir) !== undefined && await stopFromPidFile(runDir, STOP_WAVES).then((s) => s.length > 0)) {
   process.stdout.write(`stopped what an earlier start left running in ${runDir}\n`)
 }
 

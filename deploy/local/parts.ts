@@ -158,15 +158,20 @@ export class PartSet {
     if (wait) await part.exited
   }
 
-  /** SIGTERM everything, in the given order, then SIGKILL what is left after `graceMs`. */
-  async stopAll (order: string[], graceMs = 12_000): Promise<void> {
-    const names = [...order.filter((n) => this.parts.has(n)), ...[...this.parts.keys()].filter((n) => !order.includes(n))]
-    for (const name of names) await this.signal(name, 'SIGTERM', false)
-    const all = Promise.all(names.map(async (n) => await this.get(n).exited))
-    const timer = sleep(graceMs).then(() => 'timeout' as const)
-    if (await Promise.race([all, timer]) === 'timeout') {
-      for (const name of names) await this.signal(name, 'SIGKILL', false)
-      await all
+  /**
+   * SIGTERM wave after wave: each wave's parts together, the next once they
+   * have exited (or been SIGKILLed after `graceMs`); parts in no wave go last.
+   */
+  async stopAll (waves: string[][], graceMs = 12_000): Promise<void> {
+    const named = waves.flat()
+    for (const wave of [...waves, [...this.parts.keys()].filter((n) => !named.includes(n))]) {
+      const names = wave.filter((n) => this.parts.has(n))
+      for (const name of names) await this.signal(name, 'SIGTERM', false)
+      const all = Promise.all(names.map(async (n) => await this.get(n).exited))
+      if (await Promise.race([all, sleep(graceMs).then(() => 'timeout' as const)]) === 'timeout') {
+        for (const name of names) await this.signal(name, 'SIGKILL', false)
+        await all
+      }
     }
     writeFileSync(this.pidFile, '{}\n')
   }
@@ -185,19 +190,23 @@ export function tail (path: string, lines = 15): string {
 
 /**
  * `--stop` from another shell: the parts were started detached, so only
- * their pids remain. SIGTERM each (gateways and engines drain), wait, then
- * SIGKILL what is still alive.
+ * their pids remain. Wave after wave (as PartSet.stopAll): SIGTERM (gateways
+ * and engines drain), wait, SIGKILL what is still alive after `graceMs`.
  */
-export async function stopFromPidFile (runDir: string, order: string[], graceMs = 15_000): Promise<string[]> {
+export async function stopFromPidFile (runDir: string, waves: string[][], graceMs = 15_000): Promise<string[]> {
   const pidFile = join(runDir, 'pids.json')
   if (!existsSync(pidFile)) return []
   const pids = JSON.parse(readFileSync(pidFile, 'utf8')) as Record<string, number>
-  const names = [...order.filter((n) => n in pids), ...Object.keys(pids).filter((n) => !order.includes(n))]
-  const alive = names.filter((n) => isAlive(pids[n]!))
-  for (const name of alive) process.kill(pids[name]!, 'SIGTERM')
-  const deadline = Date.now() + graceMs
-  while (alive.some((n) => isAlive(pids[n]!)) && Date.now() < deadline) await sleep(POLL_MS)
-  for (const name of alive) if (isAlive(pids[name]!)) process.kill(pids[name]!, 'SIGKILL')
+  const named = waves.flat()
+  const stopped: string[] = []
+  for (const wave of [...waves, Object.keys(pids).filter((n) => !named.includes(n))]) {
+    const alive = wave.filter((n) => n in pids && isAlive(pids[n]!))
+    for (const name of alive) process.kill(pids[name]!, 'SIGTERM')
+    const deadline = Date.now() + graceMs
+    while (alive.some((n) => isAlive(pids[n]!)) && Date.now() < deadline) await sleep(POLL_MS)
+    for (const name of alive) if (isAlive(pids[name]!)) process.kill(pids[name]!, 'SIGKILL')
+    stopped.push(...alive)
+  }
   writeFileSync(pidFile, '{}\n')
-  return alive
+  return stopped
 }

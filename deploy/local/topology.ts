@@ -26,8 +26,13 @@ import { makeCertificates } from './tls.js'
 export const GATEWAYS = ['gateway-1', 'gateway-2', 'gateway-3'] as const
 export const ENGINES = ['engine-1', 'engine-2'] as const
 export const SENTINELS = ['sentinel-1', 'sentinel-2', 'sentinel-3'] as const
-/** SIGTERM order for a stop: the balancer first, so nothing new arrives; the stores last. */
-export const STOP_ORDER = ['haproxy', ...GATEWAYS, ...ENGINES, 'prometheus', ...SENTINELS, 'redis-replica', 'redis-primary', 'engine-redis']
+/**
+ * How a stop goes: the balancer first, so nothing new arrives; then the
+ * gateways and engines drain together (an engine serves through its notice
+ * what a draining gateway still sends); the sentinels before the servers
+ * they watch, so they start no failover; the stores last.
+ */
+export const STOP_WAVES = [['haproxy'], [...GATEWAYS, ...ENGINES, 'prometheus'], [...SENTINELS], ['redis-replica', 'redis-primary', 'engine-redis']]
 
 export interface Ports {
   https: number
@@ -145,7 +150,7 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
     parts,
     jwtSecret,
     restart: async (name) => { await parts.restart(name) },
-    stop: async () => await parts.stopAll(STOP_ORDER)
+    stop: async () => await parts.stopAll(STOP_WAVES)
   }
   try {
     log('redis: the engines\' store, the gateways\' primary and replica')
