@@ -153,7 +153,7 @@ t.test('haproxy -c accepts the shared config with the values compose gives it', 
   const made = run('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', key, '-out', cert])
   t.equal(made.status, 0, made.output)
   writeFileSync(join(dir, 'gateway.pem'), readFileSync(cert, 'utf8') + readFileSync(key, 'utf8'))
-  const env = { ...services['haproxy']?.environment, HAPROXY_CERT: join(dir, 'gateway.pem'), HAPROXY_STATS_SOCKET: join(dir, 'admin.sock') }
+  const env = { ...services['haproxy']?.environment, HAPROXY_TLS_CERT: join(dir, 'gateway.pem'), HAPROXY_STATS_SOCKET: join(dir, 'admin.sock') }
   const checked = spawnSync('haproxy', ['-c', '-f', cfg], { env: { PATH: process.env['PATH'] ?? '', ...env }, encoding: 'utf8', timeout: 30_000 })
   t.equal(checked.status, 0, checked.stdout + checked.stderr)
   t.match(checked.stdout + checked.stderr, 'Configuration file is valid')

@@ -76,7 +76,8 @@ function load (url: string, workers: number, kinds: readonly string[] = ['ping',
 }
 
 const failed = (outcomes: Outcome[]): Outcome[] => outcomes.filter((o) => o.status !== 200)
-const GATEWAY: BuildOptions = { env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '3000' } }
+// One user sends every create of the load: not a test of the per-user upload cap (DECISIONS 23).
+const GATEWAY: BuildOptions = { env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '3000', UPLOAD_MAX_PER_USER: '1000' } }
 
 t.test('rolling restart: each engine drains (SIGTERM), restarts and rejoins; no client request fails', async (t) => {
   const ports = [await freePort(), await freePort()]

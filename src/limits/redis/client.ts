@@ -14,8 +14,14 @@
  *   commands of a dropped connection fail then, not resent after reconnecting;
  * - reconnection forever in the background: 50 ms, 100 ms, ... capped at 1 s.
  *
- * Sentinel: ioredis asks the Sentinels for the master, checks its role on
- * connect, and (failoverDetector) drops the connection on `+switch-master`.
+ * Sentinel: ioredis asks the Sentinels for the master and checks its role on
+ * connect. A dead master's connection fails (closed, or socketTimeout when it
+ * hangs) and the reconnect asks the Sentinels again; a master demoted while
+ * alive answers writes with READONLY, which reconnects too. ioredis's
+ * failoverDetector is off: its subscription, left over from the old
+ * connection, could end a reconnect already under way on `+switch-master`,
+ * and a client that has ended never reconnects (seen in
+ * test/redis-sentinel.test.ts, about 4 runs in 10 on a loaded machine).
  * Cluster: ioredis follows MOVED and ASK, refreshing its slot map. The
  * Cluster client has no offline queue; its per-node connections always have
  * one (ioredis forces `enableOfflineQueue: true` there, and its types refuse
@@ -90,8 +96,9 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         ...(config.sentinelPassword === undefined ? {} : { sentinelPassword: config.sentinelPassword }),
         sentinelCommandTimeout: CONNECT_TIMEOUT_MS,
         sentinelRetryStrategy: backoff,
-        // Subscribe to +switch-master: leave the old master the moment Sentinel announces the new one.
-        failoverDetector: true,
+        failoverDetector: false,
+        // A master demoted to replica while alive: reconnect (and ask the Sentinels), never resend.
+        reconnectOnError: (err) => err.message.startsWith('READONLY'),
         enableOfflineQueue: false,
         retryStrategy: backoff,
         enableAutoPipelining: true,
