@@ -124,6 +124,25 @@ t.test("update: the engine's structured error is stored; the gateway's own 502 i
   t.equal((await updateWith(url, validUpdate(), 'k-400')).status, 200)
 })
 
+t.test("update: the engine's 503 goes out and is not stored: the retry reaches the engine", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(() => stub.close())
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const unavailable = { success: false, error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'portfolio store unavailable, retry later', function: 'updatePortfolio' } }
+  stub.handle((_req, res) => json(res, 503, unavailable))
+  const first = await updateWith(url, validUpdate(), 'k-503')
+  t.equal(first.status, 503)
+  t.same(first.json, unavailable, "the engine's own structured 503, unchanged")
+  stub.handle(contractHandler)
+  const retry = await updateWith(url, validUpdate(), 'k-503')
+  t.equal(retry.status, 200, 'the retry reached the engine')
+  t.equal(retry.headers['idempotent-replayed'], undefined)
+  t.equal(stub.requests.length, 2)
+  const replay = await updateWith(url, validUpdate(), 'k-503')
+  t.equal(replay.headers['idempotent-replayed'], 'true', 'the 200 is the stored answer')
+  t.equal(stub.requests.length, 2)
+})
+
 t.test('update: the same key while the first is in flight is 409', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())

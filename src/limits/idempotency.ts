@@ -101,7 +101,11 @@ export class Idempotency {
     }
     try {
       const answer = await route.call()
-      await begun.claim.complete(route.fingerprint(), answer)
+      // An engine 503 means "not done, retry later" (its store is down, it is
+      // draining): stored, it would be replayed for IDEMPOTENCY_TTL_S to a
+      // client told to retry. It goes out; the key is free for the retry.
+      if (answer.status === 503) await begun.claim.release()
+      else await begun.claim.complete(route.fingerprint(), answer)
       return answer
     } catch (err) {
       await begun.claim.release()
