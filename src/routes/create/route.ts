@@ -146,4 +146,9 @@ function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): vo
     upload.cutOff(validationError(BODY_TOO_LARGE))
   }
   raw.on('data', count)
+  // A 'data' listener starts the body flowing, but the form parser is piped
+  // only once the engine call begins, after the Idempotency-Key claim (a round
+  // trip to Redis): bytes that flowed before it would be lost. Paused, they
+  // wait; the parser's pipe resumes the stream, and both then see every chunk.
+  raw.pause()
 }
