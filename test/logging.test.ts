@@ -39,3 +39,20 @@ t.test('a 5xx is logged at error with its cause; the client gets no internals', 
   t.equal(lines.filter((l) => l.msg === 'request').length, 0, 'no access lines at warn')
   t.match(lines, [{ level: 50, reqId: 'r-502', code: 'UPSTREAM_UNAVAILABLE', err: { code: 'ECONNREFUSED' }, msg: 'portfolio engine unavailable' }])
 })
+
+t.test("the gateway's own 503 is one warn line without a stack", async (t) => {
+  const log = capture()
+  const { app } = await build(t, { upstreamUrl: 'http://127.0.0.1:9', env: { REDIS_URL: 'redis://127.0.0.1:9' }, logger: { level: 'warn', stream: log.stream } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/portfolio/update',
+    headers: { ...bearer(), 'content-type': 'application/json', 'idempotency-key': 'k-1', 'x-request-id': 'r-503' },
+    payload: JSON.stringify({ portfolio_id: 'p-1', target_positions: [{ mint: 'So11111111111111111111111111111111111111112', allocation: 1 }] })
+  })
+  t.equal(res.statusCode, 503)
+  t.same(res.json(), { error: 'idempotency store unavailable, retry later' })
+  const refused = log.lines().filter((l) => l.reqId === 'r-503' && l.msg === 'request refused, retry later')
+  t.match(refused, [{ level: 40, code: 'IDEMPOTENCY_STORE_UNAVAILABLE', reason: 'idempotency store unavailable, retry later' }])
+  t.same(log.lines().filter((l) => ((l.err as { stack?: string } | undefined)?.stack ?? '') !== '').map((l) => l.msg), [], 'no stack trace logged')
+  t.equal(log.lines().filter((l) => l.level === 50).length, 0, 'nothing at error level')
+})

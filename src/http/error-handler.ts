@@ -29,7 +29,13 @@ export function toGatewayError (err: FastifyError | Error, request?: FastifyRequ
 export function installErrorHandling (app: FastifyInstance): void {
   app.setErrorHandler(function handleError (err: FastifyError, request: FastifyRequest, reply: FastifyReply) {
     const failure = toGatewayError(err, request)
-    if (failure.statusCode >= 500) {
+    if (failure.statusCode === 503) {
+      // The gateway's own 503s (store down, overloaded, identity provider down,
+      // uploads busy) are capacity signals: their cause is logged where the
+      // state changes, and counted. A stack per refused request would bury the
+      // 3 a.m. reader in hundreds of identical traces during a Redis failover.
+      request.log.warn({ code: failure.code, reason: failure.message }, 'request refused, retry later')
+    } else if (failure.statusCode >= 500) {
       request.log.error({ err: failure.cause ?? err, code: failure.code }, failure.message)
     } else {
       request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
