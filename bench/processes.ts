@@ -310,22 +310,7 @@ export async function startRedis (): Promise<Server> {
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-redis-'))
   scratch.add(dir)
-  const launched = launch(REDIS_BINARY, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], process.env, 'pipe')
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`redis-server not ready after 10 s:\n${launched.tail()}`)), 10_000)
-    let seen = ''
-    launched.child.stdout?.on('data', (chunk: Buffer) => {
-      seen += chunk.toString('utf8')
-      if (seen.includes('Ready to accept connections')) {
-        clearTimeout(timer)
-        resolve()
-      }
-    })
-    launched.child.once('exit', () => {
-      clearTimeout(timer)
-      reject(exitedError('redis-server', launched))
-    })
-  })
+  const launched = await launchRedisNode(['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir])
   return {
     name: 'redis',
     url: `redis://127.0.0.1:${port}`,

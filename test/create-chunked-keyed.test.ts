@@ -5,6 +5,7 @@
  * test/redis-cluster.test.ts: the form lost its first part, 400 "name is required").
  */
 import { readFileSync } from 'node:fs'
+import { Readable } from 'node:stream'
 import t from 'tap'
 import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
@@ -42,7 +43,7 @@ if (requireRedis(t)) {
       const res = await request(`${url}/api/portfolio/create`, {
         method: 'POST',
         headers: { ...bearer(), 'content-type': form.contentType, 'idempotency-key': `chunked-${split}` },
-        body: body()
+        body: Readable.from(body())
       })
       const answer = await res.body.json() as Record<string, unknown>
       t.equal(res.statusCode, 200, `split at ${split}: ${JSON.stringify(answer)}`)
