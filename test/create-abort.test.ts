@@ -15,22 +15,11 @@ import { PNG_IMAGE } from '../fixtures/images.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build } from './helpers/app.js'
 import { eventually } from './helpers/engine.js'
-import { multipartBody, type MultipartPart } from './helpers/multipart.js'
+import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image, multipartBody, pngOfSize as bigPng, type MultipartPart } from './helpers/multipart.js'
 
 const PNG = readFileSync(PNG_IMAGE)
 const KiB = 1024
 const MiB = 1024 * KiB
-const BASE: MultipartPart[] = [{ name: 'name', value: 'Blue chips' }, { name: 'type', value: 'PORTFOLIO' }]
-const image = (data: Buffer): MultipartPart => ({ name: 'image', filename: 'a.png', contentType: 'image/png', data })
-const bigPng = (size: number): Buffer => {
-  const data = Buffer.alloc(size, 0x42)
-  PNG.copy(data, 0, 0, 8)
-  return data
-}
-const err = (message: string): unknown => ({
-  success: false,
-  error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message, function: 'createPortfolio' }
-})
 
 const REFUSED_MID_STREAM: Array<[string, MultipartPart[], string]> = [
   ['a bad field after the image', [BASE[1]!, image(bigPng(256 * KiB)), { name: 'name', value: '' }], 'name must be at least 1 character'],

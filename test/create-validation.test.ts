@@ -14,25 +14,14 @@ import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS } from './helpers/app.js'
-import { multipartBody, type MultipartPart } from './helpers/multipart.js'
+import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image, multipartBody, pngOfSize as bigPng, type MultipartPart } from './helpers/multipart.js'
 
 const PNG = readFileSync(PNG_IMAGE)
 const MiB = 1024 * 1024
 
-const err = (message: string): unknown => ({
-  success: false,
-  error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message, function: 'createPortfolio' }
-})
 
-const image = (data: Buffer, contentType = 'image/png', filename = 'a.png'): MultipartPart => ({ name: 'image', filename, contentType, data })
-const BASE: MultipartPart[] = [{ name: 'name', value: 'Blue chips' }, { name: 'type', value: 'PORTFOLIO' }]
 const without = (name: string): MultipartPart[] => BASE.filter((p) => p.name !== name)
 const withField = (name: string, value: string): MultipartPart[] => [...without(name), { name, value }]
-const bigPng = (size: number): Buffer => {
-  const data = Buffer.alloc(size, 0x42)
-  PNG.copy(data, 0, 0, 8)
-  return data
-}
 
 /** Refused once the engine request has begun: a valid image came before the mistake. */
 const AFTER_IMAGE = new Set(['image of 10 MiB plus one byte', 'two images', 'image first, then a bad name', 'image first, then no name', 'six parts'])

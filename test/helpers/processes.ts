@@ -6,7 +6,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, readdirSync, statSync } from 'node:fs'
-import { createServer, type AddressInfo } from 'node:net'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
@@ -34,15 +33,8 @@ export function ensureBuilt (): void {
   }
 }
 
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  await once(server, 'close')
-  return port
-}
+/** One free loopback port: the deployment recipe's own helper (deploy/local/parts.ts). */
+export { freePort } from '../../deploy/local/parts.js'
 
 export interface Proc {
   proc: ChildProcess
