@@ -7,7 +7,7 @@ import t, { type Test } from 'tap'
 import { MemoryStore } from '../src/limits/memory-store.js'
 import { RedisStore } from '../src/limits/redis-store.js'
 import type { LimitStore } from '../src/limits/store.js'
-import { commandCounts, redisAvailable, REDIS_MISSING, startRedis } from './helpers/redis.js'
+import { commandCounts, redisAvailable, REDIS_MISSING, startRedis, untilStoreAnswers } from './helpers/redis.js'
 
 const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
 
@@ -102,16 +102,7 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
   const redis = await startRedis(t)
   const store = new RedisStore({ redis: redis.url, log: silent as never })
   t.teardown(() => store.close())
-  // No offline queue: commands fail until the background connect is done.
-  for (let i = 0; ; i++) {
-    try {
-      await store.release('warm', 'up', 'o')
-      break
-    } catch (err) {
-      if (i > 200) throw err
-      await after(20)
-    }
-  }
+  await untilStoreAnswers(store)
   await contract(t, store)
 
   // The hits of one turn of the event loop are one script call: one INCRBY per user, each key given its expiry once.
@@ -151,15 +142,7 @@ t.test('redis cluster store (a one-node cluster holding every slot): the same co
   const store = new RedisStore({ redis: { mode: 'cluster', nodes: [{ host: '127.0.0.1', port: redis.port }] }, log: silent as never })
   t.teardown(() => store.close())
   t.ok(store.client.isCluster, 'an ioredis Cluster client')
-  for (let i = 0; ; i++) {
-    try {
-      await store.release('warm', 'up', 'o')
-      break
-    } catch (err) {
-      if (i > 200) throw err
-      await after(20)
-    }
-  }
+  await untilStoreAnswers(store)
   await contract(t, store)
 
   const before = await commandCounts(probe)

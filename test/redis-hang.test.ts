@@ -15,7 +15,7 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { RedisStore } from '../src/limits/redis-store.js'
 import type { Redis } from 'ioredis'
 import { bearer, build, hs256, validUpdate } from './helpers/app.js'
-import { requireRedis, startRedis } from './helpers/redis.js'
+import { requireRedis, startRedis, untilStoreAnswers } from './helpers/redis.js'
 
 const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -102,15 +102,7 @@ if (requireRedis(t)) {
     const redis = await startRedis(t)
     const store = new RedisStore({ redis: redis.url, log: silent as never })
     t.teardown(() => store.close())
-    for (let i = 0; ; i++) {
-      try {
-        await store.release('warm', 'up', 'o')
-        break
-      } catch (err) {
-        if (i > 200) throw err
-        await sleep(20)
-      }
-    }
+    await untilStoreAnswers(store)
     const client = store.client as Redis
     let closed = 0
     client.on('close', () => { closed++ })

@@ -88,3 +88,19 @@ export async function commandCounts (probe: Redis): Promise<Record<string, numbe
   return Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
     .filter(([, name]) => name !== 'info').map(([, name, calls]) => [name, Number(calls)]))
 }
+
+/**
+ * Resolve once `store` answers: it connects in the background and, with no
+ * offline queue, refuses commands until then. At most about 4 s.
+ */
+export async function untilStoreAnswers (store: { release: (subject: string, key: string, owner: string) => Promise<unknown> }): Promise<void> {
+  for (let i = 0; ; i++) {
+    try {
+      await store.release('warm', 'up', 'o')
+      return
+    } catch (err) {
+      if (i > 200) throw err
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
+}
