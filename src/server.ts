@@ -98,7 +98,7 @@ closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
 
 await app.listen({ port: config.port, host: config.host })
 app.log.info({
-  upstream: embedded === undefined ? upstreamUrl : `embedded reference engine at ${upstreamUrl}`,
+  upstream: embedded === undefined ? (config.upstreamUrls ?? [upstreamUrl]).join(',') : `embedded reference engine at ${upstreamUrl}`,
   metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`
 }, 'gateway ready')
 
