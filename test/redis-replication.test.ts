@@ -67,18 +67,26 @@ if (requireRedis(t)) {
     const before = await waits()
     t.equal((await keyed(url)).status, 200)
     t.equal(await waits(), before + 1, 'one WAIT for one stored record')
-    t.equal(await lag('missed'), 0, 'acknowledged: nothing counted')
+    // A starved replica (a loaded 2-core runner) may miss one 100 ms window: a write it acknowledges counts nothing.
+    const missedBy = async (write: () => Promise<{ status: number }>): Promise<{ status: number, counted: number }> => {
+      const from = (await lag('missed')) ?? 0
+      const { status } = await write()
+      return { status, counted: ((await lag('missed')) ?? 0) - from }
+    }
+    const acknowledged = await eventually(async () => await missedBy(async () => await keyed(url)), (r) => r.status === 200 && r.counted === 0)
+    t.equal(acknowledged.counted, 0, 'acknowledged: nothing counted')
     t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
 
     replica.stop()
+    const missedFrom = (await lag('missed')) ?? 0
     const missed = await keyed(url)
     t.equal(missed.status, 200, 'the answer still goes out')
     t.ok(missed.ms >= 100 && missed.ms < 1_000, `after the 100 ms WAIT (${Math.round(missed.ms)} ms)`)
-    t.equal(await lag('missed'), 1, 'the missed acknowledgement is counted')
-    t.match(log.lines().filter((l) => l['msg'] === 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it'), [{ level: 40, ack: 'missed' }], 'and logged')
+    t.equal(await lag('missed'), missedFrom + 1, 'the missed acknowledgement is counted')
+    t.match(log.lines().filter((l) => l['msg'] === 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it').at(-1), { level: 40, ack: 'missed' }, 'and logged')
     replica.cont()
-    t.equal((await keyed(url)).status, 200)
-    t.equal(await lag('missed'), 1, 'acknowledged again once the replica runs')
+    const again = await eventually(async () => await missedBy(async () => await keyed(url)), (r) => r.status === 200 && r.counted === 0)
+    t.equal(again.counted, 0, 'acknowledged again once the replica runs')
 
     // The replica gone: once the check has seen it, no WAIT, and the records count as unreplicated.
     await replica.kill()
