@@ -127,6 +127,56 @@ if (requireRedis(t)) {
     t.ok(client.commandQueue.length < issued / 2, `and the queue is short (${client.commandQueue.length})`)
   })
 
+  t.test('a connection dropped with commands in flight: they fail at once, and the connection that replaces it stays', async (t) => {
+    // What #dropIfHung does to a hung connection, done here to a healthy one
+    // under load. ioredis left the commands in flight to time out 300 ms later
+    // (whose "Command timed out" then looked like a hang of the new
+    // connection), and the dropped socket's socketTimeout timer destroyed the
+    // new connection a second later: after SIGCONT the gateway relapsed into
+    // "Redis down" for seconds (the first test, about 1 run in 3).
+    const redis = await startRedis(t)
+    const store = new RedisStore({ redis: redis.url, log: silent as never })
+    t.teardown(() => store.close())
+    await untilStoreAnswers(store)
+    const client = store.client as Redis
+    const events: string[] = []
+    client.on('close', () => events.push('close'))
+    client.on('ready', () => events.push('ready'))
+    let running = true
+    let afterReady = 0
+    const failures: string[] = []
+    const workers = Array.from({ length: 4 }, async (_, w) => {
+      while (running) {
+        const reconnected = events.includes('ready')
+        try {
+          await store.hit(`u-${w}`, 60_000)
+          if (reconnected) afterReady++
+        } catch (err) {
+          if (reconnected) failures.push((err as Error).message)
+        }
+      }
+    })
+    // Drop it while its commands wait for their answers.
+    while (client.commandQueue.length === 0) await new Promise((resolve) => setImmediate(resolve))
+    const inFlight = (client.commandQueue.peekFront()!.command as unknown as { promise: Promise<unknown> }).promise.then(() => 'answered', (err: Error) => { events.push('in-flight failed'); return err.message })
+    client.stream.destroy()
+    let inFlightOutcome
+    try {
+      inFlightOutcome = await inFlight
+      // Past the dropped socket's socketTimeout (1 s), with hits going on.
+      await new Promise((resolve) => client.once('ready', resolve))
+      await sleep(1_500)
+    } finally {
+      running = false
+      await Promise.all(workers)
+    }
+    t.not(inFlightOutcome, 'Command timed out', `a command in flight fails when its connection closes, not 300 ms later by its timeout (${inFlightOutcome})`)
+    t.ok(events.indexOf('in-flight failed') < events.indexOf('ready'), `before the new connection is ready (${events.slice(0, 3).join(', ')})`)
+    t.same(events.filter((e) => e === 'close'), ['close'], 'the new connection is not closed again')
+    t.same(failures, [], `every hit once it is ready is counted (${afterReady})`)
+    t.ok(afterReady > 0)
+  })
+
   t.test('a claim whose answer was lost in the hang is released once Redis answers: the retry is served, not 409', async (t) => {
     const redis = await startRedis(t)
     const stub = await startStubUpstream()

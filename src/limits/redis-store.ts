@@ -203,16 +203,25 @@ export class RedisStore implements LimitStore {
    */
   #dropIfHung (err: unknown): void {
     if ((err as Error).message !== 'Command timed out' || this.#cluster || this.#hungCheck) return
-    // A timer that fired late (the event loop was busy) is no hang: the answers
-    // may be waiting in the socket. setImmediate runs after the poll phase has
-    // read every socket, so a connection whose oldest command is still the
-    // same then has really received nothing.
+    // The evidence is a connection whose *oldest* command has itself timed
+    // out, not the error alone: the command that timed out may have belonged
+    // to a connection already gone, and the oldest command of a busy, healthy
+    // one is often a fresh command still unanswered one turn later. Dropping
+    // on that dropped good connections, whose commands then timed out in
+    // turn, every 300 ms, after a SIGSTOPped Redis was continued.
+    // A timer that fired late (the event loop was busy) is no hang either: the
+    // answers may be waiting in the socket. setImmediate runs after the poll
+    // phase has read every socket, so a connection whose oldest command is
+    // still the same timed-out one then has really received nothing.
     const clients = [this.#counters, this.#records] as Redis[]
     const oldest = clients.map((redis) => redis.commandQueue.peekFront())
     this.#hungCheck = true
     setImmediate(() => {
       this.#hungCheck = false
-      const silent = clients.some((redis, i) => redis.commandQueue.length > 0 && redis.commandQueue.peekFront() === oldest[i])
+      const silent = clients.some((redis, i) => {
+        const front = redis.commandQueue.peekFront()
+        return front !== undefined && front === oldest[i] && timedOut(front.command)
+      })
       // Both connections go to the same server: both are dropped.
       if (silent) for (const redis of clients) if (redis.status === 'ready') redis.stream.destroy()
       // Only slow: the connection stays, so no 'ready' will come to release
@@ -240,6 +249,18 @@ export class RedisStore implements LimitStore {
 /** The pending record of `owner`'s claim: the exact string the compare-and-set scripts compare. */
 function pendingRecord (owner: string): string {
   return JSON.stringify({ state: 'pending', owner })
+}
+
+/**
+ * A queued command that its commandTimeout has rejected: ioredis clears the
+ * timer when a command settles, and an answered command leaves the queue, so
+ * a command still queued without its timer has waited that long for nothing.
+ * (ioredis 5 internals; were the field ever renamed, every command would
+ * count as timed out, which is the check as it was before: still a drop only
+ * when the oldest command stays unanswered.)
+ */
+function timedOut (command: object): boolean {
+  return (command as { _commandTimeoutTimer?: unknown })._commandTimeoutTimer === undefined
 }
 
 /** A command that failed after it was written: Redis may have run it. */

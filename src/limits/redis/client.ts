@@ -11,8 +11,19 @@
  *   destroyed, its queued commands fail, and the client reconnects, so
  *   nothing piles up behind a hung server;
  * - no offline queue: while not connected a command fails at once, and the
- *   commands of a dropped connection fail then, not resent after reconnecting;
- * - reconnection forever in the background: 50 ms, 100 ms, ... capped at 1 s.
+ *   commands of a dropped connection fail then, not resent after reconnecting
+ *   (maxRetriesPerRequest 0: with 1, ioredis fails them only at every second
+ *   close, and left them to their commandTimeout 300 ms later, where their
+ *   "Command timed out" was taken for a hang of the next connection);
+ * - reconnection forever in the background: 50 ms, 100 ms, ... capped at 1 s;
+ * - the socketTimeout timer of a closed connection is cleared: ioredis keeps
+ *   one timer per client, not per socket, and when it fires it destroys the
+ *   socket the client has *then* (ioredis issue 2147, fixed upstream by PR
+ *   2148, not in 5.11). A connection dropped with commands in flight thus
+ *   killed its healthy successor up to a second later, whose own commands
+ *   then timed out, and so on: after a SIGSTOPped Redis was continued, the
+ *   gateway fell back to "Redis down" for seconds at a time
+ *   (test/redis-hang.test.ts).
  *
  * Sentinel: ioredis asks the Sentinels for the master and checks its role on
  * connect. A dead master's connection fails (closed, or socketTimeout when it
@@ -58,10 +69,11 @@ function connectionOptions (opts: RedisClientOptions): RedisOptions {
     socketTimeout: opts.socketTimeoutMs ?? 1_000,
     // Detects a peer whose machine is gone (its kernel does not answer).
     keepAlive: 10_000,
-    maxRetriesPerRequest: 1,
-    // A command whose connection dropped fails at once; it is not sent again
-    // after the reconnect, where it would run long after its caller gave up
-    // (a claim nobody holds, a hit counted twice).
+    // A command whose connection dropped fails at once (ioredis flushes the
+    // queue at each close where retryAttempts % (this + 1) is 0: 0 means every
+    // close); it is not sent again after the reconnect, where it would run
+    // long after its caller gave up (a claim nobody holds, a hit counted twice).
+    maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     enableReadyCheck: true,
     ...(opts.connectionName === undefined ? {} : { connectionName: opts.connectionName })
@@ -78,16 +90,16 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
   const auth = config.mode === 'single' ? {} : { ...(config.username === undefined ? {} : { username: config.username }), ...(config.password === undefined ? {} : { password: config.password }) }
   switch (config.mode) {
     case 'single':
-      return new Redis(config.url, {
+      return clearingSocketTimeout(new Redis(config.url, {
         ...connection,
         enableOfflineQueue: false,
         retryStrategy: backoff,
         // Commands of one turn of the event loop go out in one write.
         enableAutoPipelining: true,
         ...(tls === undefined ? {} : { tls })
-      })
+      }))
     case 'sentinel':
-      return new Redis({
+      return clearingSocketTimeout(new Redis({
         ...connection,
         ...auth,
         sentinels: config.sentinels.map(({ host, port }) => ({ host, port })),
@@ -103,7 +115,7 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         retryStrategy: backoff,
         enableAutoPipelining: true,
         ...(tls === undefined ? {} : { tls, sentinelTLS: tls, enableTLSForSentinelMode: true })
-      })
+      }))
     case 'cluster': {
       const options: ClusterOptions = {
         enableOfflineQueue: false,
@@ -128,4 +140,22 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
       return new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options)
     }
   }
+}
+
+/**
+ * Clear the socketTimeout timer when a connection closes (ioredis issue 2147):
+ * left running, it would destroy the connection that replaces this one. The
+ * next command arms a new timer on the new socket. A cluster's node
+ * connections need none of this: a lost node's connection is never
+ * reconnected, so its stale timer can only destroy its own dead socket.
+ * ('close' is emitted on the next tick after the socket closed; the
+ * reconnect waits at least 50 ms, so the timer is gone before a new socket.)
+ */
+function clearingSocketTimeout (redis: Redis): Redis {
+  const internals = redis as unknown as { socketTimeoutTimer?: NodeJS.Timeout }
+  redis.on('close', () => {
+    clearTimeout(internals.socketTimeoutTimer)
+    internals.socketTimeoutTimer = undefined
+  })
+  return redis
 }
