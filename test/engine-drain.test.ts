@@ -9,7 +9,7 @@ import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { Readable } from 'node:stream'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { Agent, Client, request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
 import { USER, startEngine } from './helpers/engine.js'
@@ -54,6 +54,22 @@ function slowCreate () {
   return { body: Readable.from(chunks()), length: body.length, contentType, release }
 }
 
+
+/** A create the engine has begun to receive, whose upload waits for `slow.release()`. */
+async function createInFlight (t: Test, engine: { url: string, waitFor: (pattern: RegExp) => Promise<unknown> }): Promise<{ slow: ReturnType<typeof slowCreate>, created: ReturnType<Client['request']> }> {
+  const slow = slowCreate()
+  const uploader = new Client(engine.url)
+  t.teardown(() => uploader.destroy())
+  const created = uploader.request({
+    method: 'POST',
+    path: '/api/portfolio/create',
+    headers: { 'x-user-id': USER, 'content-type': slow.contentType, 'content-length': String(slow.length) },
+    body: slow.body
+  })
+  await engine.waitFor(/"url":"\/api\/portfolio\/create"/)
+  return { slow, created }
+}
+
 t.test('SIGTERM: /health 500 and connection: close for the notice, then no new connections, in-flight requests finish, exit 0', async (t) => {
   const engine = await startEngineProcess(t, { ENGINE_DRAIN_NOTICE_MS: '4000' })
   t.match(engine.out(), /"drainNoticeMs":4000/, 'the override is read')
@@ -67,16 +83,7 @@ t.test('SIGTERM: /health 500 and connection: close for the notice, then no new c
   await before.body.dump()
 
   // A create whose upload is still arriving when the signal comes.
-  const slow = slowCreate()
-  const uploader = new Client(engine.url)
-  t.teardown(() => uploader.destroy())
-  const created = uploader.request({
-    method: 'POST',
-    path: '/api/portfolio/create',
-    headers: { 'x-user-id': USER, 'content-type': slow.contentType, 'content-length': String(slow.length) },
-    body: slow.body
-  })
-  await engine.waitFor(/"url":"\/api\/portfolio\/create"/)
+  const { slow, created } = await createInFlight(t, engine)
 
   engine.proc.kill('SIGTERM')
   await engine.waitFor(/draining/)
@@ -113,16 +120,7 @@ t.test('SIGTERM: /health 500 and connection: close for the notice, then no new c
 t.test('without a notice (development) SIGTERM still lets a request in flight finish, then exits 0', async (t) => {
   const engine = await startEngineProcess(t, { NODE_ENV: 'development' })
   t.match(engine.out(), /"drainNoticeMs":0/, 'development default: no notice')
-  const slow = slowCreate()
-  const uploader = new Client(engine.url)
-  t.teardown(() => uploader.destroy())
-  const created = uploader.request({
-    method: 'POST',
-    path: '/api/portfolio/create',
-    headers: { 'x-user-id': USER, 'content-type': slow.contentType, 'content-length': String(slow.length) },
-    body: slow.body
-  })
-  await engine.waitFor(/"url":"\/api\/portfolio\/create"/)
+  const { slow, created } = await createInFlight(t, engine)
   engine.proc.kill('SIGTERM')
   await engine.waitFor(/stopped accepting connections/)
   t.equal(await tryConnect(engine.port), 'ECONNREFUSED')
