@@ -459,6 +459,9 @@ export async function cpuSeconds (pids: number[]): Promise<CpuTime> {
  */
 export const BARE_GATEWAY_ENV: Readonly<Record<string, string>> = Object.freeze({
   RATE_LIMIT_PER_MINUTE: '0',
+  // The create scenarios are one user on 50 connections: the per-user upload cap
+  // (DECISIONS 23) is a fairness limit, set out of reach like the rate limit.
+  UPLOAD_MAX_PER_USER: '1000',
   METRICS_PORT: '0',
   SHED_EVENT_LOOP_DELAY_MS: '0'
 })
