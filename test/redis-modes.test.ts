@@ -79,4 +79,44 @@ if (requireRedis(t)) {
     t.match(await onReplica.info('replication'), /^role:master/m, 'on the promoted replica')
     t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
   })
+
+  t.test('Cluster with a replica: records wait for it; a replica promoted is followed and counted', async (t) => {
+    const dirs = [0, 1].map(() => mkdtempSync(join(tmpdir(), 'redis-cluster-')))
+    t.teardown(() => { for (const dir of dirs) rmSync(dir, { recursive: true, force: true }) })
+    // Announced at 127.0.0.1: a node alone reports its address as '' in CLUSTER SLOTS.
+    const [a, b] = await Promise.all(dirs.map(async (dir) => await startRedis(t, { args: ['--cluster-enabled', 'yes', '--dir', dir, '--cluster-announce-ip', '127.0.0.1'] })))
+    const probeA = new Redis(a!.url)
+    const probeB = new Redis(b!.url)
+    t.teardown(() => { probeA.disconnect(); probeB.disconnect() })
+    await probeA.cluster('ADDSLOTSRANGE', 0, 16383)
+    const idA = await probeA.cluster('MYID') as string
+    await probeB.cluster('MEET', '127.0.0.1', a!.port)
+    await eventually(async () => await probeB.cluster('NODES') as string, (nodes) => new RegExp(`^${idA} \\S+ master - `, 'm').test(nodes))
+    await probeB.cluster('REPLICATE', idA)
+    await eventually(async () => await probeA.info('replication'), (info) => /^slave0:.*state=online/m.test(info))
+    await eventually(async () => await probeB.cluster('INFO') as string, (info) => /cluster_state:ok/.test(info))
+
+    const stub = await startStubUpstream()
+    t.teardown(() => stub.close())
+    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_CLUSTER_NODES: `127.0.0.1:${a!.port}`, RATE_LIMIT_PER_MINUTE: '1000' } })
+    let n = 0
+    const keyed = async (): Promise<number> => {
+      const res = await request(`${url}/api/portfolio/update`, { method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(hs256()), 'content-type': 'application/json', 'idempotency-key': `c-${n++}` } })
+      await res.body.dump()
+      return res.statusCode
+    }
+    const waitsAt = async (probe: Redis): Promise<number> => Number(/^cmdstat_wait:calls=(\d+)/m.exec(await probe.info('commandstats'))?.[1] ?? 0)
+    t.equal(await eventually(keyed, (s) => s === 200), 200, 'connected to the cluster')
+    t.ok(await eventually(async () => { await keyed(); return await waitsAt(probeA) }, (w) => w > 0) > 0, 'a stored record waits for the primary\'s replica (WAIT on its node)')
+    t.equal(await metricOf(app.metrics, 'gateway_redis_replication_lag_total', { reason: 'missed' }), 0)
+    t.equal(await metricOf(app.metrics, 'gateway_redis_failovers_total'), 0)
+
+    t.equal(await probeB.cluster('FAILOVER'), 'OK', 'manual failover: the replica takes over')
+    await eventually(async () => await probeB.info('replication'), (info) => /^role:master/m.test(info))
+    // The next write meets MOVED at the old primary, or the 5 s slot refresh comes first: either refreshes the map.
+    t.equal(await eventually(async () => { await keyed(); return await metricOf(app.metrics, 'gateway_redis_failovers_total') }, (v) => v === 1), 1, 'the promotion is counted')
+    t.equal(await eventually(keyed, (s) => s === 200), 200, 'keyed requests are stored on the new primary')
+    t.ok((await probeB.keys('pgw:idem:{alice}:*')).length > 0)
+    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+  })
 }

@@ -103,7 +103,7 @@ export class GatewayMetrics {
 
   readonly redisFailovers = new Counter({
     name: 'gateway_redis_failovers_total',
-    help: 'Redis role changes seen: the master reached at another address (Sentinel), or a cluster replica become a master',
+    help: 'Redis role changes seen: the master reached at another address (Sentinel), or a cluster master replaced by another node',
     registers: [this.registry]
   })
 

@@ -5,6 +5,9 @@
  * tests skip with one line, except under CI=true, where that is a failure.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { once } from 'node:events'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
@@ -44,10 +47,13 @@ export interface RedisStartOptions {
 
 export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promise<RedisServer> {
   const port = await freePort()
+  // Its own directory: a replica writes the RDB it receives there (not into the working tree).
+  const dir = mkdtempSync(join(tmpdir(), 'redis-test-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   let proc: ChildProcess | undefined
 
   async function launch (): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...(opts.args ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...(opts.args ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] })
     proc = child
     let out = ''
     await new Promise<void>((resolve, reject) => {

@@ -16,7 +16,12 @@
  *
  * Sentinel: ioredis asks the Sentinels for the master, checks its role on
  * connect, and (failoverDetector) drops the connection on `+switch-master`.
- * Cluster: ioredis follows MOVED and ASK, refreshing its slot map. Its
+ * Cluster: ioredis follows MOVED and ASK, refreshing its slot map. The
+ * Cluster client has no offline queue; its per-node connections always have
+ * one (ioredis forces `enableOfflineQueue: true` there, and its types refuse
+ * the option in redisOptions), but a lost node's connection is not
+ * reconnected (its queue fails at once), and commandTimeout bounds a command
+ * queued for a node still connecting. Its
  * autopipelining is off there: a pipeline batched for a node that loses a slot
  * mid-resharding can fail or be retried whole (ioredis issue 2075), and a
  * retried counter script would count twice.

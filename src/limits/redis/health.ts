@@ -6,8 +6,8 @@
  *
  * A failover is a role change seen from here: with one server or Sentinel,
  * the master the client reaches after a reconnect is at another address
- * (Sentinel promoted a replica); with a cluster, a node that was a replica at
- * the last slot refresh is now a master.
+ * (Sentinel promoted a replica); with a cluster, a master of the last slot
+ * map is one no more and another node took its place.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
@@ -31,7 +31,7 @@ export class RedisHealth {
   /** Last state logged. */
   #state: 'starting' | 'up' | 'down' = 'starting'
   #master: string | undefined
-  #clusterReplicas = new Set<string>()
+  #clusterMasters = new Set<string>()
 
   constructor (clients: readonly RedisClient[], log: FastifyBaseLogger, metrics?: RedisMetrics) {
     this.#clients = clients
@@ -86,12 +86,21 @@ export class RedisHealth {
     this.#master = address
   }
 
+  /**
+   * A failover in a cluster: a master of the last slot map is a master no
+   * more (gone, or back as a replica) and another node took its place. A new
+   * master beside the old ones (the cluster grew) is no failover.
+   */
   #clusterRefreshed (cluster: Cluster): void {
-    const promoted = cluster.nodes('master').map(nodeKey).filter((key) => this.#clusterReplicas.has(key))
-    for (const node of promoted) {
-      this.#log.warn({ node }, 'redis failover: a replica of the cluster is now a master')
-      this.#metrics?.redisFailedOver()
+    const masters = new Set(cluster.nodes('master').map(nodeKey))
+    const lost = [...this.#clusterMasters].filter((key) => !masters.has(key))
+    const gained = [...masters].filter((key) => !this.#clusterMasters.has(key))
+    if (this.#clusterMasters.size > 0) {
+      for (const node of gained.slice(0, lost.length)) {
+        this.#log.warn({ node, replaced: lost }, 'redis failover: another node of the cluster is now a master')
+        this.#metrics?.redisFailedOver()
+      }
     }
-    this.#clusterReplicas = new Set(cluster.nodes('slave').map(nodeKey))
+    this.#clusterMasters = masters
   }
 }
