@@ -114,10 +114,12 @@ export async function startGateway (t: Test, engineUrl: string, env: Record<stri
 }
 
 /**
- * Wait until `gw` claims idempotency keys (it reached a Redis master): a keyed
- * update that is not 503 (the engine answers 404 for the unknown portfolio).
+ * Wait until `gw` counts and claims in Redis: it says `redis connected` once
+ * both of its connections (counters, records) are ready, and a keyed update
+ * is then not 503 (the engine answers 404 for the unknown portfolio).
  */
 export async function untilStoring (gw: Gateway, token = hs256({ sub: 'readiness' })): Promise<void> {
+  await gw.waitFor(/"msg":"redis connected"/)
   let n = 0
   const answer = await until(() => update(gw.url, validUpdate(), { key: `ready-${n++}`, token }), (a) => a.status !== 503)
   if (answer.status === 503) throw new Error(`gateway ${gw.url} never reached Redis:\n${gw.out()}`)
