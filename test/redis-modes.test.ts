@@ -17,18 +17,11 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, validUpdate } from './helpers/app.js'
 import { metricOf } from './helpers/prometheus.js'
 import { freePort } from './helpers/processes.js'
+import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-async function eventually<T> (attempt: () => Promise<T>, done: (value: T) => boolean, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const value = await attempt()
-    if (done(value) || Date.now() > deadline) return value
-    await sleep(100)
-  }
-}
+const eventually = async <T>(attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> => await attemptUntil(attempt, done, 20_000)
 
 if (requireRedis(t)) {
   t.test('Sentinel: the gateway finds the master, follows a failover, and counts it', async (t) => {

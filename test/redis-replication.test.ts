@@ -15,9 +15,9 @@ import { request } from 'undici'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, validUpdate } from './helpers/app.js'
 import { metricOf } from './helpers/prometheus.js'
+import { attemptUntil } from './helpers/engine.js'
 import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {
   const chunks: string[] = []
@@ -37,14 +37,7 @@ async function keyed (url: string): Promise<{ status: number, ms: number }> {
 }
 
 /** Try until `done`, at most 15 s (the replica check polls every 2 s). */
-async function eventually<T> (attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 15_000
-  for (;;) {
-    const value = await attempt()
-    if (done(value) || Date.now() > deadline) return value
-    await sleep(50)
-  }
-}
+const eventually = async <T>(attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> => await attemptUntil(attempt, done, 15_000)
 
 if (requireRedis(t)) {
   t.test('a record waits for the replica; a stopped replica is a logged, counted miss; a lone master costs no WAIT', async (t) => {

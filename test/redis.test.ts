@@ -15,6 +15,7 @@ import { metricOf } from './helpers/prometheus.js'
 import { bearer, build, hs256, MINTS, SECRET, validUpdate } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
 import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess, type Proc } from './helpers/processes.js'
+import { attemptUntil } from './helpers/engine.js'
 import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
 
 interface Answer { status: number, headers: Record<string, string | string[] | undefined>, text: string, json: unknown }
@@ -38,14 +39,7 @@ function create (url: string, key: string, token = hs256()): Promise<Answer> {
 }
 
 /** Call until `done` holds (Redis reconnects in the background), at most 10 s. */
-async function until (attempt: () => Promise<Answer>, done: (a: Answer) => boolean): Promise<Answer> {
-  const deadline = Date.now() + 10_000
-  for (;;) {
-    const answer = await attempt()
-    if (done(answer) || Date.now() > deadline) return answer
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
+const until = async (attempt: () => Promise<Answer>, done: (a: Answer) => boolean): Promise<Answer> => await attemptUntil(attempt, done, 10_000)
 
 if (requireRedis(t)) {
   t.test('in process: counters and records in Redis; Redis down fails rate limits open and keyed requests closed; it recovers', async (t) => {
