@@ -36,16 +36,26 @@ export interface FrontOptions {
 const kAwaitingContinue = Symbol('gateway.awaitingContinue')
 type ContinuableRequest = IncomingMessage & { [kAwaitingContinue]?: boolean }
 
+/**
+ * An answer written in front of Fastify (Node's own refusals, the shedder's
+ * 503): a JSON body, an id like every answer (DECISIONS 21), and the
+ * connection ended by the same rule as every other answer, lingering while
+ * the client still sends its body (connection-close.ts).
+ */
+export function answerInFront (req: IncomingMessage, res: ServerResponse, status: number, body: string, ends: Pick<FrontOptions, 'lifecycle' | 'linger'>, headers: Record<string, string> = {}): void {
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    ...headers,
+    [REQUEST_ID_HEADER]: requestIdFrom(req),
+    ...(endsConnection(req, ends.lifecycle, bodyLimitOf(routerPath(req.url ?? '')), ends.linger) ? { connection: 'close' } : {})
+  })
+  res.end(body)
+}
+
 export function createFrontServer (fastify: RequestListener, { shedder, lifecycle, linger }: FrontOptions): Server {
   const simpleAnswer = (req: IncomingMessage, res: ServerResponse, status: number, message: string): void => {
-    const body = JSON.stringify({ error: message })
-    res.writeHead(status, {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': Buffer.byteLength(body),
-      [REQUEST_ID_HEADER]: requestIdFrom(req),
-      ...(endsConnection(req, lifecycle, bodyLimitOf(routerPath(req.url ?? '')), linger) ? { connection: 'close' } : {})
-    })
-    res.end(body)
+    answerInFront(req, res, status, JSON.stringify({ error: message }), { lifecycle, linger })
   }
 
   const front: RequestListener = (req, res) => {

@@ -22,11 +22,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
-import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, wireBody } from '../http/errors.js'
-import { bodyLimitOf, endsConnection, LINGER_BOUNDS, type LingerBounds } from '../http/connection-close.js'
+import { LINGER_BOUNDS, type LingerBounds } from '../http/connection-close.js'
+import { answerInFront } from '../http/front.js'
 import { routerPath } from '../http/router-path.js'
-import { requestIdFrom } from '../http/request-id.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
 const SAMPLE_MS = 20
@@ -112,17 +111,7 @@ export class LoadShedder {
       this.#shedSinceLine = 0
       this.#lineAt = now
     }
-    // The simple shape and an id like every answer (DECISIONS 21); the connection
-    // ends by the same rule as every other answer, lingering while the client
-    // still sends its body (src/http/connection-close.ts).
-    res.writeHead(503, {
-      'content-type': 'application/json; charset=utf-8',
-      'content-length': Buffer.byteLength(OVERLOADED_BODY),
-      'retry-after': RETRY_AFTER_S,
-      [REQUEST_ID_HEADER]: requestIdFrom(req),
-      ...(endsConnection(req, this.#lifecycle, bodyLimitOf(routerPath(url)), this.#linger) ? { connection: 'close' } : {})
-    })
-    res.end(OVERLOADED_BODY)
+    answerInFront(req, res, 503, OVERLOADED_BODY, { lifecycle: this.#lifecycle, linger: this.#linger }, { 'retry-after': RETRY_AFTER_S })
     return true
   }
 }
