@@ -1,104 +1,19 @@
 /**
  * The gateway as a real process (src/server.ts, src/cli/token.ts): refusing bad
  * configuration with one line, the development path with the embedded engine,
- * graceful shutdown with a request in flight, and the token CLI.
- * Runs the compiled files in dist/, building them first when they are
- * missing or older than the sources.
+ * and the token CLI. Shutdown and the metrics listener are in
+ * server-shutdown.test.ts (one file took most of tap's per-file limit on a busy runner).
  */
-import { spawn, type ChildProcess } from 'node:child_process'
 import { createHmac } from 'node:crypto'
-import { once } from 'node:events'
-import { createConnection, createServer as createNetServer, type AddressInfo } from 'node:net'
-import { join } from 'node:path'
-import t, { type Test } from 'tap'
-import { Agent, request } from 'undici'
-import { contractHandler, refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
+import t from 'tap'
+import { request } from 'undici'
+import { contractHandler, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, MINTS, SECRET } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
-import { parseExposition, valueOf } from './helpers/prometheus.js'
-import { ensureBuilt, GATEWAY_SCRIPT, ROOT } from './helpers/processes.js'
-
-const SERVER = GATEWAY_SCRIPT
-const TOKEN_CLI = join(ROOT, 'dist', 'src', 'cli', 'token.js')
-/** Upper bound for any one wait on a child process. */
-const WAIT_MS = 15_000
+import { ensureBuilt } from './helpers/processes.js'
+import { client, exitOf, gatewayUrl, lines, SERVER, start, TOKEN_CLI, WAIT_MS } from './helpers/gateway-process.js'
 
 t.before(ensureBuilt)
-
-interface Child {
-  proc: ChildProcess
-  /** Everything written so far. */
-  out: () => string
-  err: () => string
-  /** Resolves when stdout holds a match for `pattern`. */
-  waitForOutput: (pattern: RegExp) => Promise<RegExpMatchArray>
-  exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
-}
-
-/**
- * A child with only PATH and `env`: nothing of the test's own environment
- * (NODE_ENV, JWT_*) leaks in. Killed in teardown if it is still running.
- */
-function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
-  // METRICS_PORT=0 unless a test sets it: several gateways run at once (common brief).
-  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-  let out = ''
-  let err = ''
-  proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
-  proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => { err += chunk })
-  const exited = once(proc, 'exit').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }))
-  t.teardown(async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGKILL')
-      await exited
-    }
-  })
-  async function waitForOutput (pattern: RegExp): Promise<RegExpMatchArray> {
-    const deadline = Date.now() + WAIT_MS
-    for (;;) {
-      const match = out.match(pattern)
-      if (match !== null) return match
-      if (proc.exitCode !== null || Date.now() > deadline) {
-        throw new Error(`no ${String(pattern)} in the output (exit ${String(proc.exitCode)}):\n${out}\n${err}`)
-      }
-      await new Promise((resolve) => setTimeout(resolve, 20))
-    }
-  }
-  return { proc, out: () => out, err: () => err, waitForOutput, exited }
-}
-
-async function exitOf (child: Child): Promise<{ code: number | null, signal: NodeJS.Signals | null }> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error('the process did not exit in time')), WAIT_MS) })
-  try {
-    return await Promise.race([child.exited, timeout])
-  } finally {
-    clearTimeout(timer)
-  }
-}
-
-/** The gateway's own "Server listening at" line (the embedded engine logs one too, under name "engine"). */
-async function gatewayUrl (child: Child): Promise<string> {
-  for (;;) {
-    for (const line of child.out().split('\n')) {
-      if (!line.startsWith('{')) continue
-      const entry = JSON.parse(line) as { msg?: string, name?: string }
-      const match = entry.name === undefined ? entry.msg?.match(/^Server listening at (http:\/\/\S+)$/) : undefined
-      if (match?.[1] !== undefined) return match[1]
-    }
-    await child.waitForOutput(/Server listening at/)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
-/** A client whose sockets never outlive the test. */
-function client (t: Test): Agent {
-  const agent = new Agent({ keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })
-  t.teardown(() => agent.close())
-  return agent
-}
-
-const lines = (text: string): string[] => text.split('\n').filter((l) => l !== '')
 
 t.test('production without a JWT key exits 1 with one line', async (t) => {
   const child = start(t, SERVER, { NODE_ENV: 'production', PORT: '0' })
@@ -246,74 +161,3 @@ t.test('token CLI in key-set mode exits 1 with one line: tokens come from the id
 })
 
 /** A port some other process holds for the whole test. */
-async function occupiedPort (t: Test): Promise<number> {
-  const holder = createNetServer().listen(0, '127.0.0.1')
-  await once(holder, 'listening')
-  t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())))
-  return (holder.address() as AddressInfo).port
-}
-
-t.test('a busy METRICS_PORT stops start-up with one line naming it', async (t) => {
-  const port = await occupiedPort(t)
-  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9', METRICS_PORT: String(port) })
-  t.same(await exitOf(child), { code: 1, signal: null })
-  t.same(lines(child.err()), [
-    `portfolio-gateway: METRICS_PORT=${port} is already in use on 127.0.0.1: pick a free port, or set METRICS_PORT=0 to turn metrics off`
-  ])
-  t.notMatch(child.out(), /gateway ready/, 'it never served')
-})
-
-t.test('the process serves metrics on METRICS_PORT and closes it on SIGTERM', async (t) => {
-  const stub = await startStubUpstream()
-  t.teardown(stub.close)
-  const free = await refusedPort()
-  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET, UPSTREAM_URL: stub.url, METRICS_PORT: String(free) })
-  const [, metricsUrl] = await child.waitForOutput(/"metrics":"(http:\/\/127\.0\.0\.1:\d+)\/metrics"/) as [string, string]
-  t.equal(metricsUrl, `http://127.0.0.1:${free}`)
-  const url = await gatewayUrl(child)
-  const dispatcher = client(t)
-  const ping = await request(`${url}/api/portfolio/ping`, { dispatcher, headers: bearer() })
-  t.equal(ping.statusCode, 200)
-  await ping.body.dump()
-  const publicMetrics = await request(`${url}/metrics`, { dispatcher })
-  t.equal(publicMetrics.statusCode, 404, 'never on the public port')
-  await publicMetrics.body.dump()
-
-  const scraped = await request(`${metricsUrl}/metrics`, { dispatcher })
-  t.equal(scraped.statusCode, 200)
-  const samples = parseExposition(await scraped.body.text())
-  t.equal(valueOf(samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx' }), 1)
-  t.equal(valueOf(samples, 'gateway_engine_calls_total', { call: 'ping', outcome: 'ok', endpoint: `127.0.0.1:${stub.port}` }), 1)
-
-  child.proc.kill('SIGTERM')
-  t.same(await exitOf(child), { code: 0, signal: null })
-  const connect = createConnection(free, '127.0.0.1')
-  const [err] = await once(connect, 'error') as [NodeJS.ErrnoException]
-  t.equal(err.code, 'ECONNREFUSED', 'the metrics listener is closed')
-})
-
-t.test('SIGTERM right after N requests: all N access lines reach stdout (the async log buffer is flushed at shutdown)', async (t) => {
-  // Lines leave the asynchronous destination in 4 KiB batches (src/server.ts);
-  // the signal comes the moment the last answer is in, while the tail is still buffered.
-  const N = 300
-  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9' })
-  const url = await gatewayUrl(child)
-  const dispatcher = new Agent({ connections: 8, keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })
-  t.teardown(() => dispatcher.close())
-  const statuses = await Promise.all(Array.from({ length: N }, async (_, i) => {
-    const res = await request(`${url}/health?n=${i}`, { dispatcher })
-    await res.body.dump()
-    return res.statusCode
-  }))
-  child.proc.kill('SIGTERM')
-  t.same(await exitOf(child), { code: 0, signal: null })
-  t.equal(statuses.filter((s) => s === 200).length, N, 'every request answered 200')
-
-  const access = lines(child.out())
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as { msg?: string, url?: string, status?: number })
-    .filter((e) => e.msg === 'request' && e.url?.startsWith('/health?n=') === true)
-  t.equal(access.length, N, 'one access line per request, none lost')
-  t.equal(new Set(access.map((e) => e.url)).size, N, 'each request once')
-  t.match(lines(child.out()).at(-1), /"msg":"closed"/, 'the last line written is the shutdown\'s own')
-})
