@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { GIF_IMAGE, JPEG_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
 import { CREATE_FORM_LIMITS } from '../schemas/portfolio.js'
-import { MINTS, USER, startEngine } from './helpers/engine.js'
+import { MINTS, USER, attemptUntil, startEngine } from './helpers/engine.js'
 import { multipartBody, type MultipartPart } from './helpers/multipart.js'
 
 const structured = (code: string, message: string) => ({ success: false, error: { source: 'portfolio-engine', code, message, function: 'createPortfolio' } })
@@ -173,4 +173,47 @@ t.test('idempotency-key: one owner and key never create two portfolios, even con
   const noKey = await create(engine, withImage)
   t.not(portfolioIdOf(noKey), portfolioIdOf(first))
   t.equal(engine.engine.portfolios.size, 4)
+})
+
+t.test('idempotency-key with a different form: 422 IDEMPOTENCY_KEY_REUSED, nothing created (DECISIONS 16 v3)', async (t) => {
+  const engine = await startEngine(t)
+  const form = (name: string, image: Buffer) => [{ name: 'type', value: 'PORTFOLIO' }, { name: 'name', value: name }, { name: 'image', filename: 'a.png', contentType: 'image/png', data: image }]
+  const first = await create(engine, form('Blue chips', png), { 'idempotency-key': 'k-form' })
+  t.equal(first.status, 200)
+  const reused = structured('IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key was used for a different request')
+  const otherField = await create(engine, form('Other chips', png), { 'idempotency-key': 'k-form' })
+  t.equal(otherField.status, 422)
+  t.same(otherField.json, reused)
+  const otherImage = await create(engine, form('Blue chips', jpeg), { 'idempotency-key': 'k-form' })
+  t.equal(otherImage.status, 422, 'other image bytes are another form')
+  t.same(otherImage.json, reused)
+  const noImage = await create(engine, REQUIRED, { 'idempotency-key': 'k-form' })
+  t.equal(noImage.status, 422, 'and so is a form without the image')
+  // Parts in another order, a new boundary: the same form.
+  const reordered = await create(engine, [form('Blue chips', png)[2]!, ...REQUIRED], { 'idempotency-key': 'k-form' })
+  t.equal(reordered.status, 200)
+  t.same(reordered.json, first.json)
+  t.equal(engine.engine.portfolios.size, 1)
+  t.same(readdirSync(engine.imageDir), [`${portfolioIdOf(first)}.png`], 'the refused uploads left no file')
+
+  // Two creates without an image and with one key agree on the digest of no bytes.
+  const bare = await create(engine, REQUIRED, { 'idempotency-key': 'k-bare' })
+  const bareAgain = await create(engine, [...REQUIRED].reverse(), { 'idempotency-key': 'k-bare' })
+  t.same(bareAgain.json, bare.json)
+})
+
+t.test('idempotency-key: the record expires after its lifetime, then the key creates again', async (t) => {
+  const engine = await startEngine(t, { idempotencyTtlMs: 200 })
+  const first = await create(engine, REQUIRED, { 'idempotency-key': 'k-ttl' })
+  const again = await create(engine, REQUIRED, { 'idempotency-key': 'k-ttl' })
+  t.same(again.json, first.json, 'within its lifetime the key answers its portfolio')
+  const other = await create(engine, [{ name: 'name', value: 'Else' }, { name: 'type', value: 'PORTFOLIO' }], { 'idempotency-key': 'k-ttl' })
+  t.equal(other.status, 422)
+  const store = engine.engine.portfolios
+  await attemptUntil(async () => await store.createdWithKey(USER, 'k-ttl'), (r) => r === undefined, 10_000)
+  t.equal(await store.createdWithKey(USER, 'k-ttl'), undefined, 'gone once its lifetime has passed')
+  const later = await create(engine, [{ name: 'name', value: 'Else' }, { name: 'type', value: 'PORTFOLIO' }], { 'idempotency-key': 'k-ttl' })
+  t.equal(later.status, 200, 'the key is free again: a new form creates')
+  t.not(portfolioIdOf(later), portfolioIdOf(first))
+  t.equal(store.size, 2)
 })

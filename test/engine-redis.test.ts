@@ -11,7 +11,7 @@ import pino from 'pino'
 import t, { type Test } from 'tap'
 import { Agent, request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
-import { MINTS, OTHER_USER, USER } from './helpers/engine.js'
+import { attemptUntil, MINTS, OTHER_USER, USER } from './helpers/engine.js'
 import { newImageDir, startEngineProcess, type EngineProcess } from './helpers/engine-process.js'
 import { multipartBody } from './helpers/multipart.js'
 import { ensureBuilt } from './helpers/processes.js'
@@ -63,11 +63,16 @@ if (requireRedis(t)) {
 
     const owner = 'we{ir}d:owner'
     // Two stores (two connections, as two engines) insert with one key at once: the script lets one win.
-    const [first, second] = await Promise.all([a.insertOnce(portfolio('id-a', owner), 'key-1'), b.insertOnce(portfolio('id-b', owner), 'key-1')])
-    t.equal(first, second, 'both get the same portfolio id')
+    const [firstRecord, secondRecord] = await Promise.all([a.insertOnce(portfolio('id-a', owner), 'key-1', 'form-a'), b.insertOnce(portfolio('id-b', owner), 'key-1', 'form-b')])
+    t.same(firstRecord, secondRecord, 'both get the same record: one portfolio id, the winner\'s fingerprint')
+    const first = firstRecord.portfolioId
+    t.same(firstRecord, first === 'id-a' ? { portfolioId: 'id-a', fingerprint: 'form-a' } : { portfolioId: 'id-b', fingerprint: 'form-b' })
     t.same(await keysOf(probe, 'pe:*'), ['pe:key:{we%7Bir%7Dd%3Aowner}:key-1', `pe:portfolio:{we%7Bir%7Dd%3Aowner}:${first}`], 'one portfolio, one key record, both in the owner\'s hash tag')
-    t.equal(await a.createdWithKey(owner, 'key-1'), first)
+    t.same(await a.createdWithKey(owner, 'key-1'), firstRecord)
     t.equal(await a.createdWithKey(OTHER_USER, 'key-1'), undefined, 'keys are per owner')
+    const ttlMs = await probe.pttl('pe:key:{we%7Bir%7Dd%3Aowner}:key-1')
+    t.ok(ttlMs > 172_700_000 && ttlMs <= 172_800_000, `the key's record lives 48 h by default (PTTL ${ttlMs} ms)`)
+    t.equal(await probe.pttl(`pe:portfolio:{we%7Bir%7Dd%3Aowner}:${first}`), -1, 'the portfolio itself never expires')
 
     const targets = [{ mint: MINTS[0], allocation: 0.123456789012345678 }, { mint: MINTS[1], allocation: 1 - 0.123456789012345678 }]
     t.equal(await b.replaceTargets(first, owner, targets), true)
@@ -75,6 +80,31 @@ if (requireRedis(t)) {
     t.equal(await a.replaceTargets(first, OTHER_USER, targets), false, 'a foreign owner finds nothing')
     t.equal(await a.getOwned(first, OTHER_USER), undefined)
     t.equal(await a.replaceTargets('no-such-id', owner, targets), false)
+  })
+
+  t.test('the Redis store: a key\'s record expires after its lifetime, the portfolio stays, and the key may then create again', async (t) => {
+    const redis = await startRedis(t)
+    const probe = probeOf(t, redis.url)
+    const s = new RedisPortfolioStore({ url: redis.url, log: silent, keyTtlMs: 300 })
+    t.teardown(() => s.close())
+    await s.connected()
+    const first = await s.insertOnce(portfolio('id-1', USER), 'short-lived', 'form-1')
+    t.same(first, { portfolioId: 'id-1', fingerprint: 'form-1' })
+    const ttlMs = await probe.pttl(`pe:key:{${USER}}:short-lived`)
+    t.ok(ttlMs > 0 && ttlMs <= 300, `PTTL ${ttlMs} ms`)
+    const gone = await attemptUntil(async () => await s.createdWithKey(USER, 'short-lived'), (r) => r === undefined, 10_000)
+    t.equal(gone, undefined, 'the record is gone once its lifetime has passed')
+    t.match(await s.getOwned('id-1', USER), { id: 'id-1' }, 'the portfolio is not')
+    t.same(await s.insertOnce(portfolio('id-2', USER), 'short-lived', 'form-2'), { portfolioId: 'id-2', fingerprint: 'form-2' }, 'the key is free again')
+  })
+
+  t.test('the Redis store: a record written before fingerprints (a bare id, no expiry) is still honoured', async (t) => {
+    const redis = await startRedis(t)
+    const probe = probeOf(t, redis.url)
+    const s = await store(t, redis.url)
+    await probe.set(`pe:key:{${USER}}:old-key`, 'old-portfolio-id')
+    t.same(await s.createdWithKey(USER, 'old-key'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
+    t.same(await s.insertOnce(portfolio('new-id', USER), 'old-key', 'form'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
   })
 
   /** A create on `engine` whose last bytes wait for `release`, so several can be in flight at once. */
@@ -181,7 +211,7 @@ if (requireRedis(t)) {
       const [idA, idB] = await Promise.all(answers.map(async (r) => (await r.body.json() as { portfolio_id: string }).portfolio_id))
       t.equal(idA, idB, 'both engines answer the same portfolio id')
       t.same(await keysOf(probe, `pe:key:{${USER}}:${key}`), [`pe:key:{${USER}}:${key}`])
-      t.equal(await probe.get(`pe:key:{${USER}}:${key}`), idA)
+      t.match(JSON.parse(await probe.get(`pe:key:{${USER}}:${key}`) ?? '{}'), { portfolio_id: idA, fingerprint: /^[\w-]{43}$/ }, 'the key\'s record: the portfolio and the form\'s fingerprint')
       const portfolios = await keysOf(probe, `pe:portfolio:{${USER}}:*`)
       t.equal(portfolios.length, 2, 'one portfolio from this key, beside the one of the test before')
       t.ok(portfolios.includes(`pe:portfolio:{${USER}}:${idA!}`))
@@ -189,6 +219,41 @@ if (requireRedis(t)) {
       t.equal(files.filter((f) => f.startsWith('.upload-')).length, 0, 'no temporary upload is left')
       t.equal(files.length, 2, 'one image per portfolio: the losing upload was removed')
       t.ok(files.includes(`${idA!}.png`))
+    })
+
+    t.test('a key reused with a different form is 422 on either engine; the same form is the same portfolio', async (t) => {
+      const key = 'reused-across-engines'
+      const form = (name: string, image: Buffer) => multipartBody([
+        { name: 'type', value: 'PORTFOLIO' },
+        { name: 'name', value: name },
+        { name: 'image', filename: 'a.png', contentType: 'image/png', data: image }
+      ])
+      const send = async (engine: EngineProcess, { body, contentType }: { body: Buffer, contentType: string }) => {
+        const res = await request(`${engine.url}/api/portfolio/create`, { dispatcher, method: 'POST', headers: { 'x-user-id': USER, 'content-type': contentType, 'idempotency-key': key }, body })
+        return { status: res.statusCode, text: await res.body.text() }
+      }
+      const created = await send(a, form('Reused', png))
+      t.equal(created.status, 200)
+      const { portfolio_id: id } = JSON.parse(created.text) as { portfolio_id: string }
+      const reused = '{"success":false,"error":{"source":"portfolio-engine","code":"IDEMPOTENCY_KEY_REUSED","message":"this Idempotency-Key was used for a different request","function":"createPortfolio"}}'
+      const otherName = await send(b, form('Another name', png))
+      t.equal(otherName.status, 422, 'another field value')
+      t.equal(otherName.text, reused)
+      const otherImage = Buffer.concat([png, Buffer.from('trailing bytes change the digest')])
+      const otherBytes = await send(b, form('Reused', otherImage))
+      t.equal(otherBytes.status, 422, 'other image bytes')
+      t.equal(otherBytes.text, reused)
+      // The same fields in another order, under another boundary: the same form.
+      const reordered = multipartBody([
+        { name: 'image', filename: 'b.png', contentType: 'image/png', data: png },
+        { name: 'name', value: 'Reused' },
+        { name: 'type', value: 'PORTFOLIO' }
+      ])
+      const same = await send(b, reordered)
+      t.equal(same.status, 200)
+      t.same(JSON.parse(same.text), { portfolio_id: id }, 'the same form on the other engine: the portfolio the key made')
+      t.equal((await keysOf(probe, `pe:portfolio:{${USER}}:*`)).length, 3, 'no portfolio from the refused or repeated forms')
+      t.equal(readdirSync(imageDir).length, 3, 'and no image either')
     })
   })
 

@@ -12,7 +12,7 @@
  *                           with `Idempotent-Replayed: true`
  * Store failures fail closed: 503 with Retry-After (DECISIONS 17).
  */
-import { hash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'
 import type { EngineResponse } from '../engine-client/client.js'
@@ -38,11 +38,8 @@ export function idempotencyKeyOf (request: FastifyRequest): string | undefined {
   throw validationError('Idempotency-Key header must be given once, as 1 to 255 visible ASCII characters, bare or in double quotes')
 }
 
-/** The fingerprint of a request: its route and its canonical validated content. */
-export function fingerprintOf (route: string, canonical: string): string {
-  // One-shot hash: half the cost of a Hash object on a string this short.
-  return hash('sha256', `${route}\n${canonical}`, 'base64url')
-}
+/** Shared with the reference engine, which fingerprints its creates alike. */
+export { fingerprintOf } from '../shared/fingerprint.js'
 
 export interface IdempotencyOptions {
   store: LimitStore

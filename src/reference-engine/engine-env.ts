@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
 import { readEnv } from '../shared/env.js'
+import { DEFAULT_KEY_TTL_S } from './store.js'
 
 /**
  * DECISIONS 24-25: the gateways check each engine's /health every 5 s, so a
@@ -16,6 +17,17 @@ export const GATEWAY_HEALTH_INTERVAL_MS = 5_000
 export const PRODUCTION_DRAIN_NOTICE_MS = GATEWAY_HEALTH_INTERVAL_MS
 /** Upper bound of the notice: a deployment's grace period has to fit it plus the requests in flight. */
 const MAX_DRAIN_NOTICE_MS = 120_000
+/**
+ * The shutdown after the notice (standalone.ts): the listener stops accepting,
+ * open connections get DRAIN_IDLE_GRACE_MS to send their last request (as the
+ * gateway's), and requests in flight get IN_FLIGHT_GRACE_MS to finish; past
+ * it the process exits 1. deploy/kubernetes/engine-deployment.yaml's grace
+ * period is checked against these (test/deploy-timelines.test.ts).
+ */
+export const DRAIN_IDLE_GRACE_MS = 1_000
+export const IN_FLIGHT_GRACE_MS = 25_000
+/** A key's record lives from a minute (tests, trials) to 30 days. */
+const MAX_IDEMPOTENCY_TTL_S = 2_592_000
 
 export const EngineEnv = Type.Object({
   NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production gives a 5 s drain notice' }),
@@ -23,6 +35,7 @@ export const EngineEnv = Type.Object({
   ENGINE_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a listen address such as 127.0.0.1' }),
   ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' }),
   ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_DRAIN_NOTICE_MS, description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM` })),
+  ENGINE_IDEMPOTENCY_TTL_S: Type.Integer({ minimum: 1, maximum: MAX_IDEMPOTENCY_TTL_S, default: DEFAULT_KEY_TTL_S, description: `seconds, 1-${MAX_IDEMPOTENCY_TTL_S}, that the record of a create's Idempotency-Key lives; keep it longer than the gateways' IDEMPOTENCY_TTL_S` }),
   ENGINE_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://[^\\s]+$', description: 'redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share' }))
 })
 export type EngineEnv = Static<typeof EngineEnv>
@@ -33,6 +46,8 @@ export interface EngineSettings {
   readonly imageDir: string
   /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes. */
   readonly drainNoticeMs: number
+  /** DECISIONS 16 v3: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives. */
+  readonly idempotencyTtlS: number
   /** Set: portfolios and the create deduplication live in this Redis (issue 19 item 2); unset: in memory. */
   readonly redisUrl?: string
 }
@@ -65,6 +80,7 @@ export function loadEngineEnv (env: Record<string, string | undefined>): EngineS
     host: parsed.ENGINE_HOST,
     imageDir: parsed.ENGINE_IMAGE_DIR,
     drainNoticeMs,
+    idempotencyTtlS: parsed.ENGINE_IDEMPOTENCY_TTL_S,
     ...(parsed.ENGINE_REDIS_URL === undefined ? {} : { redisUrl: parsed.ENGINE_REDIS_URL })
   })
 }

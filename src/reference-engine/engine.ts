@@ -28,6 +28,8 @@ export interface EngineOptions {
   logger?: FastifyServerOptions['logger']
   /** Keep portfolios in this Redis (ENGINE_REDIS_URL), shared with other engines; unset: in this process's memory. */
   redisUrl?: string
+  /** How long the record of a create's Idempotency-Key lives (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
+  idempotencyTtlMs?: number
   /**
    * Set `draining` when shutdown starts (standalone.ts, DECISIONS 25): /health
    * then answers 500 and every answer says `connection: close`. Embedded in
@@ -88,9 +90,10 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     ajv: SCHEMA_VALIDATION
   })
 
+  const keyTtl = opts.idempotencyTtlMs === undefined ? {} : { keyTtlMs: opts.idempotencyTtlMs }
   const store: PortfolioStore = opts.redisUrl === undefined
-    ? new MemoryPortfolioStore()
-    : new RedisPortfolioStore({ url: opts.redisUrl, log: app.log })
+    ? new MemoryPortfolioStore(keyTtl)
+    : new RedisPortfolioStore({ url: opts.redisUrl, log: app.log, ...keyTtl })
   app.decorate('portfolioStore', store)
   app.decorate('portfolios', {
     getter (): MemoryPortfolioStore {

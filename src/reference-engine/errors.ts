@@ -1,16 +1,19 @@
 /**
  * The engine's error catalogue: each code with its status, in one place, and
  * the one wire shape they all take (schemas/errors.ts StructuredError).
+ * It imports nothing else of the engine: the stores, the image receiver and
+ * the routes all throw its errors, so it sits below them (no import cycle).
  */
 import type { StructuredError } from '../../schemas/errors.js'
 import { LIMITS } from '../../schemas/portfolio.js'
 import { clientErrorMessage } from '../shared/client-errors.js'
-import { StoreUnavailableError } from './store.js'
 
 export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
+  /** DECISIONS 16 v3: this owner's Idempotency-Key created a portfolio from a different form. */
+  IDEMPOTENCY_KEY_REUSED: 422,
   INTERNAL_ERROR: 500,
   /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create a second portfolio. */
   SERVICE_UNAVAILABLE: 503
@@ -19,9 +22,27 @@ export type EngineErrorCode = keyof typeof ENGINE_ERRORS
 
 /** Shown for every 5xx: internals (paths, stack, driver messages) stay in the log. */
 export const INTERNAL_ERROR_MESSAGE = 'Internal error'
+/** As the gateway words it (src/http/errors.ts): one reused key reads the same from either side. */
+export const KEY_REUSED_MESSAGE = 'this Idempotency-Key was used for a different request'
 export const STORE_UNAVAILABLE_MESSAGE = 'portfolio store unavailable, retry later'
 /** Sent with SERVICE_UNAVAILABLE: the store reconnects within about a second. */
 export const STORE_RETRY_AFTER_S = 1
+
+/**
+ * The store cannot be reached or answered too late: the engine answers 503
+ * (SERVICE_UNAVAILABLE above), since the request may succeed on a retry
+ * and, with its Idempotency-Key, will not create a second portfolio.
+ */
+export class StoreUnavailableError extends Error {
+  override name = 'StoreUnavailableError'
+  /** False when the command never left this process; true when it may have run (a timeout, a connection lost mid-command). */
+  readonly maybeWritten: boolean
+
+  constructor (message: string, maybeWritten: boolean, options?: ErrorOptions) {
+    super(message, options)
+    this.maybeWritten = maybeWritten
+  }
+}
 
 /** An error the engine means to answer with; anything else is a 500. */
 export class EngineError extends Error {

@@ -3,7 +3,7 @@
  * arrives (never buffered whole), typed by its magic bytes (DECISIONS 5), and
  * renamed to its final name only once the whole request has been accepted.
  */
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { createWriteStream } from 'node:fs'
 import { mkdir, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -23,18 +23,25 @@ export interface ReceivedImage {
   readonly tempPath: string
   readonly mime: ImageMime
   readonly bytes: number
+  /** SHA-256 of the bytes, base64url: part of the form's Idempotency-Key fingerprint (shared/fingerprint.ts). */
+  readonly sha256: string
 }
 
+/** The image digest of a form without an image: SHA-256 of no bytes, as the gateway's. */
+export const NO_IMAGE_SHA256 = createHash('sha256').digest('base64url')
+
 /**
- * Passes the upload through, feeding the gateway's ImageSniffer: both sides
- * decide "is this an image" by the same code. A file that is not an image
+ * Passes the upload through, feeding the gateway's ImageSniffer (both sides
+ * decide "is this an image" by the same code) and the digest of its bytes. A file that is not an image
  * fails at its first chunk, so nothing more of it is written.
  */
 class SniffingStream extends Transform {
   readonly sniffer = new ImageSniffer()
+  readonly hash = createHash('sha256')
 
   override _transform (chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     if (!this.sniffer.push(chunk)) return callback(validationError(NOT_AN_IMAGE))
+    this.hash.update(chunk)
     callback(null, chunk)
   }
 
@@ -65,7 +72,7 @@ export async function receiveImage (part: FilePart, dir: string, maxBytes: numbe
       throw validationError(`image must be at most ${maxBytes} bytes`)
     }
     // _flush has run, so mime is set or the pipeline has already failed.
-    return { tempPath, mime: sniffer.mime as ImageMime, bytes: sniffer.bytes }
+    return { tempPath, mime: sniffer.mime as ImageMime, bytes: sniffer.bytes, sha256: sniffing.hash.digest('base64url') }
   } catch (err) {
     await discardFile(tempPath)
     throw err

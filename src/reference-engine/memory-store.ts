@@ -4,14 +4,35 @@
  */
 import type { TargetPosition } from '../../schemas/portfolio.js'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
-import { copyTargets, freezePortfolio, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
+import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
 
 const CONNECTED: StoreState = Object.freeze({ database: SERVICE_CONNECTED, cache: SERVICE_CONNECTED })
 
+export interface MemoryPortfolioStoreOptions {
+  /** How long a key's record lives, in milliseconds (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
+  keyTtlMs?: number
+}
+
+interface HeldKey {
+  readonly record: KeyRecord
+  /** performance.now() past which the record is gone. */
+  readonly expiresAt: number
+}
+
 export class MemoryPortfolioStore implements PortfolioStore {
   readonly #portfolios = new Map<string, Portfolio>()
-  /** owner + Idempotency-Key -> portfolio id (DECISIONS 16): one key never creates two portfolios. */
-  readonly #byKey = new Map<string, string>()
+  /**
+   * owner + Idempotency-Key -> its record (DECISIONS 16): one key never creates
+   * two portfolios while the record lives. Every record lives the same time,
+   * so the Map's insertion order is also expiry order: expired records are
+   * dropped from its front, and memory stays bounded by the creates of one lifetime.
+   */
+  readonly #byKey = new Map<string, HeldKey>()
+  readonly #keyTtlMs: number
+
+  constructor (opts: MemoryPortfolioStoreOptions = {}) {
+    this.#keyTtlMs = opts.keyTtlMs ?? DEFAULT_KEY_TTL_S * 1000
+  }
 
   /** The data lives in this process, so it is reachable whenever the engine answers. */
   async state (): Promise<StoreState> {
@@ -37,17 +58,18 @@ export class MemoryPortfolioStore implements PortfolioStore {
     this.#insert(portfolio)
   }
 
-  async createdWithKey (owner: string, key: string): Promise<string | undefined> {
-    return this.#byKey.get(ownerKey(owner, key))
+  async createdWithKey (owner: string, key: string): Promise<KeyRecord | undefined> {
+    return this.#liveKey(ownerKey(owner, key))
   }
 
   /** Check and insert with no await in between: one turn of the event loop, so atomic. */
-  async insertOnce (portfolio: Portfolio, key: string): Promise<string> {
-    const prior = this.#byKey.get(ownerKey(portfolio.owner, key))
+  async insertOnce (portfolio: Portfolio, key: string, fingerprint: string): Promise<KeyRecord> {
+    const prior = this.#liveKey(ownerKey(portfolio.owner, key))
     if (prior !== undefined) return prior
     this.#insert(portfolio)
-    this.#byKey.set(ownerKey(portfolio.owner, key), portfolio.id)
-    return portfolio.id
+    const record: KeyRecord = Object.freeze({ portfolioId: portfolio.id, fingerprint })
+    this.#byKey.set(ownerKey(portfolio.owner, key), { record, expiresAt: performance.now() + this.#keyTtlMs })
+    return record
   }
 
   async replaceTargets (id: string, owner: string, targets: readonly TargetPosition[]): Promise<boolean> {
@@ -58,6 +80,16 @@ export class MemoryPortfolioStore implements PortfolioStore {
   }
 
   async close (): Promise<void> {}
+
+  /** The key's record unless it has expired; drops every expired record first (the oldest come first). */
+  #liveKey (id: string): KeyRecord | undefined {
+    const now = performance.now()
+    for (const [oldest, held] of this.#byKey) {
+      if (held.expiresAt > now) break
+      this.#byKey.delete(oldest)
+    }
+    return this.#byKey.get(id)?.record
+  }
 
   #insert (portfolio: Portfolio): void {
     if (this.#portfolios.has(portfolio.id)) throw new Error(`portfolio ${portfolio.id} already exists`)

@@ -8,12 +8,13 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { CREATE_FORM_LIMITS, IMAGE_FIELD, type CreatePortfolioResponse, type UpdatePortfolioResponse } from '../../schemas/portfolio.js'
 import { USER_ID_HEADER } from '../../schemas/upstream.js'
-import { EngineError, validationError } from './errors.js'
-import { discardFile, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
+import { EngineError, KEY_REUSED_MESSAGE, StoreUnavailableError, validationError } from './errors.js'
+import { discardFile, NO_IMAGE_SHA256, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
 import { isMalformedMultipart } from '../shared/multipart-errors.js'
 import { shownName } from '../shared/validation-messages.js'
 import { PART_WITHOUT_NAME, readTextPart } from '../shared/form-parts.js'
-import { StoreUnavailableError, type PortfolioStore } from './store.js'
+import type { KeyRecord, PortfolioStore } from './store.js'
+import { fingerprintOf, formContent } from '../shared/fingerprint.js'
 import { parseCreateFields, parseUpdateBody } from './validation.js'
 
 export interface PortfolioRoutesOptions {
@@ -92,12 +93,13 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
       // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
       const valid = parseCreateFields(request, Object.fromEntries(fields))
 
-      // DECISIONS 16: a repeated key answers the portfolio it created; the new upload goes.
+      // DECISIONS 16 v3: a repeated key with the same form answers the portfolio
+      // it created, and the new upload goes; with another form it is a 422.
+      const fingerprint = key === undefined ? '' : fingerprintOf('create', formContent(fields, received?.sha256 ?? NO_IMAGE_SHA256))
       const prior = key === undefined ? undefined : await store.createdWithKey(owner, key)
       if (prior !== undefined) {
         await Promise.all(leftovers.map(discardFile))
-        request.log.info({ portfolioId: prior }, 'portfolio create repeated with its idempotency key')
-        return { portfolio_id: prior }
+        return repeated(request, prior, fingerprint)
       }
       const id = randomUUID()
       let image: StoredImage | undefined
@@ -118,19 +120,19 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         target_positions: []
       } as const
       // Another create with this key may have finished while this image was stored.
-      let stored: string = id
+      let stored: KeyRecord | undefined
       try {
         if (key === undefined) await store.insert(portfolio)
-        else stored = await store.insertOnce(portfolio, key)
+        else stored = await store.insertOnce(portfolio, key, fingerprint)
       } catch (err) {
         // A store that timed out may still have written the record, which names
         // the image: keep the image (an orphan file is harmless, a record without its image is not).
         if (err instanceof StoreUnavailableError && err.maybeWritten && image !== undefined) leftovers.splice(leftovers.indexOf(image.path), 1)
         throw err
       }
-      if (stored !== id) {
+      if (stored !== undefined && stored.portfolioId !== id) {
         await Promise.all(leftovers.map(discardFile))
-        return { portfolio_id: stored }
+        return repeated(request, stored, fingerprint)
       }
       leftovers.length = 0
       request.log.info({ portfolioId: id, image: image?.bytes }, 'portfolio created')
@@ -150,6 +152,16 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
     }
     return { success: true, message: 'Target positions updated' }
   })
+}
+
+/** The answer to a create whose owner and key already made a portfolio: that one, if the form is the same. */
+function repeated (request: FastifyRequest, prior: KeyRecord, fingerprint: string): CreatePortfolioResponse {
+  if (prior.fingerprint !== undefined && prior.fingerprint !== fingerprint) {
+    request.log.info({ portfolioId: prior.portfolioId }, 'portfolio create refused: idempotency key used for a different form')
+    throw new EngineError('IDEMPOTENCY_KEY_REUSED', KEY_REUSED_MESSAGE)
+  }
+  request.log.info({ portfolioId: prior.portfolioId }, 'portfolio create repeated with its idempotency key')
+  return { portfolio_id: prior.portfolioId }
 }
 
 function malformedMultipart (err: unknown): unknown {

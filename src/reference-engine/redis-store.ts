@@ -10,7 +10,9 @@
  * `{` or `}` could otherwise end the tag early or leave it empty.
  *
  *   pe:portfolio:{owner}:<id>  hash: `record` (JSON, all but the targets), `target_positions` (JSON)
- *   pe:key:{owner}:<key>       string: the portfolio id that key created
+ *   pe:key:{owner}:<key>       string, JSON {"portfolio_id","fingerprint"}: the portfolio
+ *                              that key created and its form's fingerprint; it expires
+ *                              after the key lifetime (ENGINE_IDEMPOTENCY_TTL_S, DECISIONS 16 v3)
  *
  * Keying a portfolio by owner and id makes a foreign id and an unknown id the
  * same miss (DECISIONS 1) without reading anything. Target positions are a
@@ -26,16 +28,21 @@ import { Redis } from 'ioredis'
 import type { FastifyBaseLogger } from 'fastify'
 import type { TargetPosition } from '../../schemas/portfolio.js'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
-import { copyTargets, freezePortfolio, SERVICE_DISCONNECTED, StoreUnavailableError, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
+import { StoreUnavailableError } from './errors.js'
+import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, SERVICE_DISCONNECTED, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
 
 const PREFIX = 'pe:'
 
-/** KEYS[1] the key's record, KEYS[2] the new portfolio; ARGV: id, record, targets. The first create with a key wins. */
+/**
+ * KEYS[1] the key's record, KEYS[2] the new portfolio; ARGV: key record,
+ * portfolio record, targets, key lifetime in ms. The first create with a key
+ * wins; the answer is the record that stands for the key.
+ */
 const INSERT_ONCE = `
 local prior = redis.call('GET', KEYS[1])
 if prior then return prior end
 redis.call('HSET', KEYS[2], 'record', ARGV[2], 'target_positions', ARGV[3])
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 return ARGV[1]`
 
 /** KEYS[1] the portfolio; ARGV[1] its new targets. 0 when the owner has no such portfolio. */
@@ -52,7 +59,7 @@ return 1`
 const UNAVAILABLE_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS) /
 
 type Scripts = Redis & {
-  insertOnce: (keys: 2, keyKey: string, portfolioKey: string, id: string, record: string, targets: string) => Promise<string>
+  insertOnce: (keys: 2, keyKey: string, portfolioKey: string, keyRecord: string, record: string, targets: string, keyTtlMs: number) => Promise<string>
   replaceTargets: (keys: 1, portfolioKey: string, targets: string) => Promise<number>
 }
 
@@ -61,6 +68,8 @@ export interface RedisPortfolioStoreOptions {
   log: FastifyBaseLogger
   /** Per-command bound, health PING included; default 500 ms, under the gateway's 1 s health-check timeout. */
   commandTimeoutMs?: number
+  /** How long a key's record lives, in milliseconds (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
+  keyTtlMs?: number
 }
 
 /** All of a stored portfolio but its targets, as written to `record`. */
@@ -68,10 +77,12 @@ type PortfolioRecord = Omit<Portfolio, 'target_positions'>
 
 export class RedisPortfolioStore implements PortfolioStore {
   readonly #redis: Scripts
+  readonly #keyTtlMs: number
   /** Last state logged: each change is one line, not one per failed reconnect. */
   #state: 'starting' | 'up' | 'down' = 'starting'
 
   constructor (opts: RedisPortfolioStoreOptions) {
+    this.#keyTtlMs = Math.max(1, Math.round(opts.keyTtlMs ?? DEFAULT_KEY_TTL_S * 1000))
     this.#redis = new Redis(opts.url, {
       connectTimeout: 500,
       commandTimeout: opts.commandTimeoutMs ?? 500,
@@ -122,8 +133,9 @@ export class RedisPortfolioStore implements PortfolioStore {
     return freezePortfolio({ ...(JSON.parse(record) as PortfolioRecord), target_positions: JSON.parse(targets) as TargetPosition[] })
   }
 
-  async createdWithKey (owner: string, key: string): Promise<string | undefined> {
-    return await this.#run(() => this.#redis.get(keyKey(owner, key))) ?? undefined
+  async createdWithKey (owner: string, key: string): Promise<KeyRecord | undefined> {
+    const stored = await this.#run(() => this.#redis.get(keyKey(owner, key)))
+    return stored === null ? undefined : parseKeyRecord(stored)
   }
 
   async insert (portfolio: Portfolio): Promise<void> {
@@ -131,9 +143,10 @@ export class RedisPortfolioStore implements PortfolioStore {
     await this.#run(() => this.#redis.hset(portfolioKey(portfolio.owner, portfolio.id), 'record', record, 'target_positions', targets))
   }
 
-  async insertOnce (portfolio: Portfolio, key: string): Promise<string> {
+  async insertOnce (portfolio: Portfolio, key: string, fingerprint: string): Promise<KeyRecord> {
     const { record, targets } = serialize(portfolio)
-    return await this.#run(() => this.#redis.insertOnce(2, keyKey(portfolio.owner, key), portfolioKey(portfolio.owner, portfolio.id), portfolio.id, record, targets))
+    const keyRecord = JSON.stringify({ portfolio_id: portfolio.id, fingerprint })
+    return parseKeyRecord(await this.#run(() => this.#redis.insertOnce(2, keyKey(portfolio.owner, key), portfolioKey(portfolio.owner, portfolio.id), keyRecord, record, targets, this.#keyTtlMs)))
   }
 
   async replaceTargets (id: string, owner: string, targets: readonly TargetPosition[]): Promise<boolean> {
@@ -167,4 +180,15 @@ const keyKey = (owner: string, key: string): string => `${PREFIX}key:${tag(owner
 function serialize (portfolio: Portfolio): { record: string, targets: string } {
   const { target_positions: targets, ...record } = portfolio
   return { record: JSON.stringify(record), targets: JSON.stringify(copyTargets(targets)) }
+}
+
+/**
+ * A key's record as stored. An engine before fingerprints stored the bare
+ * portfolio id (a UUID, never JSON), with no expiry: still honoured, as the same form.
+ */
+function parseKeyRecord (stored: string): KeyRecord {
+  if (!stored.startsWith('{')) return { portfolioId: stored, fingerprint: undefined }
+  // Written only by this class.
+  const parsed = JSON.parse(stored) as { portfolio_id: string, fingerprint: string }
+  return { portfolioId: parsed.portfolio_id, fingerprint: parsed.fingerprint }
 }

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from '../shared/drain.js'
 import { buildEngine } from './engine.js'
-import { EngineEnvError, loadEngineEnv, type EngineSettings } from './engine-env.js'
+import { DRAIN_IDLE_GRACE_MS, EngineEnvError, IN_FLIGHT_GRACE_MS, loadEngineEnv, type EngineSettings } from './engine-env.js'
 
 let settings: EngineSettings
 try {
@@ -23,14 +23,10 @@ const engine = await buildEngine({
   imageDir: settings.imageDir,
   logger: { level: 'info' },
   lifecycle,
+  idempotencyTtlMs: settings.idempotencyTtlS * 1000,
   // Issue 19 item 2: engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
   ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
 })
-
-/** After the listener stops accepting, how long open connections get to send their last request (as the gateway's). */
-const DRAIN_IDLE_GRACE_MS = 1_000
-/** Requests in flight when the listener closes get this long to finish; past it the process exits 1. */
-const IN_FLIGHT_GRACE_MS = 25_000
 
 // DECISIONS 25, SIGTERM/SIGINT: the notice (/health 500, `connection: close` on
 // every answer, so the gateways' checks take this engine out of rotation), then

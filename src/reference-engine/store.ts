@@ -26,39 +26,43 @@ export interface StoreState {
 
 export const SERVICE_DISCONNECTED = 'disconnected'
 
+/**
+ * What a create's Idempotency-Key leaves behind (DECISIONS 16 v3): the
+ * portfolio it made and the fingerprint of its form (shared/fingerprint.ts),
+ * so a later create with the same key and another form is told apart.
+ */
+export interface KeyRecord {
+  readonly portfolioId: string
+  /** Undefined only for a record written before fingerprints were kept: taken as the same form. */
+  readonly fingerprint: string | undefined
+}
+
+/**
+ * How long a key's record lives by default: 48 h, longer than the gateway's
+ * IDEMPOTENCY_TTL_S (24 h by default), so the engine remembers a key at
+ * least as long as any gateway in front of it (ENGINE_IDEMPOTENCY_TTL_S).
+ */
+export const DEFAULT_KEY_TTL_S = 172_800
+
 export interface PortfolioStore {
   /** The store's real state, asked now (a Redis PING), never a constant. */
   state: () => Promise<StoreState>
   /** The portfolio, but only for its owner: a foreign id looks exactly like an unknown one. */
   getOwned: (id: string, owner: string) => Promise<Portfolio | undefined>
-  /** The portfolio this owner already created with this key, if any. */
-  createdWithKey: (owner: string, key: string) => Promise<string | undefined>
+  /** The record of the portfolio this owner created with this key, if any that has not expired. */
+  createdWithKey: (owner: string, key: string) => Promise<KeyRecord | undefined>
   insert: (portfolio: Portfolio) => Promise<void>
   /**
    * Insert unless the owner already created one with `key`, as one atomic
    * step, so concurrent creates with one key (on one engine or several) make
-   * one portfolio. Returns the id that stands for the key.
+   * one portfolio. Records the key with the form's fingerprint for the
+   * store's key lifetime. Returns the record that stands for the key: this
+   * portfolio's, or the earlier one's (whose fingerprint may differ).
    */
-  insertOnce: (portfolio: Portfolio, key: string) => Promise<string>
+  insertOnce: (portfolio: Portfolio, key: string, fingerprint: string) => Promise<KeyRecord>
   /** DECISIONS 2: an update replaces the whole set. False when `owner` has no portfolio `id`. */
   replaceTargets: (id: string, owner: string, targets: readonly TargetPosition[]) => Promise<boolean>
   close: () => Promise<void>
-}
-
-/**
- * The store cannot be reached or answered too late: the engine answers 503
- * (errors.ts SERVICE_UNAVAILABLE), since the request may succeed on a retry
- * and, with its Idempotency-Key, will not create a second portfolio.
- */
-export class StoreUnavailableError extends Error {
-  override name = 'StoreUnavailableError'
-  /** False when the command never left this process; true when it may have run (a timeout, a connection lost mid-command). */
-  readonly maybeWritten: boolean
-
-  constructor (message: string, maybeWritten: boolean, options?: ErrorOptions) {
-    super(message, options)
-    this.maybeWritten = maybeWritten
-  }
 }
 
 /** Records are frozen so a caller holding one cannot change the store behind its back. */

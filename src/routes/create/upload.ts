@@ -17,6 +17,7 @@ import { GatewayError, validationError } from '../../http/errors.js'
 import { ImageSniffer, NOT_AN_IMAGE, type ImageMime } from '../../shared/image-type.js'
 import { isMalformedMultipart } from '../../shared/multipart-errors.js'
 import { PART_WITHOUT_NAME, readTextPart } from '../../shared/form-parts.js'
+import { formContent } from '../../shared/fingerprint.js'
 import { MultipartWriter } from './form-writer.js'
 import { toGatewayError } from '../../http/error-handler.js'
 import { describeIssues, shownName, type SchemaIssue } from '../../shared/validation-messages.js'
@@ -256,7 +257,7 @@ export class CreateUpload {
    */
   contentDigest (): string {
     if (this.#imageHash === undefined) throw new Error('contentDigest needs an upload built with fingerprint: true')
-    return JSON.stringify([[...this.#fields].sort(([a], [b]) => (a < b ? -1 : 1)), this.#imageHash.digest('base64url')])
+    return formContent(this.#fields, this.#imageHash.digest('base64url'))
   }
 
   /** The one place each text field passes: checked against its schema, then kept. */
