@@ -1,0 +1,200 @@
+/**
+ * The balancer answers in the three shapes (DECISIONS 28): deploy/haproxy/haproxy.cfg
+ * run by Debian's haproxy on free ports. Its own 503 (no gateway up), 504 (a
+ * gateway that never answers) and 502 (a gateway that answers garbage) are
+ * simple JSON errors carrying the request id it made, and when a gateway
+ * answers, the id the client gets is the one in the gateway's access log and
+ * in haproxy's. Waits are on haproxy's stats socket and on log lines.
+ */
+import { spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer, type Server, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { Agent, request } from 'undici'
+import { gatewayStates, waitGatewaysUp, type HaproxyEnv } from '../deploy/local/haproxy.js'
+import { waitUntil } from '../deploy/local/parts.js'
+import { makeCertificates } from '../deploy/local/tls.js'
+import { hs256, SECRET } from './helpers/app.js'
+import { SERVER, start } from './helpers/gateway-process.js'
+import { ensureBuilt, freePort, ROOT } from './helpers/processes.js'
+
+const CONFIG = join(ROOT, 'deploy', 'haproxy', 'haproxy.cfg')
+const MISSING = 'haproxy or openssl not found: apt-get install haproxy openssl (Debian/Ubuntu) to run the recipe\'s balancer'
+/** The id haproxy makes: a UUID, as the gateway's own (unique-id-format %[uuid()]). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+const present = spawnSync('haproxy', ['-v'], { stdio: 'ignore' }).status === 0 && spawnSync('openssl', ['version'], { stdio: 'ignore' }).status === 0
+if (!present && process.env['CI'] === 'true') t.fail(MISSING)
+
+interface Balancer {
+  url: string
+  dispatcher: Agent
+  socket: string
+  /** What haproxy wrote: its access lines end with the request id. */
+  log: () => string
+}
+
+/** haproxy with the recipe's config (or `config`, a variant of it) in front of the three given gateway addresses. */
+async function startHaproxy (t: Test, gateways: [string, string, string], config = readFileSync(CONFIG, 'utf8')): Promise<Balancer> {
+  const dir = mkdtempSync(join(tmpdir(), 'haproxy-errors-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const { caFile, haproxyPem } = makeCertificates(dir)
+  const file = join(dir, 'haproxy.cfg')
+  writeFileSync(file, config)
+  const [https, stats] = [await freePort(), await freePort()]
+  const env: HaproxyEnv = {
+    HAPROXY_HTTPS_BIND: `127.0.0.1:${https}`,
+    HAPROXY_TLS_CERT: haproxyPem,
+    HAPROXY_STATS_BIND: `127.0.0.1:${stats}`,
+    HAPROXY_STATS_SOCKET: join(dir, 'admin.sock'),
+    GATEWAY_1: gateways[0],
+    GATEWAY_2: gateways[1],
+    GATEWAY_3: gateways[2]
+  }
+  const proc = spawn('haproxy', ['-db', '-f', file], { env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let log = ''
+  proc.stdout.setEncoding('utf8').on('data', (chunk: string) => { log += chunk })
+  proc.stderr.setEncoding('utf8').on('data', (chunk: string) => { log += chunk })
+  const exited = once(proc, 'exit')
+  const dispatcher = new Agent({ connect: { ca: readFileSync(caFile) }, keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })
+  t.teardown(async () => {
+    await dispatcher.close()
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL')
+      await exited
+    }
+  })
+  await waitUntil('haproxy answering on its admin socket', async () => Object.keys(await gatewayStates(env.HAPROXY_STATS_SOCKET)).length === 3, 20_000)
+  return { url: `https://127.0.0.1:${https}`, dispatcher, socket: env.HAPROXY_STATS_SOCKET, log: () => log }
+}
+
+/** A port with nothing listening on it. */
+async function deadAddress (): Promise<string> {
+  return `127.0.0.1:${await freePort()}`
+}
+
+/**
+ * A stand-in gateway on raw TCP: it answers haproxy's health check (GET
+ * /health) with 200, and any other request as `answer` says: never, or with
+ * bytes that are not HTTP.
+ */
+async function stubGateway (t: Test, answer: 'hang' | 'garbage'): Promise<string> {
+  const sockets = new Set<Socket>()
+  const server: Server = createServer((socket) => {
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+    socket.on('error', () => {})
+    socket.on('data', (chunk) => {
+      const head = chunk.toString('latin1')
+      if (head.startsWith('GET /health ')) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n')
+      else if (answer === 'garbage') socket.end('this is not HTTP\r\n\r\n')
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(async () => {
+    server.close()
+    for (const socket of sockets) socket.destroy()
+  })
+  const address = server.address() as { port: number }
+  return `127.0.0.1:${address.port}`
+}
+
+async function get (balancer: Balancer, path: string, headers: Record<string, string> = {}) {
+  const res = await request(`${balancer.url}${path}`, { dispatcher: balancer.dispatcher, headers })
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() }
+}
+
+/** A simple error (DECISIONS 21/28): `{"error": "..."}`, JSON, with haproxy's request id; returns the id. */
+function assertSimpleError (t: Test, answer: Awaited<ReturnType<typeof get>>, status: number, error: string): string {
+  t.equal(answer.status, status)
+  t.equal(answer.headers['content-type'], 'application/json')
+  t.same(JSON.parse(answer.text), { error }, `${status} body`)
+  const id = answer.headers['x-request-id']
+  t.match(id, UUID, `${status} carries haproxy's request id`)
+  return id as string
+}
+
+async function accessLineWith (t: Test, balancer: Balancer, id: string, status: number): Promise<void> {
+  // haproxy writes the line when the stream ends, just after the answer.
+  await waitUntil(`haproxy's access line for ${id}`, async () => balancer.log().includes(id), 10_000)
+  const line = balancer.log().split('\n').find((l) => l.endsWith(` ${id}`))
+  t.match(line, new RegExp(` ${status} `), `haproxy logs the id at the end of its access line: ${line ?? ''}`)
+}
+
+t.test('haproxy\'s own errors are JSON simple errors with its request id', { skip: present ? false : MISSING }, async (t) => {
+  t.test('no gateway up: 503, retry after a second', async (t) => {
+    const balancer = await startHaproxy(t, [await deadAddress(), await deadAddress(), await deadAddress()])
+    await waitUntil('every gateway DOWN', async () => Object.values(await gatewayStates(balancer.socket)).every((s) => s === 'DOWN'), 20_000)
+    const answer = await get(balancer, '/api/portfolio/ping')
+    const id = assertSimpleError(t, answer, 503, 'service unavailable, retry later')
+    t.equal(answer.headers['retry-after'], '1')
+    t.equal(answer.headers['strict-transport-security'], 'max-age=31536000', 'HSTS on haproxy\'s own answers too')
+    await accessLineWith(t, balancer, id, 503)
+    const again = await get(balancer, '/api/portfolio/ping')
+    t.not(again.headers['x-request-id'], id, 'each request its own id')
+  })
+
+  t.test('a gateway that never answers: 504 after `timeout server`', async (t) => {
+    // The recipe's 30 s made 1 s, so the test waits 1 s instead of 30; every other line is the recipe's.
+    const recipe = readFileSync(CONFIG, 'utf8')
+    const quick = recipe.replace(/^(\s*timeout server) 30s$/m, '$1 1s')
+    t.not(quick, recipe, 'the recipe sets `timeout server 30s`')
+    const balancer = await startHaproxy(t, [await stubGateway(t, 'hang'), await deadAddress(), await deadAddress()], quick)
+    await waitGatewaysUp(balancer.socket, ['gateway-1'], 20_000)
+    const id = assertSimpleError(t, await get(balancer, '/api/portfolio/ping'), 504, 'gateway timed out')
+    await accessLineWith(t, balancer, id, 504)
+  })
+
+  t.test('a gateway that answers something not HTTP: 502', async (t) => {
+    const balancer = await startHaproxy(t, [await stubGateway(t, 'garbage'), await deadAddress(), await deadAddress()])
+    await waitGatewaysUp(balancer.socket, ['gateway-1'], 20_000)
+    const id = assertSimpleError(t, await get(balancer, '/api/portfolio/ping'), 502, 'gateway sent an invalid response')
+    await accessLineWith(t, balancer, id, 502)
+  })
+})
+
+t.test('a gateway that answers: the id the client gets is the one in the gateway\'s access log and haproxy\'s', { skip: present ? false : MISSING }, async (t) => {
+  ensureBuilt()
+  const port = await freePort()
+  // The embedded reference engine: UPSTREAM_URL unset.
+  const gateway = start(t, SERVER, { PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET })
+  await gateway.waitForOutput(/Server listening at/)
+  const balancer = await startHaproxy(t, [`127.0.0.1:${port}`, await deadAddress(), await deadAddress()])
+  await waitGatewaysUp(balancer.socket, ['gateway-1'], 20_000)
+
+  // A client's own id is replaced: one id per request, made by the balancer.
+  const answer = await get(balancer, '/api/portfolio/ping', { authorization: `Bearer ${hs256({ sub: 'user-1' })}`, 'x-request-id': 'from-the-client' })
+  t.equal(answer.status, 200)
+  t.equal(answer.text, 'pong')
+  const id = answer.headers['x-request-id'] as string
+  t.match(id, UUID)
+  await gateway.waitForOutput(new RegExp(`"reqId":"${id}"[^\\n]*"msg":"request"`))
+  const line = gateway.out().split('\n').find((l) => l.includes(`"reqId":"${id}"`) && l.includes('"msg":"request"'))
+  t.match(JSON.parse(line!), { reqId: id, method: 'GET', url: '/api/portfolio/ping', status: 200 }, 'the gateway\'s access line has the id the client got')
+  t.notMatch(gateway.out(), /from-the-client/, 'the client\'s id never reached the gateway')
+  await accessLineWith(t, balancer, id, 200)
+
+  // The gateway's own error answers carry the same id.
+  const refused = await get(balancer, '/api/portfolio/ping')
+  t.equal(refused.status, 401)
+  t.same(JSON.parse(refused.text), { error: 'missing bearer token' })
+  const refusedId = refused.headers['x-request-id'] as string
+  t.match(refusedId, UUID)
+  await gateway.waitForOutput(new RegExp(`"reqId":"${refusedId}"[^\\n]*"msg":"request"`))
+  await accessLineWith(t, balancer, refusedId, 401)
+})
+
+t.test('every error haproxy can answer itself has a JSON body and the id header in the recipe', async (t) => {
+  const cfg = readFileSync(CONFIG, 'utf8')
+  const lines = [...cfg.matchAll(/^\s*http-error status (\d{3}) content-type application\/json lf-string '([^']*)' hdr x-request-id %\[unique-id\]/gm)]
+  const statuses = lines.map((m) => Number(m[1]))
+  for (const status of [400, 403, 408, 500, 502, 503, 504]) t.ok(statuses.includes(status), `http-error for ${status}`)
+  for (const [, status, body] of lines) t.match(JSON.parse(body!), { error: String }, `${status!}: a simple error`)
+  t.match(cfg, /^\s*unique-id-format %\[uuid\(\)\]$/m)
+  t.match(cfg, /^\s*http-request set-header x-request-id %\[unique-id\]$/m)
+  t.match(cfg, /^\s*log-format ".* %ID"$/m, 'access lines end with the id')
+})
