@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from './shared/drain.js'
+import { GATEWAY_DRAIN } from './drain-timeline.js'
 import pino from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
@@ -76,17 +77,15 @@ if (config.metricsPort !== 0) {
  * closes, so a load balancer sees the instance leave before connections are
  * refused. Development closes at once.
  */
-const DRAIN_NOTICE_MS = config.production ? 5_000 : 0
-/** After the listener stops accepting, how long open connections get to send their last request. */
-const DRAIN_IDLE_GRACE_MS = 1_000
+const DRAIN_NOTICE_MS = config.production ? GATEWAY_DRAIN.productionNoticeMs : 0
 
-closeWithGrace({ delay: 25_000 }, async ({ signal, err }) => {
+closeWithGrace({ delay: GATEWAY_DRAIN.exitDeadlineMs }, async ({ signal, err }) => {
   if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
   else app.log.info({ signal, noticeMs: DRAIN_NOTICE_MS }, 'draining: /health answers 500, finishing requests in flight')
   lifecycle.draining = true
   if (err === undefined) {
     await sleep(DRAIN_NOTICE_MS)
-    await stopAccepting(app.server, DRAIN_IDLE_GRACE_MS)
+    await stopAccepting(app.server, GATEWAY_DRAIN.idleGraceMs)
   }
   await app.close()
   await metricsServer?.close()

@@ -11,11 +11,12 @@ import { join } from 'node:path'
 import t from 'tap'
 import { makeCertificates } from '../deploy/local/tls.js'
 import { ROOT } from './helpers/processes.js'
+import { GATEWAY_DRAIN } from '../src/drain-timeline.js'
 
 const CONFIG = join(ROOT, 'deploy', 'haproxy', 'haproxy.cfg')
 const MISSING = 'haproxy not found: apt-get install haproxy (Debian/Ubuntu) to check deploy/haproxy/haproxy.cfg'
-/** The gateway's drain notice in production (src/server.ts DRAIN_NOTICE_MS). */
-const DRAIN_NOTICE_MS = 5_000
+/** The gateway's drain notice in production (src/drain-timeline.ts). */
+const DRAIN_NOTICE_MS = GATEWAY_DRAIN.productionNoticeMs
 
 const haproxyPresent = spawnSync('haproxy', ['-v'], { stdio: 'ignore' }).status === 0
 const opensslPresent = spawnSync('openssl', ['version'], { stdio: 'ignore' }).status === 0

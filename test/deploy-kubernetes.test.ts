@@ -10,6 +10,7 @@ import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { DEPLOY, readYaml, readYamlDocuments } from './helpers/deploy.js'
+import { GATEWAY_DRAIN } from '../src/drain-timeline.js'
 
 interface Manifest { apiVersion: string, kind: string, metadata: { name: string, labels?: Record<string, string> }, spec?: Record<string, unknown>, data?: Record<string, string>, stringData?: Record<string, string> }
 interface Probe { httpGet?: { path: string, port: string }, tcpSocket?: unknown, periodSeconds?: number, failureThreshold?: number, timeoutSeconds?: number }
@@ -38,9 +39,9 @@ const find = (kind: string, name: string): Manifest => {
 }
 const podSpec = (m: Manifest): PodSpec => (m.spec as { template: { spec: PodSpec } }).template.spec
 
-/** The gateway's drain (src/server.ts): 5 s notice in production, then requests in flight get 25 s. */
-const DRAIN_NOTICE_S = 5
-const IN_FLIGHT_S = 25
+/** The gateway's drain (src/drain-timeline.ts): the production notice, and the exit deadline counted from SIGTERM. */
+const DRAIN_NOTICE_S = GATEWAY_DRAIN.productionNoticeMs / 1000
+const EXIT_DEADLINE_S = GATEWAY_DRAIN.exitDeadlineMs / 1000
 
 /**
  * Keys the schema does not know, like kubeconform's -strict: the API's OpenAPI
@@ -127,8 +128,8 @@ t.test('the gateway pod leaves within its grace period: preStop + notice + reque
   t.same(preStop?.slice(0, 1), ['sleep'])
   const sleepS = Number(preStop?.[1])
   t.ok(sleepS >= 3, 'the preStop sleep covers kube-proxy and Ingress learning that the pod is gone')
-  t.ok(pod.terminationGracePeriodSeconds! > sleepS + DRAIN_NOTICE_S + IN_FLIGHT_S,
-    `terminationGracePeriodSeconds ${String(pod.terminationGracePeriodSeconds)} > ${sleepS} + ${DRAIN_NOTICE_S} + ${IN_FLIGHT_S}`)
+  t.ok(pod.terminationGracePeriodSeconds! > sleepS + EXIT_DEADLINE_S,
+    `terminationGracePeriodSeconds ${String(pod.terminationGracePeriodSeconds)} > ${sleepS} + ${EXIT_DEADLINE_S} (test/deploy-timelines.test.ts has the rest)`)
   t.same(gateway.readinessProbe?.httpGet, { path: '/health', port: 'http' }, 'readiness on /health (500 while draining)')
   t.same(gateway.livenessProbe?.httpGet, { path: '/ping', port: 'http' }, 'liveness on /ping (a draining pod is not restarted)')
   const readiness = gateway.readinessProbe!
