@@ -55,7 +55,7 @@ if (requireRedis(t)) {
 
   const portfolio = (id: string, owner: string): Portfolio => ({ id, owner, name: 'P', type: 'PORTFOLIO', status: 'DRAFT', positions: [], target_positions: [] })
 
-  t.test('the Redis store: keys tagged with the owner, exact allocations, one portfolio per owner and key across connections', async (t) => {
+  t.test('the Redis store: keys tagged with the owner, exact allocations, one portfolio per owner and key across connections, key records that expire', async (t) => {
     const redis = await startRedis(t)
     const probe = probeOf(t, redis.url)
     const [a, b] = await Promise.all([store(t, redis.url), store(t, redis.url)])
@@ -80,31 +80,23 @@ if (requireRedis(t)) {
     t.equal(await a.replaceTargets(first, OTHER_USER, targets), false, 'a foreign owner finds nothing')
     t.equal(await a.getOwned(first, OTHER_USER), undefined)
     t.equal(await a.replaceTargets('no-such-id', owner, targets), false)
-  })
 
-  t.test('the Redis store: a key\'s record expires after its lifetime, the portfolio stays, and the key may then create again', async (t) => {
-    const redis = await startRedis(t)
-    const probe = probeOf(t, redis.url)
-    const s = new RedisPortfolioStore({ url: redis.url, log: silent, keyTtlMs: 300 })
-    t.teardown(() => s.close())
-    await s.connected()
-    const first = await s.insertOnce(portfolio('id-1', USER), 'short-lived', 'form-1')
-    t.same(first, { portfolioId: 'id-1', fingerprint: 'form-1' })
-    const ttlMs = await probe.pttl(`pe:key:{${USER}}:short-lived`)
-    t.ok(ttlMs > 0 && ttlMs <= 300, `PTTL ${ttlMs} ms`)
-    const gone = await attemptUntil(async () => await s.createdWithKey(USER, 'short-lived'), (r) => r === undefined, 10_000)
+    // A key's record expires after the store's key lifetime; the portfolio stays, and the key may create again.
+    const brief = new RedisPortfolioStore({ url: redis.url, log: silent, keyTtlMs: 300 })
+    t.teardown(() => brief.close())
+    await brief.connected()
+    t.same(await brief.insertOnce(portfolio('id-1', USER), 'short-lived', 'form-1'), { portfolioId: 'id-1', fingerprint: 'form-1' })
+    const shortTtlMs = await probe.pttl(`pe:key:{${USER}}:short-lived`)
+    t.ok(shortTtlMs > 0 && shortTtlMs <= 300, `PTTL ${shortTtlMs} ms`)
+    const gone = await attemptUntil(async () => await brief.createdWithKey(USER, 'short-lived'), (r) => r === undefined, 10_000)
     t.equal(gone, undefined, 'the record is gone once its lifetime has passed')
-    t.match(await s.getOwned('id-1', USER), { id: 'id-1' }, 'the portfolio is not')
-    t.same(await s.insertOnce(portfolio('id-2', USER), 'short-lived', 'form-2'), { portfolioId: 'id-2', fingerprint: 'form-2' }, 'the key is free again')
-  })
+    t.match(await brief.getOwned('id-1', USER), { id: 'id-1' }, 'the portfolio is not')
+    t.same(await brief.insertOnce(portfolio('id-2', USER), 'short-lived', 'form-2'), { portfolioId: 'id-2', fingerprint: 'form-2' }, 'the key is free again')
 
-  t.test('the Redis store: a record written before fingerprints (a bare id, no expiry) is still honoured', async (t) => {
-    const redis = await startRedis(t)
-    const probe = probeOf(t, redis.url)
-    const s = await store(t, redis.url)
+    // A record written before fingerprints (a bare id, no expiry) is still honoured, as the same form.
     await probe.set(`pe:key:{${USER}}:old-key`, 'old-portfolio-id')
-    t.same(await s.createdWithKey(USER, 'old-key'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
-    t.same(await s.insertOnce(portfolio('new-id', USER), 'old-key', 'form'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
+    t.same(await a.createdWithKey(USER, 'old-key'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
+    t.same(await a.insertOnce(portfolio('new-id', USER), 'old-key', 'form'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
   })
 
   /** A create on `engine` whose last bytes wait for `release`, so several can be in flight at once. */
