@@ -14,6 +14,7 @@ import { startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.
 import { bearer, build, type BuildOptions } from './helpers/app.js'
 import { attemptUntil } from './helpers/engine.js'
 import { CREATE_FIELDS, createValidationError, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
+import { slowCreate } from './helpers/slow-upload.js'
 import { parseExposition, valueOf } from './helpers/prometheus.js'
 
 t.setTimeout(120_000)
@@ -132,6 +133,24 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
   const ok = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': valid.contentType }, body: valid.body })
   t.equal(ok.statusCode, 200)
   t.same(await ok.body.json(), { portfolio_id: 'p-stub-1' })
+})
+
+t.test('a client too slow for the minimum rate (cut off with 408), 6 times: no engine ejected, counted as client_aborted', async (t) => {
+  const stubs = await engines(t)
+  const { app, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url), uploadMinRate: { stallMs: 300, windowMs: 60_000, bytesPerS: 1, tickMs: 100 } })
+  for (let i = 0; i < 6; i++) {
+    const slow = slowCreate(url, `slow-${i}`, { kind: 'hold' })
+    const answer = await slow.answer
+    slow.stop()
+    t.equal(answer.status, 408)
+    t.same(JSON.parse(answer.text), { error: 'upload stalled: no byte for 0.3 s' })
+  }
+  const after = await attemptUntil(async () => await tally(app, stubs), (n) => n.clientAborted >= 6, 10_000)
+  t.comment(`too slow x6: ejections ${JSON.stringify(after.ejections)}, up ${JSON.stringify(after.up)}, client_aborted ${after.clientAborted}, unavailable ${after.unavailable}`)
+  t.same(after.ejections, [0, 0])
+  t.same(after.up, [1, 1])
+  t.equal(after.clientAborted, 6)
+  t.equal(after.unavailable, 0)
 })
 
 t.test('control: an engine that is gone is ejected after its fifth failure', async (t) => {
