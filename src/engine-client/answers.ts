@@ -5,7 +5,7 @@
  */
 import type { FastifyReply } from 'fastify'
 import { isEngineError } from '../../schemas/upstream.js'
-import type { EngineResponse } from './client.js'
+import type { EngineResponse } from './types.js'
 import { GatewayError } from '../http/errors.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'

@@ -13,7 +13,7 @@ import type { Balancer, Random } from './balancer.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
 import type { HealthState } from './health.js'
 import { isGatewayFailure, jitterMs, MAX_RETRIES, retryReason, type RetryBudget, type RetryReason } from './retry.js'
-import type { ClusterObserver, EngineCallObserver, EngineRequest, EngineResponse } from './client.js'
+import type { ClusterObserver, EngineCallObserver, EngineRequest, EngineResponse, EngineTryObserver } from './types.js'
 
 /** What every call shares: made once by the EngineClient. */
 export interface ClusterContext {
@@ -27,6 +27,12 @@ export interface ClusterContext {
   maxResponseBytes: number
   observer: EngineCallObserver | undefined
   cluster: ClusterObserver | undefined
+  /** The tracer's per-try observer; undefined costs nothing. */
+  tries: EngineTryObserver | undefined
+  /** A dispatcher with a connection of its own (a single endpoint's retry goes on a fresh connection, DECISIONS 24). */
+  fresh: (origin: string) => Dispatcher
+  /** Requests waiting in a pool's own queue (undici's counter). */
+  queued: (pool: Endpoint['pool']) => number
 }
 
 /** The metrics label of each engine path: a fixed set, never the path itself. */
@@ -45,7 +51,8 @@ export const NO_ENDPOINT = 'none'
  * error, or how the call failed. Only the status and type are looked at here;
  * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
  */
-function outcomeOf (err: GatewayError | undefined, status: number, contentType: string): EngineOutcome {
+function outcomeOf (err: GatewayError | undefined, status: number, contentType: string, clientAborted: boolean): EngineOutcome {
+  if (clientAborted) return 'client_aborted'
   if (err === undefined) {
     if (status >= 200 && status < 300) return 'ok'
     return status >= 400 && contentType.startsWith('application/json') ? 'engine_error' : 'bad_response'
@@ -53,6 +60,11 @@ function outcomeOf (err: GatewayError | undefined, status: number, contentType: 
   if (err.code === 'UPSTREAM_TIMEOUT') return 'timeout'
   if (err.code === 'UPSTREAM_BAD_RESPONSE') return 'bad_response'
   return 'unavailable'
+}
+
+/** The engine took too long (the call's deadline, an upload's engine clock): the engine's doing, unlike every other reason to stop. */
+function isTimeout (err: Error): boolean {
+  return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
 
 /** An abort reason as the call's error: AbortSignal.timeout's TimeoutError is the engine taking too long (issue 16 item 7). */
@@ -81,6 +93,8 @@ export class Call implements AttemptOwner {
   /** A GET with somewhere else to go: each try has its own, shorter clock. */
   readonly #perTry: boolean
   #retries = 0
+  /** Why the next try is a retry (the tracer's retryReason). */
+  #reason: RetryReason | undefined = undefined
   #tried: Endpoint[] | undefined = undefined
   #attempt: Attempt | undefined = undefined
   /** A retry of this call holds the budget, from its grant to the end of its try. */
@@ -121,7 +135,7 @@ export class Call implements AttemptOwner {
     this.ctx.budget.calls++
     const endpoint = this.ctx.balancer.pick(this.ctx.set.list, undefined)
     // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout (DECISIONS 24).
-    if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined)
+    if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined, false)
     else this.#dispatch(endpoint)
   }
 
@@ -131,17 +145,25 @@ export class Call implements AttemptOwner {
     if (this.#jitter !== undefined) {
       clearTimeout(this.#jitter)
       this.#jitter = undefined
-      this.#finish(upstreamError(this.#stopped), undefined)
+      this.#finish(upstreamError(this.#stopped), undefined, !isTimeout(this.#stopped))
     } else {
       this.#attempt?.giveUp(this.#stopped)
     }
   }
 
-  #dispatch (endpoint: Endpoint): void {
+  /** `fresh`: on a connection of its own, not the pool's (a single endpoint's retry). */
+  #dispatch (endpoint: Endpoint, fresh = false): void {
     const { ctx, req } = this
     const attempt = new Attempt(this, endpoint, ctx.maxResponseBytes)
     this.#attempt = attempt
     endpoint.inFlight++
+    let headers = endpoint.hostHeader === undefined ? this.#headers : { ...this.#headers, host: endpoint.hostHeader }
+    const tries = ctx.tries
+    if (tries !== undefined) {
+      const span = tries.startTry({ call: this.name, request: req, endpoint: endpoint.key, attempt: this.#retries + 1, retryReason: this.#reason })
+      attempt.span = span
+      if (span?.traceparent !== undefined) headers = { ...headers, traceparent: span.traceparent }
+    }
     if (this.#deadlineAt !== 0) {
       // A first try's clock is the whole deadline, as a whole number: calls asked in the same
       // millisecond share one timer list and time out together (test/engine-client-timeout.test.ts).
@@ -149,14 +171,25 @@ export class Call implements AttemptOwner {
       const lastChance = !this.#perTry || remaining <= ctx.tryTimeoutMs
       attempt.timer = setTimeout(attemptTimer, Math.max(1, lastChance ? remaining : ctx.tryTimeoutMs), this, attempt, lastChance)
     }
-    endpoint.pool.dispatch({
+    const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
-      headers: endpoint.hostHeader === undefined ? this.#headers : { ...this.#headers, host: endpoint.hostHeader },
+      headers,
       // undici documents AsyncIterable bodies for dispatch; its typings omit them.
-      body: (req.body ?? null) as Dispatcher.DispatchOptions['body'],
+      body: attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body'],
       headersTimeout: req.headersTimeoutMs ?? ctx.timeoutMs
-    }, attempt)
+    }
+    // A pool closed with the client fails the retry as it failed the try: no new socket after close().
+    if (fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
+      const own = attempt.own = ctx.fresh(endpoint.origin)
+      own.dispatch(options, attempt)
+      return
+    }
+    const pool = endpoint.pool
+    const queuedBefore = ctx.queued(pool)
+    pool.dispatch(options, attempt)
+    // Into the pool's own queue (every connection busy): if given up there, it must stop counting at once.
+    attempt.poolQueued = ctx.queued(pool) > queuedBefore
   }
 
   attemptTimedOut (attempt: Attempt, lastChance: boolean): void {
@@ -180,17 +213,18 @@ export class Call implements AttemptOwner {
     }
     const err = raw === undefined ? undefined : upstreamError(raw)
     const stopped = this.#stopped
-    // The client going away says nothing about the endpoint; a deadline does.
-    const clientGone = stopped !== undefined && !(stopped instanceof GatewayError && stopped.code === 'UPSTREAM_TIMEOUT')
-    if (!clientGone) {
+    // DECISIONS 23 v2: a refused form, a client gone or too slow says nothing about the endpoint; a deadline does.
+    const clientAborted = attempt.bodyFailed || (stopped !== undefined && !isTimeout(stopped))
+    if (!clientAborted) {
       if (isGatewayFailure(err, req.path, attempt.status, attempt.contentType)) ctx.health.failed(endpoint)
       else ctx.health.succeeded(endpoint)
     }
-    if (stopped === undefined) {
+    attempt.span?.end(outcomeOf(err, attempt.status, attempt.contentType, clientAborted), attempt.status === 0 ? undefined : attempt.status)
+    if (stopped === undefined && !clientAborted) {
       const reason = retryReason(req.method, attempt.sent, err, attempt.tryTimedOut, req.path, attempt.status, attempt.contentType)
       if (reason !== undefined && this.#retry(reason, endpoint, err, attempt)) return
     }
-    this.#finish(err, attempt)
+    this.#finish(err, attempt, clientAborted)
   }
 
   /** Try again if the policy, the endpoints left, the deadline and the budget allow it. */
@@ -198,8 +232,8 @@ export class Call implements AttemptOwner {
     const { ctx } = this
     const list = ctx.set.list
     const single = list.length === 1
-    // A single endpoint gets one retry, on a fresh connection, and only when the call never reached it.
-    if (single ? this.#retries >= 1 || reason !== 'unreachable' : this.#retries >= MAX_RETRIES) return false
+    // A single endpoint gets one retry, on a fresh connection: when the call never reached it, or a GET met a reset (a stale keep-alive socket).
+    if (single ? this.#retries >= 1 || (reason !== 'unreachable' && reason !== 'reset') : this.#retries >= MAX_RETRIES) return false
     if (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt) return false
     const tried = this.#tried ??= []
     tried.push(failed)
@@ -209,6 +243,7 @@ export class Call implements AttemptOwner {
       return false
     }
     this.#retries++
+    this.#reason = reason
     this.#retrying = true
     ctx.budget.retries++
     ctx.cluster?.retried(this.name, reason)
@@ -227,14 +262,14 @@ export class Call implements AttemptOwner {
       this.#retrying = false
       this.ctx.budget.retries--
       // Nobody left after the wait: the last try's failure or answer (a GET's 503 passes on as it came).
-      if (next === undefined) this.#finish(this.#lastError, this.#lastAttempt)
-      else this.#finish(new GatewayError('UPSTREAM_TIMEOUT'), this.#lastAttempt)
+      if (next === undefined) this.#finish(this.#lastError, this.#lastAttempt, false)
+      else this.#finish(new GatewayError('UPSTREAM_TIMEOUT'), this.#lastAttempt, false)
       return
     }
-    this.#dispatch(next)
+    this.#dispatch(next, list.length === 1)
   }
 
-  #finish (err: GatewayError | undefined, attempt: Attempt | undefined): void {
+  #finish (err: GatewayError | undefined, attempt: Attempt | undefined, clientAborted: boolean): void {
     if (this.#settled) return
     this.#settled = true
     const { ctx, req } = this
@@ -246,7 +281,7 @@ export class Call implements AttemptOwner {
     if (this.#onAbort !== undefined) req.signal!.removeEventListener('abort', this.#onAbort)
     const status = attempt?.status ?? 0
     const contentType = attempt?.contentType ?? ''
-    ctx.observer?.(this.name, outcomeOf(err, status, contentType), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)
+    ctx.observer?.(this.name, outcomeOf(err, status, contentType, clientAborted), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)
     if (err !== undefined) this.reject(err)
     else this.resolve({ status, contentType, body: attempt!.body() })
   }

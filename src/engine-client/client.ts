@@ -8,18 +8,20 @@
  * Responses of the upstream contract are small JSON or text, and the gateway
  * must check their shape before answering (DECISIONS 8), so they are collected
  * into one Buffer, bounded by `maxResponseBytes`. Request bodies are never
- * buffered here: a stream or iterable is handed to undici as it is.
+ * buffered here: a stream or iterable goes to undici as it comes, watched
+ * only to tell a body that failed (the client's doing) from the engine.
  */
-import type { Readable } from 'node:stream'
-import { Pool } from 'undici'
+import { Client, Pool } from 'undici'
 import { Balancer, type Random } from './balancer.js'
-import { EndpointSet, type Lookup } from './endpoints.js'
+import { EndpointSet, type Endpoint, type Lookup } from './endpoints.js'
 import { HealthState, type HealthOptions } from './health.js'
-import { RetryBudget, type RetryReason } from './retry.js'
-import { upstreamError } from '../http/errors.js'
-import type { EngineCallName, EngineOutcome, EnginePoolState } from '../observability/metrics.js'
+import { RetryBudget } from './retry.js'
+import { GatewayError, upstreamError } from '../http/errors.js'
+import type { EnginePoolState } from '../observability/metrics.js'
 import { abortError, Call, type ClusterContext } from './call.js'
-import { overloaded } from '../limits/shedding.js'
+import type { ClusterObserver, EngineCallObserver, EngineClusterStatus, EngineRequest, EngineResponse, EngineTryObserver } from './types.js'
+
+export type { ClusterObserver, EngineCallObserver, EngineClusterStatus, EngineRequest, EngineResponse, EngineTryInfo, EngineTryObserver, EngineTrySpan } from './types.js'
 
 export interface EnginePoolOptions {
   /** One base URL or several (UPSTREAM_URL's list); a name may stand for several addresses. */
@@ -48,28 +50,6 @@ export interface EnginePoolOptions {
   maxQueue?: number
 }
 
-export interface EngineRequest {
-  method: 'GET' | 'POST'
-  path: string
-  requestId: string
-  userId?: string
-  contentType?: string
-  /** The client's Idempotency-Key, passed on bare so the engine can deduplicate too (DECISIONS 16). */
-  idempotencyKey?: string
-  /** Streams and async iterables are passed to undici as they are, never buffered. */
-  body?: string | Buffer | Readable | AsyncIterable<Buffer>
-  /** Aborts the call; the reason (a GatewayError) is what the call rejects with. */
-  signal?: AbortSignal
-  /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
-  responseTimeoutMs?: number
-  /** Called once the engine's response headers are in (e.g. to stop an upload clock). */
-  onResponseStart?: () => void
-  /** undici's own headers timeout (from the request on a socket): a backstop; default UPSTREAM_TIMEOUT_MS. */
-  headersTimeoutMs?: number
-  /** W3C trace context for the engine (src/observability/trace-context.ts). */
-  traceparent?: string
-}
-
 /**
  * Who is asking, as every engine call says it: the request id, the verified
  * subject (never a client header, DECISIONS 9) and the trace context.
@@ -78,20 +58,25 @@ export function callerOf (request: { id: string, userId: string, traceparent: st
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
-/** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
-export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint: string) => void
-
-/** The cluster's rarer events, for their counters (gateway_engine_*). */
-export interface ClusterObserver {
-  ejected: (endpoint: string) => void
-  retried: (call: EngineCallName, reason: RetryReason) => void
-  budgetExhausted: () => void
+/**
+ * The answer when UPSTREAM_MAX_QUEUE calls already wait for a connection: the
+ * gateway's overloaded 503 (DECISIONS 15), the same the load shedder gives.
+ */
+function queueFull (): GatewayError {
+  return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': '1' } })
 }
 
-export interface EngineResponse {
-  status: number
-  contentType: string
-  body: Buffer
+/** What GET /status shows of an endpoint's health: ejected, draining, failing its checks, or up. */
+function stateOf (e: Endpoint): EngineClusterStatus['endpoints'][number]['state'] {
+  if (e.ejected) return 'ejected'
+  if (e.draining) return 'draining'
+  return e.up ? 'up' : 'unreachable'
+}
+
+/** The host name an endpoint came from (the Host it sends), or its address. */
+function nameOf (e: Endpoint): string {
+  const host = new URL(e.hostHeader === undefined ? e.origin : `http://${e.hostHeader}`).hostname
+  return host.startsWith('[') ? host.slice(1, -1) : host
 }
 
 /** The endpoints' pools' undici `queued` field: see EngineClient.queueFull. */
@@ -112,8 +97,7 @@ export class EngineClient {
     const random = opts.random ?? Math.random
     const idleMs = opts.keepAliveTimeoutMs ?? 4_000
     // The bounds that exist for one engine hold per endpoint (issue 17).
-    const poolFor = (origin: string): Pool => new Pool(origin, {
-      connections: opts.connections ?? 128,
+    const connection = {
       pipelining: opts.pipelining ?? 1,
       connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
       // An idle pooled socket closes after this. undici would follow the engine's
@@ -123,7 +107,8 @@ export class EngineClient {
       keepAliveMaxTimeout: idleMs,
       headersTimeout: opts.timeoutMs,
       bodyTimeout: opts.timeoutMs
-    })
+    }
+    const poolFor = (origin: string): Pool => new Pool(origin, { ...connection, connections: opts.connections ?? 128 })
     const urls = typeof opts.url === 'string' ? [opts.url] : opts.url
     this.#set = new EndpointSet({
       urls,
@@ -143,7 +128,11 @@ export class EngineClient {
       tryTimeoutMs: opts.tryTimeoutMs ?? Math.max(1, Math.floor(opts.timeoutMs / 3)),
       maxResponseBytes: opts.maxResponseBytes ?? 1024 * 1024,
       observer: undefined,
-      cluster: undefined
+      cluster: undefined,
+      tries: undefined,
+      // One socket for one try, closed with it: a retry that must not meet another stale pooled socket.
+      fresh: (origin) => new Client(origin, connection),
+      queued: (pool) => this.#queued(pool)
     }
     // `pool.stats` builds a PoolStats that walks every connection (five getters,
     // 128 clients each): measured at 6-8% of the gateway's CPU when read per
@@ -163,6 +152,27 @@ export class EngineClient {
   /** Report ejections, retries and an exhausted retry budget. */
   observeCluster (observer: ClusterObserver): void {
     this.#ctx.cluster = observer
+  }
+
+  /** Tell `observer` of each try as it starts and ends (tracing); at most one: the last one set wins. */
+  observeTries (observer: EngineTryObserver): void {
+    this.#ctx.tries = observer
+  }
+
+  /** Each endpoint's state and load, and the retry budget in use, for GET /status. */
+  status (): EngineClusterStatus {
+    const budget = this.#ctx.budget
+    return {
+      endpoints: this.#set.list.map((e) => ({
+        endpoint: e.key,
+        name: nameOf(e),
+        state: stateOf(e),
+        ejectedUntil: e.ejected && e.ejectedUntil > 0 ? new Date(e.ejectedUntil).toISOString() : null,
+        ejections: e.ejections,
+        inFlight: e.inFlight
+      })),
+      retryBudget: { retriesInFlight: budget.retries, callsInFlight: budget.calls, allowed: budget.allowed() }
+    }
   }
 
   /** Resolved once every name in UPSTREAM_URL has had its first DNS answer. */
@@ -203,7 +213,7 @@ export class EngineClient {
     for (const e of this.#set.list) {
       const s = e.pool.stats
       connected += s.connected
-      queued += s.queued
+      queued += Math.max(0, s.queued - e.abandonedQueued)
       running += s.running
     }
     return { connected, queued, running }
@@ -213,7 +223,11 @@ export class EngineClient {
   queueFull (): boolean {
     const list = this.#set.list
     let queued = 0
-    for (let i = 0; i < list.length; i++) queued += this.#queued(list[i]!.pool)
+    for (let i = 0; i < list.length; i++) {
+      const e = list[i]!
+      // Tries given up in the queue no longer wait there, though undici drops them only when a socket frees.
+      queued += Math.max(0, this.#queued(e.pool) - e.abandonedQueued)
+    }
     return queued >= this.#maxQueue
   }
 
@@ -222,7 +236,7 @@ export class EngineClient {
     // An abort that came first never fires its event again: refuse at once, send nothing.
     if (req.signal?.aborted === true) return Promise.reject(upstreamError(abortError(req.signal.reason)))
     // Past the bound the call would only wait into a timeout: refuse it now.
-    if (this.queueFull()) return Promise.reject(overloaded())
+    if (this.queueFull()) return Promise.reject(queueFull())
     return new Promise<EngineResponse>((resolve, reject) => {
       new Call(this.#ctx, req, resolve, reject).start()
     })

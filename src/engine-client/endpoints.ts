@@ -25,12 +25,16 @@ export class Endpoint {
   readonly key: string
   /** Calls on this endpoint that have not finished: what least-request compares. */
   inFlight = 0
+  /** Tries given up while in this pool's queue that undici has not dropped yet (attempt.ts): not counted as queued. */
+  abandonedQueued = 0
   /** In rotation: its health checks pass and it is not ejected (health.ts keeps this one boolean current). */
   up = true
   // Passive outlier state (health.ts).
   consecutiveFailures = 0
   ejections = 0
   ejected = false
+  /** Date.now() at which the current ejection ends (EngineClient.status). */
+  ejectedUntil = 0
   ejectionTimer: NodeJS.Timeout | undefined = undefined
   // Active health-check state (health.ts).
   checkedHealthy = true

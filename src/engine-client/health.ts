@@ -88,6 +88,7 @@ export class HealthState {
     refresh(e)
     const ms = Math.min(this.#ejectionBaseMs * e.ejections, EJECTION_MAX_MS * this.#ejectionBaseMs / EJECTION_BASE_MS)
     e.ejectionTimer = setTimeout(() => { this.#unEject(e) }, ms).unref()
+    e.ejectedUntil = Date.now() + ms
     this.#events.ejected?.(e)
   }
 

@@ -84,4 +84,9 @@ export class RetryBudget {
     const withThisOne = this.retries + 1
     return withThisOne <= BUDGET_MIN || withThisOne < BUDGET_RATIO * (this.calls - this.retries)
   }
+
+  /** How many retries may be in flight now, those already in flight included (GET /status). */
+  allowed (): number {
+    return Math.max(BUDGET_MIN, Math.ceil(BUDGET_RATIO * (this.calls - this.retries)) - 1)
+  }
 }

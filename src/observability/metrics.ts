@@ -21,8 +21,12 @@ export const UNKNOWN_ROUTE = 'unmatched'
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 
 export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
-/** ok: a 2xx; engine_error: the engine's own 4xx/5xx; the rest: the call failed (DECISIONS 8). */
-export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response'
+/**
+ * ok: a 2xx; engine_error: the engine's own 4xx/5xx; client_aborted: the gateway
+ * gave the call up for the client's sake (a refused form, a client gone or too
+ * slow: DECISIONS 23 v2), nothing the engine did; the rest: the call failed (DECISIONS 8).
+ */
+export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response' | 'client_aborted'
 export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
 export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
 
@@ -69,7 +73,7 @@ export class GatewayMetrics {
 
   readonly engineCalls = new CounterFamily(
     'gateway_engine_calls_total',
-    'Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response) and the endpoint (host:port) of their last try',
+    'Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response, client_aborted: given up for the client, not the engine\'s doing) and the endpoint (host:port) of their last try',
     ['call', 'outcome', 'endpoint'], this.registry)
 
   readonly engineCallDuration = new HistogramFamily(
