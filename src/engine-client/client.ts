@@ -28,7 +28,7 @@ export interface EnginePoolOptions {
   tryTimeoutMs?: number
   /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
   lookup?: Lookup
-  /** How often names are resolved again; default 30 s. */
+  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes unreachable or none is in rotation. */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
   health?: HealthOptions
@@ -86,6 +86,8 @@ export interface ClusterObserver {
   ejected: (endpoint: string) => void
   retried: (call: EngineCallName, reason: RetryReason) => void
   budgetExhausted: () => void
+  /** An endpoint left the set and finished its calls: its per-endpoint series go (DECISIONS 24 v2). */
+  removed?: (endpoint: string) => void
 }
 
 export interface EngineResponse {
@@ -130,7 +132,8 @@ export class EngineClient {
       pool: poolFor,
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
-      onChange: () => { this.#health.membershipChanged() }
+      onChange: () => { this.#health.membershipChanged() },
+      onRemoved: (e) => { this.#ctx.cluster?.removed?.(e.key) }
     })
     this.#health = new HealthState(this.#set, opts.health, { ejected: (e) => this.#ctx.cluster?.ejected(e.key) })
     this.#ctx = {
@@ -190,7 +193,7 @@ export class EngineClient {
     await this.#health.checkAll()
   }
 
-  /** Resolve every name again now (tests; the timer does it every 30 s). */
+  /** Resolve every name again now (tests; the timer does it every UPSTREAM_DNS_REFRESH_MS). */
   async resolve (): Promise<void> {
     await this.#set.resolve()
   }

@@ -119,7 +119,8 @@ export function installMetrics (app: FastifyInstance, engine: EngineClient, opts
   engine.observeCluster({
     ejected: (endpoint) => { metrics.engineEjected(endpoint) },
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
-    budgetExhausted: () => { metrics.engineRetryBudgetSpent() }
+    budgetExhausted: () => { metrics.engineRetryBudgetSpent() },
+    removed: (endpoint) => { metrics.engineEndpointGone(endpoint) }
   })
   if (opts.perRequest) {
     engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
