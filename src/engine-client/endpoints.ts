@@ -31,22 +31,19 @@ export const DNS_REFRESH_MS = 5_000
 export class Endpoint {
   /** host:port, the metrics label: a bounded set (the configured URLs and the addresses they resolve to now). */
   readonly key: string
-  /** The host name as UPSTREAM_URL gives it (or the IP literal): where the endpoint came from. */
-  readonly name: string
   /** Calls on this endpoint that have not finished: what least-request compares. */
   inFlight = 0
   /** In rotation: its health checks pass and it is not ejected (health.ts keeps this one boolean current). */
   up = true
   // Passive outlier state (health.ts).
   consecutiveFailures = 0
-  /** Ejections so far (gateway_engine_ejections_total counts them too). */
-  ejections = 0
-  /** The ejection time multiplier: up by one per ejection, down by one per base ejection time in rotation since (Envoy's). */
+  /** The ejection time multiplier: up by one per ejection, down by one per base ejection time in rotation (Envoy's). */
   ejectionBackoff = 0
-  /** Date.now() from which its time in rotation counts toward the multiplier's decay (health.ts); 0 before it first returns. */
+  /** Date.now() from which its time in rotation counts toward the multiplier's decay; 0 before it first returns. */
   upSince = 0
+  ejections = 0
   ejected = false
-  /** Date.now() when the current ejection ends; 0 when not ejected. */
+  /** Date.now() at which the current ejection ends (EngineClient.status). */
   ejectedUntil = 0
   ejectionTimer: NodeJS.Timeout | undefined = undefined
   // Active health-check state (health.ts).
@@ -62,9 +59,8 @@ export class Endpoint {
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
 
-  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string, name: string) {
+  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string) {
     this.key = key
-    this.name = name
   }
 
   /** Close its pool (after the calls it has) and its check connection. */
@@ -72,34 +68,6 @@ export class Endpoint {
     clearTimeout(this.ejectionTimer)
     // A check in flight is not worth waiting for.
     await Promise.all([this.pool.close(), this.checker?.destroy()])
-  }
-}
-
-/** What an operator sees of one endpoint (EngineClient.status(), GET /status). */
-export interface EndpointStatus {
-  endpoint: string
-  name: string
-  state: 'up' | 'ejected' | 'draining' | 'unreachable'
-  ejectedUntil: string | null
-  ejections: number
-  inFlight: number
-}
-
-/**
- * Its state from health and ejection: unreachable (its last connection failed)
- * before draining (its /health said 500) before ejected (outlier detection);
- * an endpoint that failed its checks for another reason reads as unreachable
- * too, since it is out of rotation without being ejected or draining.
- */
-export function endpointStatus (e: Endpoint): EndpointStatus {
-  const state = e.up ? 'up' : e.unreachable ? 'unreachable' : e.draining ? 'draining' : e.ejected ? 'ejected' : 'unreachable'
-  return {
-    endpoint: e.key,
-    name: e.name,
-    state,
-    ejectedUntil: e.ejected ? new Date(e.ejectedUntil).toISOString() : null,
-    ejections: e.ejections,
-    inFlight: e.inFlight
   }
 }
 
@@ -194,7 +162,7 @@ export class EndpointSet {
     const origin = `${s.protocol}//${bracketed(address)}:${s.port}`
     // A name kept as Host only when the endpoint is an address the name resolved to.
     const hostHeader = s.named && address !== s.hostname ? s.host : undefined
-    return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`, s.hostname)
+    return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`)
   }
 
   /**
