@@ -86,8 +86,6 @@ export interface ClusterObserver {
   ejected: (endpoint: string) => void
   retried: (call: EngineCallName, reason: RetryReason) => void
   budgetExhausted: () => void
-  /** An endpoint left the set and finished its calls: its per-endpoint series go (DECISIONS 24 v2). */
-  removed?: (endpoint: string) => void
 }
 
 export interface EngineResponse {
@@ -108,6 +106,7 @@ export class EngineClient {
   readonly #ctx: ClusterContext
   readonly #maxQueue: number
   readonly #queued: (pool: Pool) => number
+  #removed: ((endpoint: string) => void) | undefined = undefined
 
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
@@ -133,7 +132,7 @@ export class EngineClient {
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
       onChange: () => { this.#health.membershipChanged() },
-      onRemoved: (e) => { this.#ctx.cluster?.removed?.(e.key) }
+      onRemoved: (e) => { this.#removed?.(e.key) }
     })
     this.#health = new HealthState(this.#set, opts.health, { ejected: (e) => this.#ctx.cluster?.ejected(e.key) })
     this.#ctx = {
@@ -176,6 +175,15 @@ export class EngineClient {
   /** How many endpoints there are now (helpers that scale a bound per endpoint read it). */
   endpointCount (): number {
     return this.#set.list.length
+  }
+
+  /**
+   * Told of each endpoint (host:port) that left the set, once its calls are
+   * done and unless its address is back: its per-endpoint metric series go
+   * (DECISIONS 24 v2). One observer: the last one set wins.
+   */
+  observeRemovals (observer: (endpoint: string) => void): void {
+    this.#removed = observer
   }
 
   /** Each endpoint (host:port) and whether it is in rotation, for gateway_engine_endpoint_up. */

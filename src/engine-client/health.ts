@@ -169,10 +169,10 @@ export class HealthState {
     const ms = Math.min(this.#ejectionBaseMs * Math.max(1, e.ejectionBackoff), this.#ejectionMaxMs)
     e.ejections++
     e.ejected = true
-    e.ejectedUntil = now + ms
     e.consecutiveFailures = 0
     this.#refresh(e)
     e.ejectionTimer = setTimeout(() => { this.#unEject(e) }, ms).unref()
+    e.ejectedUntil = Date.now() + ms
     this.#events.ejected?.(e)
   }
 
