@@ -38,6 +38,7 @@ export const Env = Type.Object({
   TRUST_PROXY: Type.Optional(Type.String({ minLength: 1, description: 'comma-separated IP addresses or CIDRs of the load balancers whose X-Forwarded-For is believed, e.g. 10.0.0.0/8,fd00::/8 (DECISIONS 27); unset: none' })),
   UPLOAD_MAX_PER_USER: Integer(1, 1000, 'creates one user (token sub) may have in progress at once; one more gets 429', 2),
   UPLOAD_MAX_CONNECTIONS: Integer(1, 127, 'engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503', 32),
-  UPSTREAM_TRY_TIMEOUT_MS: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000, description: 'how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS' }))
+  UPSTREAM_TRY_TIMEOUT_MS: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000, description: 'how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS' })),
+  UPSTREAM_DNS_REFRESH_MS: Integer(100, 3_600_000, "how often the host names in UPSTREAM_URL are resolved again, in ms (Envoy's default, 5000); a name is also resolved at once when an endpoint becomes unreachable", 5_000)
 })
 export type Env = Static<typeof Env>

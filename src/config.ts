@@ -55,6 +55,8 @@ export interface GatewayConfig {
   /** One try of a GET when another endpoint can take a retry (UPSTREAM_TRY_TIMEOUT_MS). */
   readonly upstreamTryTimeoutMs: number
   readonly upstreamTimeoutMs: number
+  /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS, DECISIONS 24 v2). */
+  readonly upstreamDnsRefreshMs: number
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
   readonly limits: LimitsConfig
@@ -124,6 +126,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     ...(upstreamUrls === undefined ? {} : { upstreamUrls: Object.freeze(upstreamUrls) }),
     upstreamTryTimeoutMs,
     upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
     metricsPort: parsed.METRICS_PORT,
     limits: Object.freeze({
       ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,

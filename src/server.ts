@@ -55,7 +55,7 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 
 // DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its
 // first answer undici resolves it per connection), so a slow DNS never holds up start-up.
-const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue })
+const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs })
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger })

@@ -17,6 +17,7 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     jwt: undefined,
     upstreamTimeoutMs: 10_000,
     upstreamTryTimeoutMs: 3333,
+    upstreamDnsRefreshMs: 5000,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 }
@@ -44,7 +45,8 @@ t.test('each variable is read', async (t) => {
     SHED_EVENT_LOOP_DELAY_MS: '0',
     UPSTREAM_MAX_QUEUE: '16',
     UPLOAD_MAX_PER_USER: '3',
-    UPLOAD_MAX_CONNECTIONS: '16'
+    UPLOAD_MAX_CONNECTIONS: '16',
+    UPSTREAM_DNS_REFRESH_MS: '2000'
   })
   t.same(config, {
     production: true,
@@ -56,6 +58,7 @@ t.test('each variable is read', async (t) => {
     upstreamUrls: ['http://engine:4000'],
     upstreamTimeoutMs: 2500,
     upstreamTryTimeoutMs: 833,
+    upstreamDnsRefreshMs: 2000,
     metricsPort: 9100,
     limits: { ratePerMinute: 0, redis: { mode: 'single', url: 'redis://:pw@redis:6379/2' }, idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 },
     uploads: { maxPerUser: 3, maxConnections: 16 }
@@ -80,6 +83,9 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_URL: 'http://a:4000,http://b:99999' }, 'UPSTREAM_URL="http://b:99999" is invalid: port 99999 is out of range; use a port from 1 to 65535, or none for 80/443'],
   [{ UPSTREAM_TIMEOUT_MS: '1000', UPSTREAM_TRY_TIMEOUT_MS: '2000' }, 'UPSTREAM_TRY_TIMEOUT_MS=2000 is longer than UPSTREAM_TIMEOUT_MS=1000: one try lives within the call\'s deadline; set it lower, or leave it unset for a third'],
   [{ UPSTREAM_TRY_TIMEOUT_MS: '0' }, 'UPSTREAM_TRY_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS'],
+  [{ UPSTREAM_DNS_REFRESH_MS: '50' }, 'UPSTREAM_DNS_REFRESH_MS="50" is invalid: must be between 100 and 3600000; expected how often the host names in UPSTREAM_URL are resolved again, in ms (Envoy\'s default, 5000); a name is also resolved at once when an endpoint becomes unreachable'],
+  [{ UPSTREAM_DNS_REFRESH_MS: '5s' }, 'UPSTREAM_DNS_REFRESH_MS="5s" is invalid: must be a whole number; expected how often the host names in UPSTREAM_URL are resolved again, in ms (Envoy\'s default, 5000); a name is also resolved at once when an endpoint becomes unreachable'],
+  [{ UPSTREAM_DNS_REFRESH_MS: '3600001' }, 'UPSTREAM_DNS_REFRESH_MS="3600001" is invalid: must be between 100 and 3600000; expected how often the host names in UPSTREAM_URL are resolved again, in ms (Envoy\'s default, 5000); a name is also resolved at once when an endpoint becomes unreachable'],
   [{ PORT: 'abc' }, 'PORT="abc" is invalid: must be a whole number; expected listen port'],
   [{ PORT: '70000' }, 'PORT="70000" is invalid: must be between 0 and 65535; expected listen port'],
   [{ PORT: '4e3' }, 'PORT="4e3" is invalid: must be a whole number; expected listen port'],
@@ -205,7 +211,7 @@ t.test('an empty variable counts as unset', async (t) => {
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
     JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
     RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: '',
-    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: ''
+    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -215,6 +221,7 @@ t.test('an empty variable counts as unset', async (t) => {
     jwt: { source: 'static', clockToleranceS: 5, key: undefined, algorithm: 'HS256', generated: true },
     upstreamTimeoutMs: 10_000,
     upstreamTryTimeoutMs: 3333,
+    upstreamDnsRefreshMs: 5000,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 }

@@ -62,3 +62,23 @@ t.test('a family takes its name in the registry like any metric', async (t) => {
   new CounterFamily('taken_total', 'x', [], registry)
   t.throws(() => new Counter({ name: 'taken_total', help: 'y', registers: [registry] }), { message: 'A metric with the name taken_total has already been registered.' })
 })
+
+t.test('remove(labels) forgets every series with those labels, and only those (an engine endpoint that left the set)', async (t) => {
+  const registry = new Registry()
+  const calls = new CounterFamily('calls_total', 'calls', ['call', 'endpoint'], registry)
+  const durations = new HistogramFamily('d_seconds', 'durations', ['endpoint'], [0.1], registry)
+  for (const endpoint of ['10.0.0.1:4000', '10.0.0.2:4000']) {
+    calls.series({ call: 'ping', endpoint }).inc()
+    calls.series({ call: 'update', endpoint }).inc()
+    durations.series({ endpoint }).observe(0.05)
+  }
+  calls.remove({ endpoint: '10.0.0.1:4000' })
+  durations.remove({ endpoint: '10.0.0.1:4000' })
+  const text = await registry.metrics()
+  t.notMatch(text, '10.0.0.1:4000', 'no series of the endpoint that left')
+  t.match(text, 'calls_total{call="ping",endpoint="10.0.0.2:4000"} 1\n')
+  t.match(text, 'calls_total{call="update",endpoint="10.0.0.2:4000"} 1\n')
+  t.match(text, 'd_seconds_count{endpoint="10.0.0.2:4000"} 1\n')
+  calls.series({ call: 'ping', endpoint: '10.0.0.1:4000' }).inc()
+  t.match(await registry.metrics(), 'calls_total{call="ping",endpoint="10.0.0.1:4000"} 1\n', 'an address that comes back starts from zero')
+})

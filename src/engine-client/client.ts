@@ -30,7 +30,7 @@ export interface EnginePoolOptions {
   tryTimeoutMs?: number
   /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
   lookup?: Lookup
-  /** How often names are resolved again; default 30 s. */
+  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes unreachable or none is in rotation. */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
   health?: HealthOptions
@@ -91,6 +91,7 @@ export class EngineClient {
   readonly #ctx: ClusterContext
   readonly #maxQueue: number
   readonly #queued: (pool: Pool) => number
+  #removed: ((endpoint: string) => void) | undefined = undefined
 
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
@@ -115,7 +116,8 @@ export class EngineClient {
       pool: poolFor,
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
-      onChange: () => { this.#health.membershipChanged() }
+      onChange: () => { this.#health.membershipChanged() },
+      onRemoved: (e) => { this.#removed?.(e.key) }
     })
     this.#health = new HealthState(this.#set, opts.health, { ejected: (e) => this.#ctx.cluster?.ejected(e.key) })
     this.#ctx = {
@@ -185,6 +187,15 @@ export class EngineClient {
     return this.#set.list.length
   }
 
+  /**
+   * Told of each endpoint (host:port) that left the set, once its calls are
+   * done and unless its address is back: its per-endpoint metric series go
+   * (DECISIONS 24 v2). One observer: the last one set wins.
+   */
+  observeRemovals (observer: (endpoint: string) => void): void {
+    this.#removed = observer
+  }
+
   /** Each endpoint (host:port) and whether it is in rotation, for gateway_engine_endpoint_up. */
   endpointStates (): Array<{ endpoint: string, up: boolean }> {
     return this.#set.list.map((e) => ({ endpoint: e.key, up: e.up }))
@@ -200,7 +211,7 @@ export class EngineClient {
     await this.#health.checkAll()
   }
 
-  /** Resolve every name again now (tests; the timer does it every 30 s). */
+  /** Resolve every name again now (tests; the timer does it every UPSTREAM_DNS_REFRESH_MS). */
   async resolve (): Promise<void> {
     await this.#set.resolve()
   }

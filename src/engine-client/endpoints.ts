@@ -1,16 +1,21 @@
 /**
  * The endpoint set (DECISIONS 24): every base URL of UPSTREAM_URL, and for a
- * host name, one endpoint per address it resolves to, resolved again every
- * 30 s (a Kubernetes headless service). Each endpoint has its own undici Pool,
- * so each has its own connection bound and its own queue; the name is kept as
- * the `Host` header.
+ * host name, one endpoint per address it resolves to (a Kubernetes headless
+ * service). Names are resolved again every 5 s (Envoy's default DNS refresh,
+ * UPSTREAM_DNS_REFRESH_MS) and at once when health.ts asks (an endpoint became
+ * unreachable, or none is left in rotation), one resolution in flight at most:
+ * a rollout that gives engines new addresses is followed within seconds, not at
+ * the next refresh. A name with IPv4 addresses uses only those (Envoy's
+ * V4_PREFERRED), so a dual-stack name is not two endpoints for one engine.
+ * Each endpoint has its own undici Pool, so each has its own connection bound
+ * and its own queue; the name is kept as the `Host` header.
  *
  * Who is healthy lives in health.ts, who gets the next request in balancer.ts:
  * this file only knows which endpoints exist.
  */
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { isIP } from 'node:net'
-import { Pool } from 'undici'
+import type { Client, Pool } from 'undici'
 
 /** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
 export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string, family: number }>>
@@ -19,9 +24,12 @@ export const systemLookup: Lookup = async (hostname) => await dnsLookup(hostname
 
 export type PoolFactory = (origin: string) => Pool
 
+/** Envoy's default DNS refresh rate (DECISIONS 24 v2). */
+export const DNS_REFRESH_MS = 5_000
+
 /** One address the gateway can send to: its pool, its load, and its health (health.ts writes those). */
 export class Endpoint {
-  /** host:port, the metrics label: a bounded set (the configured URLs and their addresses). */
+  /** host:port, the metrics label: a bounded set (the configured URLs and the addresses they resolve to now). */
   readonly key: string
   /** Calls on this endpoint that have not finished: what least-request compares. */
   inFlight = 0
@@ -31,6 +39,10 @@ export class Endpoint {
   up = true
   // Passive outlier state (health.ts).
   consecutiveFailures = 0
+  /** The ejection time multiplier: up by one per ejection, down by one per base ejection time in rotation (Envoy's). */
+  ejectionBackoff = 0
+  /** Date.now() from which its time in rotation counts toward the multiplier's decay; 0 before it first returns. */
+  upSince = 0
   ejections = 0
   ejected = false
   /** Date.now() at which the current ejection ends (EngineClient.status). */
@@ -42,13 +54,22 @@ export class Endpoint {
   checkFailures = 0
   checkSuccesses = 0
   checking = false
-  /** The last health check could not even connect (refused, timeout, no route): in panic it is skipped, so an all-down cluster answers 502 at once. */
+  /** The health checks' own connection (health.ts makes it on the first check): never queued behind requests. */
+  checker: Client | undefined = undefined
+  /** The last connection attempt, a check's or a call's, failed (refused, timeout, no route): in panic it is skipped, so an all-down cluster answers 502 at once. */
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
 
   constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string) {
     this.key = key
+  }
+
+  /** Close its pool (after the calls it has) and its check connection. */
+  async retire (): Promise<void> {
+    clearTimeout(this.ejectionTimer)
+    // A check in flight is not worth waiting for.
+    await Promise.all([this.pool.close(), this.checker?.destroy()])
   }
 }
 
@@ -76,10 +97,23 @@ export interface EndpointSetOptions {
   urls: readonly string[]
   pool: PoolFactory
   lookup?: Lookup
-  /** How often names are resolved again (DECISIONS 24: 30 s); 0 never. */
+  /** How often names are resolved again (DNS_REFRESH_MS, UPSTREAM_DNS_REFRESH_MS); 0: only when health.ts asks. */
   resolveIntervalMs?: number
   /** Told after every change of the set (endpoints added or removed). */
   onChange?: () => void
+  /**
+   * Told once an endpoint that left the set has finished its calls (its pool
+   * closed), unless its address is back in the set by then: its metric series
+   * go with it.
+   */
+  onRemoved?: (endpoint: Endpoint) => void
+}
+
+/** A name's addresses as the gateway uses them: IPv4 only when it has any (V4_PREFERRED), each once, sorted. */
+export function preferredAddresses (found: ReadonlyArray<{ address: string, family: number }>): string[] | undefined {
+  const v4 = found.filter((a) => isIP(a.address) === 4)
+  const use = v4.length > 0 ? v4 : found.filter((a) => isIP(a.address) === 6)
+  return use.length === 0 ? undefined : [...new Set(use.map((a) => a.address))].sort()
 }
 
 export class EndpointSet {
@@ -89,7 +123,9 @@ export class EndpointSet {
   readonly #pool: PoolFactory
   readonly #lookup: Lookup
   readonly #onChange: (() => void) | undefined
+  readonly #onRemoved: ((endpoint: Endpoint) => void) | undefined
   readonly #timer: NodeJS.Timeout | undefined
+  readonly #named: boolean
   #resolving: Promise<void> | undefined
   #closed = false
 
@@ -98,19 +134,30 @@ export class EndpointSet {
     this.#pool = opts.pool
     this.#lookup = opts.lookup ?? systemLookup
     this.#onChange = opts.onChange
+    this.#onRemoved = opts.onRemoved
     // Until a name is resolved, it is one endpoint by name: undici resolves it
     // per connection, as the gateway did with one URL. Resolution replaces it.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
-    if (this.#sources.some((s) => s.named)) {
-      this.#resolving = this.resolve()
-      const every = opts.resolveIntervalMs ?? 30_000
-      if (every > 0) this.#timer = setInterval(() => { this.#resolving ??= this.resolve() }, every).unref()
+    this.#named = this.#sources.some((s) => s.named)
+    if (this.#named) {
+      this.#resolving = this.#run()
+      const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
+      if (every > 0) this.#timer = setInterval(() => { this.resolveSoon() }, every).unref()
     }
   }
 
   /** The first resolution of every name (tests and startup wait on it); resolved at once when there is none. */
   async ready (): Promise<void> {
     await this.#resolving
+  }
+
+  /**
+   * Resolve every name again now, unless a resolution is already in flight
+   * (then that one's answer serves): what health.ts asks for when an endpoint
+   * becomes unreachable or none is left in rotation. Without names, nothing.
+   */
+  resolveSoon (): void {
+    if (this.#named && !this.#closed) this.#resolving ??= this.#run()
   }
 
   #make (s: Source, address: string): Endpoint {
@@ -121,17 +168,27 @@ export class EndpointSet {
   }
 
   /**
-   * Resolve every name again and apply the answer: endpoints that stay keep
-   * their pool and health; new ones join in rotation; gone ones leave (their
-   * pool closes after its calls). A failed lookup keeps what the name had.
+   * Resolve every name again and apply the answer (tests call it to apply a
+   * changed lookup): it waits for a resolution in flight, then runs its own.
    */
   async resolve (): Promise<void> {
+    while (this.#resolving !== undefined) await this.#resolving
+    if (this.#closed) return
+    this.#resolving = this.#run()
+    await this.#resolving
+  }
+
+  /**
+   * Endpoints that stay keep their pool and health; new ones join in rotation;
+   * gone ones leave (their pool closes after its calls). A failed lookup keeps
+   * what the name had.
+   */
+  async #run (): Promise<void> {
     try {
       const answers = await Promise.all(this.#sources.map(async (s) => {
         if (!s.named) return undefined
         try {
-          const found = await this.#lookup(s.hostname)
-          return found.length === 0 ? undefined : [...new Set(found.map((a) => a.address))].sort()
+          return preferredAddresses(await this.#lookup(s.hostname))
         } catch {
           return undefined
         }
@@ -156,17 +213,21 @@ export class EndpointSet {
       })
       const changed = next.length !== this.list.length || next.some((e, i) => e !== this.list[i])
       if (!changed) return
-      for (const e of this.list) {
-        if (next.includes(e)) continue
-        e.removed = true
-        clearTimeout(e.ejectionTimer)
-        e.pool.close().catch(() => {})
-      }
+      const gone = this.list.filter((e) => !next.includes(e))
       this.list = next
+      for (const e of gone) this.#retire(e)
       this.#onChange?.()
     } finally {
       this.#resolving = undefined
     }
+  }
+
+  #retire (e: Endpoint): void {
+    e.removed = true
+    e.retire().catch(() => {}).finally(() => {
+      // Back in the set by now (the address returned): its series stay with the new endpoint.
+      if (!this.#closed && !this.list.some((other) => other.key === e.key)) this.#onRemoved?.(e)
+    })
   }
 
   #make0 (s: Source): string {
@@ -181,7 +242,6 @@ export class EndpointSet {
   async close (): Promise<void> {
     this.#closed = true
     clearInterval(this.#timer)
-    for (const e of this.list) clearTimeout(e.ejectionTimer)
-    await Promise.all(this.list.map(async (e) => await e.pool.close()))
+    await Promise.all(this.list.map(async (e) => { await e.retire() }))
   }
 }

@@ -2,20 +2,35 @@
  * Who is healthy (DECISIONS 24, Envoy's outlier detection and health checker,
  * kept small). Two sources of truth about one endpoint:
  * - passive: 5 consecutive gateway failures of real calls eject it for
- *   30 s x its ejections so far (at most 300 s); at most half the set is
- *   ejected at once (rounded down, but one may always be when there are two
- *   or more); a single endpoint is never ejected;
- * - active: `GET /health` every 5 s with a 1 s timeout; 2 failures in a row
- *   mark it unhealthy, 2 successes healthy again; a success ends an ejection
- *   early; a 500 (the engine draining, DECISIONS 25) takes it out of rotation
- *   at once.
+ *   30 s x its ejection multiplier (at most 300 s); the multiplier goes up by
+ *   one per ejection and down by one for each 30 s the endpoint stays in
+ *   rotation (Envoy's), so an engine that failed once last week is not
+ *   ejected for minutes today; at most half the set is ejected at once
+ *   (rounded down, but one may always be when there are two or more); a
+ *   single endpoint is never ejected;
+ * - active: `GET /health` every 5 s on a connection of its own (never queued
+ *   behind requests), with 1 s for connect and answer together; 2 failures in
+ *   a row mark it unhealthy, 2 successes healthy again; a 200 passes only when
+ *   every service it reports is `connected`; a success ends an ejection early;
+ *   a 500 (the engine draining, DECISIONS 25) takes it out of rotation at once.
+ *   Checks run whenever the set has an endpoint, a single one included, so its
+ *   `up` follows what it does.
  * Both end in one boolean per endpoint, `up`, which is all the balancer reads.
+ *
+ * Discovery hangs on health too: an endpoint that becomes unreachable, or the
+ * set left with none in rotation, has the names resolved again at once
+ * (endpoints.ts, one resolution in flight at most): after a rollout the old
+ * addresses refuse connections, and the new ones are in DNS.
  */
+import { Client } from 'undici'
+import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
 
 export const FAILURES_TO_EJECT = 5
 export const EJECTION_BASE_MS = 30_000
 export const EJECTION_MAX_MS = 300_000
+/** A health answer is a few hundred bytes; more is not an engine's. */
+const HEALTH_BODY_MAX_BYTES = 64 * 1024
 
 /** A check that failed with one of these never had a connection: the endpoint cannot be reached at all. */
 const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT'])
@@ -30,12 +45,24 @@ export interface HealthOptions {
   intervalMs?: number
   /** One check's deadline, connection included (1 s). */
   timeoutMs?: number
-  /** Base ejection time (30 s); tests shorten it. */
+  /** Base ejection time (30 s); tests shorten it. The longest ejection is ten times it. */
   ejectionBaseMs?: number
 }
 
-function refresh (e: Endpoint): void {
-  e.up = !e.ejected && e.checkedHealthy && !e.draining
+/** What one check found. */
+type Verdict = 'pass' | 'fail' | 'draining' | 'unreachable'
+
+const codeOf = (err: unknown): string => typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
+
+/** A 200's body passes when it is the contract's health answer and every service it reports is connected (DECISIONS 24 v2). */
+function allConnected (text: string): boolean {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return false
+  }
+  return isEngineHealth.Check(body) && Object.values(body.services).every((state) => state === SERVICE_CONNECTED)
 }
 
 export class HealthState {
@@ -44,7 +71,14 @@ export class HealthState {
   readonly #intervalMs: number
   readonly #timeoutMs: number
   readonly #ejectionBaseMs: number
+  readonly #ejectionMaxMs: number
+  /** Endpoints whose pool events are watched; a new one is also checked at once. */
+  readonly #known = new WeakSet<Endpoint>()
   #timer: NodeJS.Timeout | undefined
+  /** No endpoint was in rotation at the last look: the transition into it asks DNS again. */
+  #noneUp = false
+  #started = false
+  #closed = false
 
   constructor (set: EndpointSet, opts: HealthOptions = {}, events: HealthEvents = {}) {
     this.#set = set
@@ -52,21 +86,67 @@ export class HealthState {
     this.#intervalMs = opts.intervalMs ?? 5_000
     this.#timeoutMs = opts.timeoutMs ?? 1_000
     this.#ejectionBaseMs = opts.ejectionBaseMs ?? EJECTION_BASE_MS
+    this.#ejectionMaxMs = EJECTION_MAX_MS * this.#ejectionBaseMs / EJECTION_BASE_MS
     this.membershipChanged()
+    this.#started = true
   }
 
   /**
-   * Active checks run while there are two endpoints or more: a single one gets
-   * every request anyway (panic), so checking it would change nothing but add
-   * calls to the engine.
+   * The set changed (or was made): checks run while it has any endpoint, and
+   * an endpoint that joined later is checked at once (a new address may be
+   * one that drains or refuses). Its pool's connection failures count as
+   * unreachable, like a check's.
    */
   membershipChanged (): void {
-    const wanted = this.#intervalMs > 0 && this.#set.list.length >= 2
-    if (wanted && this.#timer === undefined) this.#timer = setInterval(() => { this.checkAll() }, this.#intervalMs).unref()
+    const list = this.#set.list
+    for (const e of list) {
+      if (this.#known.has(e)) continue
+      this.#known.add(e)
+      e.pool.on('connectionError', () => { this.#unreachable(e) })
+      e.pool.on('connect', () => { e.unreachable = false })
+      if (this.#started && this.#intervalMs > 0) void this.check(e)
+    }
+    const wanted = this.#intervalMs > 0 && list.length >= 1
+    if (wanted && this.#timer === undefined) this.#timer = setInterval(() => { void this.checkAll() }, this.#intervalMs).unref()
     if (!wanted && this.#timer !== undefined) {
       clearInterval(this.#timer)
       this.#timer = undefined
     }
+    this.#lookAtRotation()
+  }
+
+  /** A connection to `e` failed: the first such failure asks DNS again (the address may have gone with a rollout). */
+  #unreachable (e: Endpoint): void {
+    if (e.unreachable || e.removed) return
+    e.unreachable = true
+    this.#set.resolveSoon()
+  }
+
+  /** With no endpoint left in rotation, DNS is asked again at once (and again at each check round while it lasts). */
+  #lookAtRotation (): void {
+    const noneUp = this.#set.list.every((e) => !e.up)
+    if (noneUp && !this.#noneUp) this.#set.resolveSoon()
+    this.#noneUp = noneUp
+  }
+
+  /** `e.up` from its state; the multiplier's decay is banked when it leaves rotation. */
+  #refresh (e: Endpoint): void {
+    const up = !e.ejected && e.checkedHealthy && !e.draining
+    if (up === e.up) return
+    const now = Date.now()
+    if (up) e.upSince = now
+    else this.#decay(e, now)
+    e.up = up
+    if (!e.removed) this.#lookAtRotation()
+  }
+
+  /** One step down of the ejection multiplier for each base ejection time in rotation since `upSince` (Envoy's). */
+  #decay (e: Endpoint, now: number): void {
+    if (!e.up || e.ejectionBackoff === 0 || e.upSince === 0) return
+    const steps = Math.floor((now - e.upSince) / this.#ejectionBaseMs)
+    if (steps === 0) return
+    e.ejectionBackoff = Math.max(0, e.ejectionBackoff - steps)
+    e.upSince += steps * this.#ejectionBaseMs
   }
 
   /** A real call answered within the contract (or with the engine's own error): the failure streak ends. */
@@ -82,11 +162,15 @@ export class HealthState {
     let ejected = 0
     for (const other of list) if (other.ejected) ejected++
     if (ejected >= Math.max(1, Math.floor(list.length / 2))) return
+    const now = Date.now()
+    this.#decay(e, now)
+    // Envoy's cap: the multiplier stops where the ejection time reaches the maximum.
+    if (this.#ejectionBaseMs * (e.ejectionBackoff + 1) <= this.#ejectionMaxMs) e.ejectionBackoff++
+    const ms = Math.min(this.#ejectionBaseMs * Math.max(1, e.ejectionBackoff), this.#ejectionMaxMs)
     e.ejections++
     e.ejected = true
     e.consecutiveFailures = 0
-    refresh(e)
-    const ms = Math.min(this.#ejectionBaseMs * e.ejections, EJECTION_MAX_MS * this.#ejectionBaseMs / EJECTION_BASE_MS)
+    this.#refresh(e)
     e.ejectionTimer = setTimeout(() => { this.#unEject(e) }, ms).unref()
     e.ejectedUntil = Date.now() + ms
     this.#events.ejected?.(e)
@@ -96,42 +180,32 @@ export class HealthState {
     clearTimeout(e.ejectionTimer)
     e.ejectionTimer = undefined
     e.ejected = false
+    e.ejectedUntil = 0
     e.consecutiveFailures = 0
-    refresh(e)
+    this.#refresh(e)
   }
 
   /** One round of active checks, every endpoint at once. */
-  checkAll (): Promise<void[]> {
-    return Promise.all(this.#set.list.map(async (e) => { await this.check(e) }))
+  async checkAll (): Promise<void> {
+    await Promise.all(this.#set.list.map(async (e) => { await this.check(e) }))
+    // DNS may lag behind a rollout: while nothing is in rotation, each round asks again.
+    if (!this.#closed && this.#set.list.every((e) => !e.up)) this.#set.resolveSoon()
   }
 
   async check (e: Endpoint): Promise<void> {
     // A hung engine's checks would pile up, one per interval: one at a time per endpoint.
-    if (e.checking) return
+    if (e.checking || e.removed) return
     e.checking = true
-    let status = 0
-    let connectFailed = false
+    let verdict: Verdict
     try {
-      const res = await e.pool.request({
-        method: 'GET',
-        path: '/health',
-        ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
-        signal: AbortSignal.timeout(this.#timeoutMs),
-        headersTimeout: this.#timeoutMs,
-        bodyTimeout: this.#timeoutMs
-      })
-      status = res.statusCode
-      await res.body.dump({ limit: 64 * 1024 })
-    } catch (err) {
-      status = 0
-      const code = typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
-      connectFailed = CONNECT_FAILURES.has(code)
+      verdict = await this.#probe(e)
     } finally {
       e.checking = false
     }
-    if (e.removed) return
-    e.unreachable = connectFailed
-    if (status === 200) {
+    if (e.removed || this.#closed) return
+    if (verdict === 'unreachable') this.#unreachable(e)
+    else e.unreachable = false
+    if (verdict === 'pass') {
       e.checkFailures = 0
       e.checkSuccesses++
       e.draining = false
@@ -142,13 +216,73 @@ export class HealthState {
       e.checkSuccesses = 0
       e.checkFailures++
       // DECISIONS 25: a draining engine answers 500; it gets no new requests from this check on.
-      if (status === 500) e.draining = true
+      if (verdict === 'draining') e.draining = true
       if (e.checkFailures >= 2) e.checkedHealthy = false
     }
-    refresh(e)
+    this.#refresh(e)
+  }
+
+  /**
+   * `GET /health` on the endpoint's own check connection, within one deadline
+   * for connect and answer. undici settles a request aborted while its socket
+   * is still connecting only once the connect ends, so the deadline is a race
+   * here, and a check that loses it destroys its connection (the next check
+   * makes a new one).
+   */
+  async #probe (e: Endpoint): Promise<Verdict> {
+    const checker = e.checker ??= new Client(e.origin, {
+      pipelining: 1,
+      connect: { timeout: this.#timeoutMs },
+      headersTimeout: this.#timeoutMs,
+      bodyTimeout: this.#timeoutMs,
+      // Kept for the next check unless the engine says shorter (its Keep-Alive hint).
+      keepAliveTimeout: this.#intervalMs + this.#timeoutMs,
+      keepAliveMaxTimeout: this.#intervalMs + this.#timeoutMs
+    })
+    let connected = checker.stats.connected
+    const onConnect = (): void => { connected = true }
+    checker.on('connect', onConnect)
+    const deadline = new AbortController()
+    let timer: NodeJS.Timeout | undefined
+    const timedOut = new Promise<'timeout'>((resolve) => { timer = setTimeout(() => { resolve('timeout') }, this.#timeoutMs) })
+    const asked = (async (): Promise<Verdict> => {
+      const res = await checker.request({
+        method: 'GET',
+        path: '/health',
+        ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
+        signal: deadline.signal
+      })
+      if (res.statusCode !== 200) {
+        await res.body.dump({ limit: HEALTH_BODY_MAX_BYTES })
+        return res.statusCode === 500 ? 'draining' : 'fail'
+      }
+      const chunks: Buffer[] = []
+      let size = 0
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length
+        if (size > HEALTH_BODY_MAX_BYTES) return 'fail'
+        chunks.push(chunk)
+      }
+      return allConnected(Buffer.concat(chunks, size).toString('utf8')) ? 'pass' : 'fail'
+    })()
+    try {
+      const first = await Promise.race([asked, timedOut])
+      if (first !== 'timeout') return first
+      deadline.abort()
+      asked.catch(() => {})
+      if (e.checker === checker) e.checker = undefined
+      checker.destroy().catch(() => {})
+      return connected ? 'fail' : 'unreachable'
+    } catch (err) {
+      return CONNECT_FAILURES.has(codeOf(err)) ? 'unreachable' : 'fail'
+    } finally {
+      clearTimeout(timer)
+      checker.off('connect', onConnect)
+    }
   }
 
   close (): void {
+    this.#closed = true
     clearInterval(this.#timer)
     this.#timer = undefined
   }

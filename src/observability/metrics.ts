@@ -201,6 +201,18 @@ export class GatewayMetrics {
     series.duration.observe(seconds)
   }
 
+  /**
+   * An engine endpoint left the set and finished its calls (DECISIONS 24 v2):
+   * every series labelled with it goes, so a headless Service's turnover of
+   * pod addresses does not grow the exposition. gateway_engine_endpoint_up
+   * follows the set at each scrape by itself.
+   */
+  engineEndpointGone (endpoint: string): void {
+    this.#engineSeries.delete(endpoint)
+    this.engineCalls.remove({ endpoint })
+    this.engineEjections.remove({ endpoint })
+  }
+
   /** An engine endpoint was ejected (src/engine-client/health.ts). */
   engineEjected (endpoint: string): void {
     this.engineEjections.inc({ endpoint })

@@ -121,6 +121,8 @@ export function installMetrics (app: FastifyInstance, engine: EngineClient, opts
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
     budgetExhausted: () => { metrics.engineRetryBudgetSpent() }
   })
+  // An address that left the set takes its series with it (a headless Service's pods come and go).
+  engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })
   if (opts.perRequest) {
     engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
     installRequestMetrics(app, metrics)

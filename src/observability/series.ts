@@ -37,6 +37,18 @@ abstract class Family<L extends string, S> {
     return entry.series
   }
 
+  /**
+   * Forget every series whose labels include these (e.g. an engine endpoint
+   * that left the set, DECISIONS 24 v2): it is no longer written, and a
+   * caller that kept it counts into nothing. Not per request.
+   */
+  remove (labels: Partial<Labels<L>>): void {
+    const given = Object.entries(labels) as Array<[L, string]>
+    for (const [key, entry] of this.#series) {
+      if (given.every(([name, value]) => entry.labels[name] === value)) this.#series.delete(key)
+    }
+  }
+
   protected abstract create (): S
   /** A series is written from its first count on, as prom-client's bound children are: resolving one adds nothing to the scrape. */
   protected abstract used (series: S): boolean

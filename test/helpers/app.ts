@@ -46,7 +46,10 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
   // Event-loop shedding is off unless a test turns it on: this process runs the
   // clients and tap as well, and a stall of theirs would shed the gateway's requests.
   const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
-  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...opts.pool, ...opts.cluster })
+  // A single engine is health-checked too (DECISIONS 24 v2), every 5 s: tests that count every request a
+  // stub engine gets would count those checks, so a test of one engine gets checks only when it asks.
+  const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined ? { health: { intervalMs: 0 } } : {}
+  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...quiet, ...opts.pool, ...opts.cluster })
   await engine.ready()
   const app = await buildApp(config, {
     engine,
