@@ -93,10 +93,24 @@ if (requireRedis(t)) {
     t.match(await brief.getOwned('id-1', USER), { id: 'id-1' }, 'the portfolio is not')
     t.same(await brief.insertOnce(portfolio('id-2', USER), 'short-lived', 'form-2'), { portfolioId: 'id-2', fingerprint: 'form-2' }, 'the key is free again')
 
-    // A record written before fingerprints (a bare id, no expiry) is still honoured, as the same form.
+    // A record written before fingerprints (a bare id, no expiry) is still honoured, as the same form,
+    // and from the first time it is read it expires after the key lifetime like any other record.
     await probe.set(`pe:key:{${USER}}:old-key`, 'old-portfolio-id')
+    t.equal(await probe.pttl(`pe:key:{${USER}}:old-key`), -1, 'seeded without an expiry')
     t.same(await a.createdWithKey(USER, 'old-key'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
-    t.same(await a.insertOnce(portfolio('new-id', USER), 'old-key', 'form'), { portfolioId: 'old-portfolio-id', fingerprint: undefined })
+    const readTtlMs = await probe.pttl(`pe:key:{${USER}}:old-key`)
+    t.ok(readTtlMs > 172_700_000 && readTtlMs <= 172_800_000, `a bare record read gets the key lifetime (PTTL ${readTtlMs} ms)`)
+    await probe.set(`pe:key:{${USER}}:old-key-2`, 'old-portfolio-id-2')
+    t.same(await a.insertOnce(portfolio('new-id', USER), 'old-key-2', 'form'), { portfolioId: 'old-portfolio-id-2', fingerprint: undefined })
+    const insertTtlMs = await probe.pttl(`pe:key:{${USER}}:old-key-2`)
+    t.ok(insertTtlMs > 172_700_000 && insertTtlMs <= 172_800_000, `a bare record met by a create gets the key lifetime (PTTL ${insertTtlMs} ms)`)
+    t.equal(await a.getOwned('new-id', USER), undefined, 'and the create made nothing')
+    // An expiry already set is left as it is (a record is never lengthened by being read).
+    await probe.set(`pe:key:{${USER}}:old-key-3`, 'old-portfolio-id-3', 'PX', 60_000)
+    await a.createdWithKey(USER, 'old-key-3')
+    await a.insertOnce(portfolio('new-id-3', USER), 'old-key-3', 'form')
+    const keptTtlMs = await probe.pttl(`pe:key:{${USER}}:old-key-3`)
+    t.ok(keptTtlMs > 0 && keptTtlMs <= 60_000, `PTTL ${keptTtlMs} ms`)
   })
 
   /** A create on `engine` whose last bytes wait for `release`, so several can be in flight at once. */

@@ -34,12 +34,28 @@ import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, SERVICE_DISCONNECTED, 
 const PREFIX = 'pe:'
 
 /**
+ * A key's record written by an engine before fingerprints is a bare portfolio
+ * id (never JSON) with no expiry. Whenever one is read it is given the key
+ * lifetime from then on, so it ends like every other record instead of
+ * guarding its key forever. Lua, with the key's record in KEYS[1] and the
+ * lifetime in ms in the given ARGV slot; leaves the record in `prior`.
+ */
+const READ_KEY_RECORD = (ttlArg: number): string => `
+local prior = redis.call('GET', KEYS[1])
+if prior and string.sub(prior, 1, 1) ~= '{' and redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[${ttlArg}])
+end`
+
+/** KEYS[1] the key's record; ARGV[1] the key lifetime in ms. The record, or nil. */
+const GET_KEY = `${READ_KEY_RECORD(1)}
+return prior`
+
+/**
  * KEYS[1] the key's record, KEYS[2] the new portfolio; ARGV: key record,
  * portfolio record, targets, key lifetime in ms. The first create with a key
  * wins; the answer is the record that stands for the key.
  */
-const INSERT_ONCE = `
-local prior = redis.call('GET', KEYS[1])
+const INSERT_ONCE = `${READ_KEY_RECORD(4)}
 if prior then return prior end
 redis.call('HSET', KEYS[2], 'record', ARGV[2], 'target_positions', ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
@@ -59,6 +75,7 @@ return 1`
 const UNAVAILABLE_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS) /
 
 type Scripts = Redis & {
+  getKey: (keys: 1, keyKey: string, keyTtlMs: number) => Promise<string | null>
   insertOnce: (keys: 2, keyKey: string, portfolioKey: string, keyRecord: string, record: string, targets: string, keyTtlMs: number) => Promise<string>
   replaceTargets: (keys: 1, portfolioKey: string, targets: string) => Promise<number>
 }
@@ -93,6 +110,7 @@ export class RedisPortfolioStore implements PortfolioStore {
       retryStrategy: (times) => Math.min(times * 50, 1_000),
       enableReadyCheck: true
     }) as Scripts
+    this.#redis.defineCommand('getKey', { lua: GET_KEY })
     this.#redis.defineCommand('insertOnce', { lua: INSERT_ONCE })
     this.#redis.defineCommand('replaceTargets', { lua: REPLACE_TARGETS })
     this.#redis.on('ready', () => {
@@ -134,7 +152,7 @@ export class RedisPortfolioStore implements PortfolioStore {
   }
 
   async createdWithKey (owner: string, key: string): Promise<KeyRecord | undefined> {
-    const stored = await this.#run(() => this.#redis.get(keyKey(owner, key)))
+    const stored = await this.#run(() => this.#redis.getKey(1, keyKey(owner, key), this.#keyTtlMs))
     return stored === null ? undefined : parseKeyRecord(stored)
   }
 
@@ -184,7 +202,8 @@ function serialize (portfolio: Portfolio): { record: string, targets: string } {
 
 /**
  * A key's record as stored. An engine before fingerprints stored the bare
- * portfolio id (a UUID, never JSON), with no expiry: still honoured, as the same form.
+ * portfolio id (a UUID, never JSON), with no expiry: still honoured, as the same
+ * form, until the key lifetime has passed since it was first read here (GET_KEY, INSERT_ONCE).
  */
 function parseKeyRecord (stored: string): KeyRecord {
   if (!stored.startsWith('{')) return { portfolioId: stored, fingerprint: undefined }
