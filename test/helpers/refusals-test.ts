@@ -1,7 +1,7 @@
-/** The write-first refusal tests, one subtest per refusal (test/early-answers-refusals*.test.ts). */
+/** The write-first refusal tests (test/early-answers-refusals*.test.ts). */
 import type { Test } from 'tap'
 import { build } from './app.js'
-import { readItsAnswer, runRefusal, type Refusal, type StartGateway } from './refusals.js'
+import { readItsAnswer, runRefusal, type Refusal, type Run, type StartGateway } from './refusals.js'
 import { describe, viaPython, viaRawSocket } from './write-first.js'
 
 /** The tests' gateway: build() in this process, closed when the test ends. */
@@ -10,14 +10,24 @@ export const startInProcess = (t: Test): StartGateway => async (upstreamUrl, set
   return { url, close: async () => {} }
 }
 
+/** Refusals run this many at a time (each with its own gateway and engine double): the 2 s bound holds on a busy 2-core runner only one by one. */
+const AT_ONCE = 1
+
+/**
+ * Each refusal from python's http.client and a raw socket, small form and
+ * 9 MiB: each client reads its exact answer within 2 s.
+ */
 export function writeFirstClientsReadEveryRefusal (t: Test, refusals: readonly Refusal[]): void {
-  for (const refusal of refusals) {
-    t.test(`${refusal.name}: a write-first client reads its ${refusal.status}, small form and 9 MiB`, async (t) => {
-      const runs = await runRefusal(startInProcess(t), refusal, { 'python http.client': viaPython, 'raw socket': viaRawSocket }, ['small', '9 MiB'])
-      for (const run of runs) {
-        t.ok(readItsAnswer(run), `${run.client}, ${run.size}: ${describe(run.outcome)}`)
-        t.ok(run.outcome.ms < 2000, `${run.client}, ${run.size}: answered in ${run.outcome.ms} ms`)
-      }
-    })
-  }
+  t.test('python http.client and a raw socket, writing the whole body first, read every refusal within 2 s', async (t) => {
+    const runs: Run[] = []
+    for (let at = 0; at < refusals.length; at += AT_ONCE) {
+      const batch = await Promise.all(refusals.slice(at, at + AT_ONCE).map(async (refusal) => await runRefusal(startInProcess(t), refusal, { 'python http.client': viaPython, 'raw socket': viaRawSocket }, ['small', '9 MiB'])))
+      runs.push(...batch.flat())
+    }
+    for (const run of runs) {
+      const what = `${run.refusal}, ${run.client}, ${run.size}`
+      t.ok(readItsAnswer(run), `${what}: ${describe(run.outcome)}`)
+      t.ok(run.outcome.ms < 2000, `${what}: answered in ${run.outcome.ms} ms`)
+    }
+  })
 }

@@ -7,7 +7,7 @@
  * the error it saw (EPIPE, ECONNRESET, BrokenPipeError, ...), and how long it took.
  */
 import { execFile } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -36,7 +36,9 @@ export interface Outcome {
 
 export type Client = (url: string, req: ClientRequest) => Promise<Outcome>
 
-const PYTHON_CLIENT = join(dirname(fileURLToPath(import.meta.url)), 'write-first-client.py')
+const here = dirname(fileURLToPath(import.meta.url))
+// Beside this file in the sources; from dist/test/helpers, in the sources' test/helpers.
+const PYTHON_CLIENT = [join(here, 'write-first-client.py'), join(here, '..', '..', '..', 'test', 'helpers', 'write-first-client.py')].find((file) => existsSync(file))!
 const CLIENT_TIMEOUT_MS = 40_000
 
 let dir: string | undefined
