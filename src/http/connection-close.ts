@@ -19,8 +19,8 @@
  * the client still sends is read and discarded: until the declared body is
  * complete when it is at most 4x the route's limit (a chunked body: up to 4x
  * the limit), at most 5 s without a byte and 30 s in all. Only then is the
- * socket closed. A body declared larger than 4x the limit is not waited for:
- * the socket closes once the answer is flushed.
+ * socket closed. A body declared larger than 4x the limit is read up to that
+ * bound, then cut.
  *
  * One mechanism for every refusal, whoever gives it: when the answer has gone
  * out, whatever still reads the body (the form parser piped from it, a
@@ -79,14 +79,13 @@ export const LINGER_BODY_FACTOR = 4
 
 /**
  * How many more bytes the linger after an answer to `raw` reads: the declared
- * body when it is at most 4x the route's limit, up to 4x the limit when it is
- * chunked; undefined when the declared body is larger (not waited for).
+ * body when it is at most 4x the route's limit, otherwise (chunked, or
+ * declared larger) up to 4x the limit, then the socket is cut.
  */
-export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number): number | undefined {
+export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number): number {
   const most = LINGER_BODY_FACTOR * maxBodyBytes
-  if (raw.headers['transfer-encoding'] !== undefined) return most
-  const declared = Number(raw.headers['content-length'] ?? 0)
-  return declared <= most ? declared : undefined
+  const declared = raw.headers['transfer-encoding'] === undefined ? Number(raw.headers['content-length'] ?? 0) : most
+  return Math.min(declared, most)
 }
 
 /** The rule itself: an answer to `raw` ends its connection. */
@@ -130,11 +129,8 @@ export function lingerArmed (socket: Socket): boolean {
 export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bounds: LingerBounds): void {
   const socket = raw.socket as LingeringSocket
   if (Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined) return
-  const allowance = lingerAllowance(raw, maxBodyBytes)
-  // Declared past every bound: the answer is flushed, then the socket closes (Node's own destroySoon).
-  if (allowance === undefined) return
-  // Counted from the answer: the rest of a declared body always fits.
-  const maxBytesRead = socket.bytesRead + allowance
+  // Counted from the answer: the rest of a declared body within the bound always fits.
+  const maxBytesRead = socket.bytesRead + lingerAllowance(raw, maxBodyBytes)
   let linger: Linger | undefined
   // Read the body from now on, so Node does not "dump" the request when the
   // answer ends: a dumped request's bytes are dropped by the parser unseen,
