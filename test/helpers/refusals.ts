@@ -169,6 +169,15 @@ export const REFUSALS: readonly Refusal[] = [
   }
 ]
 
+/** The size limit met by a chunked body, which declares nothing (python's http.client and the raw socket send it chunked). */
+export const CHUNKED_TOO_LARGE: Refusal = {
+  name: 'over the size limit, chunked',
+  request: (_size, sub) => ({ ...create(sub, form('too-large', 10 * MiB + 64 * KiB, (s) => [...CREATE_FIELDS, imagePart(pngOfSize(s))])), chunked: true }),
+  status: 400,
+  // The image passes its own bound before the body passes the form's.
+  body: createValidationError(`image must be at most ${10 * MiB} bytes`)
+}
+
 /** Update's 400 past its 64 KiB body limit: a 70 KiB JSON body, declared. */
 export const UPDATE_TOO_LARGE: Refusal = {
   name: 'update body over its limit',
