@@ -4,10 +4,10 @@ import { build } from './app.js'
 import { readItsAnswer, runRefusal, type Refusal, type Run, type StartGateway } from './refusals.js'
 import { describe, viaPython, viaRawSocket } from './write-first.js'
 
-/** The tests' gateway: build() in this process, closed when the test ends. */
+/** The tests' gateway: build() in this process, closed as soon as its refusal has been tried. */
 export const startInProcess = (t: Test): StartGateway => async (upstreamUrl, setup) => {
-  const { url } = await build(t, { upstreamUrl, ...(setup.env === undefined ? {} : { env: setup.env }), ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
-  return { url, close: async () => {} }
+  const { app, url } = await build(t, { upstreamUrl, ...(setup.env === undefined ? {} : { env: setup.env }), ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
+  return { url, close: async () => { await app.close() } }
 }
 
 /** Refusals run this many at a time (each with its own gateway and engine double): the 2 s bound holds on a busy 2-core runner only one by one. */
