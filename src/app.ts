@@ -47,9 +47,9 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   const lifecycle = deps.lifecycle ?? { draining: false }
   // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
   const linger = deps.linger ?? LINGER_BOUNDS
-  const shedder = new LoadShedder(lifecycle, linger)
+  const shedder = new LoadShedder()
   const app = Fastify({
-    serverFactory: (handler) => createFrontServer(handler, { shedder, lifecycle, linger }),
+    serverFactory: (handler) => createFrontServer(handler, { shed: (req) => shedder.verdict(req), lifecycle, linger }),
     logger: deps.logger ?? false,
     genReqId: requestIdFrom,
     requestIdHeader: false,
@@ -114,10 +114,14 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
-    // Expect: 100-continue: the body is invited only now (DECISIONS 21).
-    api.addHook('onRequest', inviteBody)
-    await api.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
-    await api.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
+    await api.register(async function invitedOnceAdmitted (routes) {
+      // Expect: 100-continue: these routes' bodies are invited now (DECISIONS 21).
+      routes.addHook('onRequest', inviteBody)
+      await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
+      await routes.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
+    })
+    // Create invites its body itself, once it will really stream: after its upload cap,
+    // Idempotency-Key claim and upload connection (DECISIONS 21 v4).
     await api.register(createPortfolioRoutes, {
       prefix: '/portfolio',
       engine: deps.engine,

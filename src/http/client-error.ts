@@ -13,7 +13,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
-import { LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
+import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
   HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
@@ -37,7 +37,7 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
 /**
  * Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to
  * answer. The route is unknown (the parser could not read the request), so the
- * linger allows the largest body any route takes.
+ * linger allows as much as the route with the largest body would (DECISIONS 21 v4: 4x its limit).
  */
 export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoException, socket: Socket) => void {
   return (err, socket) => {
@@ -58,7 +58,7 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
       return
     }
     socket.write(clientErrorAnswer(err.code))
-    lingerAfterRawAnswer(socket, CREATE_BODY_MAX_BYTES, bounds)
+    lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
   }
 }
 

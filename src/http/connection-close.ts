@@ -1,28 +1,39 @@
 /**
- * When an answer must end its connection, and how the connection then ends (DECISIONS 21 v3).
+ * When an answer must end its connection, and how the connection then ends (DECISIONS 21 v4).
  *
  * An answer ends its connection when
  * - the request's body is not completely read (a 401 from the JWT hook, a 404,
- *   a 429 or 503 before the body, an engine that answered mid-upload): Node
- *   would otherwise read and discard the rest, however long, to keep the socket;
+ *   a 429 or 503 before the body, a bad field, a non-image or a second file
+ *   met mid-form, the size limit, an engine that answered mid-upload, a
+ *   502/504 mid-upload): Node would otherwise read and discard the rest,
+ *   however long, to keep the socket;
  * - the gateway is draining: a client learns from the answer that this socket
- *   is going, so no request is sent on it in the moment the listener closes it
- *   (issue 7 item 12).
+ *   is going, so no request is sent on it in the moment the listener closes it.
  *
  * A connection that ends while the client is still sending its body is not
  * closed at once: closing a socket with unread bytes makes the kernel send a
- * reset, and a client that writes its whole body before reading (undici's
- * fetch, most mobile stacks) then loses the answer to EPIPE/ECONNRESET. Like
- * nginx's lingering close, the write side is ended (the answer is flushed, then
- * FIN), and what the client still sends is read and discarded until its body is
- * complete, at most the route's body limit, at most 5 s without a byte and 30 s
- * in all. Only then is the socket closed.
+ * reset, and a client that writes its whole body before it reads (python's
+ * http.client, undici's fetch, Android's HttpURLConnection in fixed-length
+ * mode) then loses the answer to EPIPE/ECONNRESET. Like nginx's lingering
+ * close, the write side is ended (the answer is flushed, then FIN), and what
+ * the client still sends is read and discarded: until the declared body is
+ * complete when it is at most 4x the route's limit (a chunked body: up to 4x
+ * the limit), at most 5 s without a byte and 30 s in all. Only then is the
+ * socket closed. A body declared larger than 4x the limit is read up to that
+ * bound, then cut.
+ *
+ * One mechanism for every refusal, whoever gives it: when the answer has gone
+ * out, whatever still reads the body (the form parser piped from it, a
+ * handler's listener) is detached and the linger alone reads on. A form
+ * parser left attached holds the body back until its current part is read,
+ * which nobody will do once the answer is out: the socket stays paused and
+ * the linger would only ever see silence.
  *
  * The hook is the one Node itself uses: after the last answer on a connection
  * Node calls `socket.destroySoon()` (http server, resOnFinish). An answer that
  * leaves the body unread gives its socket an own `destroySoon` that lingers
  * first. Every early answer goes through `endsConnection`: the onSend hook
- * below, the shedder and the answers given in front of Fastify (front.ts).
+ * below, and the answers given in front of Fastify (front.ts).
  */
 import type { FastifyInstance } from 'fastify'
 import type { IncomingMessage } from 'node:http'
@@ -37,7 +48,7 @@ export interface LingerBounds {
   readonly totalMs: number
 }
 
-/** DECISIONS 21 v3; tests pass shorter ones through AppDeps. */
+/** DECISIONS 21; tests pass shorter ones through AppDeps. */
 export const LINGER_BOUNDS: LingerBounds = Object.freeze({ idleMs: 5_000, totalMs: 30_000 })
 
 /** The create route reads its body itself, past Fastify's bodyLimit: its own bound applies. */
@@ -63,6 +74,20 @@ export function bodyUnread (raw: IncomingMessage): boolean {
   return chunked !== undefined || (length !== undefined && length !== '0')
 }
 
+/** DECISIONS 21 v4: the linger reads at most this many times the route's body limit. */
+export const LINGER_BODY_FACTOR = 4
+
+/**
+ * How many more bytes the linger after an answer to `raw` reads: the declared
+ * body when it is at most 4x the route's limit, otherwise (chunked, or
+ * declared larger) up to 4x the limit, then the socket is cut.
+ */
+export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number): number {
+  const most = LINGER_BODY_FACTOR * maxBodyBytes
+  const declared = raw.headers['transfer-encoding'] === undefined ? Number(raw.headers['content-length'] ?? 0) : most
+  return Math.min(declared, most)
+}
+
 /** The rule itself: an answer to `raw` ends its connection. */
 export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }): boolean {
   return lifecycle.draining || bodyUnread(raw)
@@ -71,7 +96,7 @@ export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly
 /**
  * For an answer about to be sent on `raw`: true when it must say
  * `connection: close`. When the body is unread, the socket lingers before it
- * closes, discarding at most `maxBodyBytes` more.
+ * closes (`maxBodyBytes` is the route's body limit; see lingerAllowance).
  */
 export function endsConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, bounds: LingerBounds): boolean {
   if (!bodyUnread(raw)) return lifecycle.draining
@@ -104,13 +129,13 @@ export function lingerArmed (socket: Socket): boolean {
 export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bounds: LingerBounds): void {
   const socket = raw.socket as LingeringSocket
   if (Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined) return
-  // Counted from the answer: a client sending a body within the limit is never cut off.
-  const maxBytesRead = socket.bytesRead + maxBodyBytes
+  // Counted from the answer: the rest of a declared body within the bound always fits.
+  const maxBytesRead = socket.bytesRead + lingerAllowance(raw, maxBodyBytes)
   let linger: Linger | undefined
   // Read the body from now on, so Node does not "dump" the request when the
   // answer ends: a dumped request's bytes are dropped by the parser unseen,
   // and the linger needs to see them arrive (and the body end). A request
-  // that a handler is still reading keeps its reader; this one only counts.
+  // that a handler is still reading keeps its reader until the answer is out.
   const unconsumed = raw.listenerCount('data') === 0 && raw.listenerCount('readable') === 0
   const onData = (): void => linger?.sawBytes()
   raw.on('data', onData)
@@ -125,9 +150,20 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bound
     }
     linger = startLinger(socket, maxBytesRead, bounds)
     linger.onStop(() => raw.off('data', onData))
-    // A handler that stopped reading (unpiped its parser) and left no reader: read on here.
-    if (raw.readableFlowing !== true && raw.listenerCount('data') === 1 && raw.listenerCount('readable') === 0) raw.resume()
+    detachReaders(raw, onData)
   }
+}
+
+/**
+ * The answer is out: nothing but the linger reads `raw` any more. The form
+ * parser (busboy, piped by @fastify/multipart) is unpiped, other readers are
+ * dropped, and the body flows into `keep` alone.
+ */
+function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): void {
+  raw.unpipe()
+  for (const listener of raw.listeners('data')) if (listener !== keep) raw.off('data', listener as (chunk: Buffer) => void)
+  raw.removeAllListeners('readable')
+  raw.resume()
 }
 
 /**

@@ -8,11 +8,14 @@
  *   'checkExpectation'). Parser errors are client-error.ts. Node's one other
  *   answer of its own, 503 past `maxRequestsPerSocket`, cannot happen: that
  *   limit is not set.
- * - `Expect: 100-continue` (DECISIONS 21 v3): with a 'checkContinue' listener
+ * - `Expect: 100-continue` (DECISIONS 21 v4): with a 'checkContinue' listener
  *   Node does not send `100 Continue` by itself. The request goes the usual
- *   way; a refusal (401, 429, 503) is its answer and the body is never sent,
- *   and the bearer scope invites the body (`inviteBody`) once auth, the rate
- *   limit and shedding have passed.
+ *   way; a refusal (401, 429, 409, 503) is its answer and the body is never
+ *   sent. The body is invited only once the request will really proceed: most
+ *   routes once auth, the rate limit and shedding have passed (`inviteBody`),
+ *   create once its upload place, Idempotency-Key claim and upload connection
+ *   are held too (`writeContinue`, called by the route).
+ * - The shedder (limits/shedding.ts) gives a verdict; its 503 is written here.
  * - A request that arrives on a lingering connection (pipelined behind a body
  *   that was answered early) is not served: its connection is closing.
  */
@@ -23,12 +26,20 @@ import { bodyLimitOf, endsConnection, lingerOf, type LingerBounds } from './conn
 import { requestIdFrom } from './request-id.js'
 import { routerPath } from './router-path.js'
 import { SERVER_LIMITS } from './limits.js'
-import type { LoadShedder } from '../limits/shedding.js'
 
 type RequestListener = (req: IncomingMessage, res: ServerResponse) => void
 
+/** An answer decided in front of Fastify, written by answerInFront. */
+export interface FrontAnswer {
+  status: number
+  /** JSON text, serialised once by whoever decided it. */
+  body: string
+  headers?: Record<string, string>
+}
+
 export interface FrontOptions {
-  shedder: LoadShedder
+  /** The load shedder's verdict on a new request: an answer refuses it, undefined lets it through. */
+  shed: (req: IncomingMessage) => FrontAnswer | undefined
   lifecycle: { readonly draining: boolean }
   linger: LingerBounds
 }
@@ -53,7 +64,7 @@ export function answerInFront (req: IncomingMessage, res: ServerResponse, status
   res.end(body)
 }
 
-export function createFrontServer (fastify: RequestListener, { shedder, lifecycle, linger }: FrontOptions): Server {
+export function createFrontServer (fastify: RequestListener, { shed, lifecycle, linger }: FrontOptions): Server {
   const simpleAnswer = (req: IncomingMessage, res: ServerResponse, status: number, message: string): void => {
     answerInFront(req, res, status, JSON.stringify({ error: message }), { lifecycle, linger })
   }
@@ -67,7 +78,9 @@ export function createFrontServer (fastify: RequestListener, { shedder, lifecycl
       simpleAnswer(req, res, 400, 'missing Host header')
       return
     }
-    if (!shedder.refused(req, res)) fastify(req, res)
+    const refusal = shed(req)
+    if (refusal === undefined) fastify(req, res)
+    else answerInFront(req, res, refusal.status, refusal.body, { lifecycle, linger }, refusal.headers)
   }
 
   const server = createServer({
@@ -86,15 +99,25 @@ export function createFrontServer (fastify: RequestListener, { shedder, lifecycl
   return server
 }
 
+/** A client waits on `Expect: 100-continue` and has not been invited yet. */
+export function awaitingContinue (raw: IncomingMessage): boolean {
+  return (raw as ContinuableRequest)[kAwaitingContinue] === true
+}
+
+/** Invite the body of a client waiting on `Expect: 100-continue`: the request will proceed. Once. */
+export function writeContinue (raw: IncomingMessage, res: ServerResponse): void {
+  const request = raw as ContinuableRequest
+  if (request[kAwaitingContinue] !== true || res.headersSent) return
+  request[kAwaitingContinue] = false
+  res.writeContinue()
+}
+
 /**
- * The bearer scope's last onRequest hook: the request may proceed, so a client
- * waiting on `Expect: 100-continue` is invited to send its body now.
+ * An onRequest hook for routes whose body may come as soon as auth, the rate
+ * limit and shedding have passed: placed after them, it invites a client
+ * waiting on `Expect: 100-continue`.
  */
 export function inviteBody (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
-  const raw = request.raw as ContinuableRequest
-  if (raw[kAwaitingContinue] === true) {
-    raw[kAwaitingContinue] = false
-    reply.raw.writeContinue()
-  }
+  writeContinue(request.raw, reply.raw)
   done()
 }

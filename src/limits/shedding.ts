@@ -16,15 +16,15 @@
  *   a process descheduled on a busy machine, refuse a whole second.)
  *
  * A refusal must cost much less than an answer, or refusing cannot get a
- * flooded gateway out of trouble: LoadShedder answers the 503 in front of
- * Fastify, with a body serialised once, and logs one line per second while
- * shedding (with the count) instead of one per request.
+ * flooded gateway out of trouble: LoadShedder's verdict is answered in front
+ * of Fastify (http/front.ts writes it), with a body serialised once, and it
+ * logs one line per second while shedding (with the count) instead of one per
+ * request.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
 import { GatewayError, wireBody } from '../http/errors.js'
-import { LINGER_BOUNDS, type LingerBounds } from '../http/connection-close.js'
-import { answerInFront } from '../http/front.js'
+import type { FrontAnswer } from '../http/front.js'
 import { routerPath } from '../http/router-path.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 
@@ -61,10 +61,11 @@ export interface ShedSignals {
   engineQueueFull: () => boolean
 }
 
-const OVERLOADED_BODY = JSON.stringify(wireBody(overloaded(), undefined))
+/** The 503, serialised once: the body and headers front.ts writes for every refusal. */
+const OVERLOADED_ANSWER: FrontAnswer = Object.freeze({ status: 503, body: JSON.stringify(wireBody(overloaded(), undefined)), headers: Object.freeze({ 'retry-after': RETRY_AFTER_S }) })
 
 /**
- * Sits in front of Fastify on the HTTP server (Fastify's `serverFactory`), so
+ * Asked in front of Fastify on the HTTP server (Fastify's `serverFactory`), so
  * a refused request costs Node's parse and one write: no Fastify request and
  * reply, no child logger, no hooks, no access line. Only /api/* is ever shed,
  * as the router sees the path: `/%61pi/...` and `http://host/api/...` are
@@ -73,18 +74,11 @@ const OVERLOADED_BODY = JSON.stringify(wireBody(overloaded(), undefined))
  * logged as one warn line per second with the count.
  */
 export class LoadShedder {
-  readonly #lifecycle: { readonly draining: boolean }
-  readonly #linger: LingerBounds
   #signals: ShedSignals | undefined
   #metrics: LimitsMetrics | undefined
   #log: FastifyBaseLogger | undefined
   #shedSinceLine = 0
   #lineAt = -Infinity
-
-  constructor (lifecycle: { readonly draining: boolean }, linger: LingerBounds = LINGER_BOUNDS) {
-    this.#lifecycle = lifecycle
-    this.#linger = linger
-  }
 
   /** Give it its signals once the app has them; until then nothing is shed. */
   arm (signals: ShedSignals, metrics: LimitsMetrics, log: FastifyBaseLogger): void {
@@ -93,16 +87,16 @@ export class LoadShedder {
     this.#log = log
   }
 
-  /** Answered here with 503 when overloaded; false: the request goes on. */
-  refused (req: IncomingMessage, res: ServerResponse): boolean {
+  /** The 503 to answer when overloaded; undefined: the request goes on. */
+  verdict (req: IncomingMessage): FrontAnswer | undefined {
     const signals = this.#signals
-    if (signals === undefined) return false
+    if (signals === undefined) return undefined
     const url = req.url ?? ''
     // The common case costs one startsWith; only an odd target is normalised.
     const path = url.startsWith('/api/') ? url : routerPath(url)
-    if (path?.startsWith('/api/') !== true) return false
+    if (path?.startsWith('/api/') !== true) return undefined
     const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
-    if (why === undefined) return false
+    if (why === undefined) return undefined
     this.#metrics!.rejected('shed')
     this.#shedSinceLine++
     const now = performance.now()
@@ -111,8 +105,7 @@ export class LoadShedder {
       this.#shedSinceLine = 0
       this.#lineAt = now
     }
-    answerInFront(req, res, 503, OVERLOADED_BODY, { lifecycle: this.#lifecycle, linger: this.#linger }, { 'retry-after': RETRY_AFTER_S })
-    return true
+    return OVERLOADED_ANSWER
   }
 }
 

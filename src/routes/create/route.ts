@@ -9,7 +9,8 @@ import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/port
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
 import { CreateUpload } from './upload.js'
 import { callerOf, type EngineClient } from '../../engine-client/client.js'
-import { validationError } from '../../http/errors.js'
+import { GatewayError, validationError } from '../../http/errors.js'
+import { awaitingContinue, writeContinue } from '../../http/front.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
@@ -48,23 +49,42 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     let upload: CreateUpload | undefined
     // A client too slow while it holds an engine connection: its reads fail with the 408 (the engine call is aborted by the clock).
     const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs, { watch: minRate, cut: (err) => upload?.cutOff(err) })
-    let leave: (() => void) | undefined
+    // A client that leaves mid-upload abandons the engine request too (DECISIONS 22).
+    const onClientGone = (): void => { if (!request.raw.complete) clock.abort(clientWentAway()) }
+    request.raw.once('close', onClientGone)
+    // Expect: 100-continue: the body is invited only once the create will really stream (DECISIONS 21 v4).
+    const invites = awaitingContinue(request.raw)
+    let connection: (() => void) | undefined
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
       // DECISIONS 23: a third create of the same user is refused before it can open an engine request.
-      leave = share.enter(request.userId)
+      // Its place is given back when the answer is sent, not when a lingering read of the rest ends.
+      const leave = await share.enter(request.userId)
+      if (reply.raw.writableFinished || request.raw.destroyed) leave()
+      else reply.raw.once('close', leave)
       const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
+      const invite = (): void => { writeContinue(request.raw, reply.raw) }
       // DECISIONS 16: the key is claimed before the first byte goes to the engine.
       const answer = await opts.idempotency.run(request, reply, key, {
         // No digest is taken without a key: the image is hashed only then.
         fingerprint: () => fingerprintOf('create', form.contentDigest()),
-        readAll: async () => await readWholeForm(form),
+        readAll: async () => {
+          invite()
+          await readWholeForm(form)
+        },
         call: async () => {
+          // DECISIONS 23: an upload connection, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
+          // A client that waits to be invited gets one before it sends a byte; any other, once its image is sniffed.
+          const asked = performance.now()
+          if (invites) {
+            connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            invite()
+          }
           const image = await form.readUntilImage()
           const engineRequest = {
             method: 'POST' as const,
@@ -75,13 +95,12 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           }
           let answer
           if (image === undefined) {
+            connection?.()
             answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
           } else {
-            // DECISIONS 23: an upload connection first, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
-            const asked = performance.now()
-            const release = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            if (connection === undefined) connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
             try {
-              clock.queued(Math.max(1, opts.responseTimeoutMs - (performance.now() - asked)))
+              clock.queued(Math.max(1, opts.responseTimeoutMs - (invites ? 0 : performance.now() - asked)))
               answer = await opts.engine.call({
                 ...engineRequest,
                 body: form.streamBody(image, clock),
@@ -91,7 +110,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
                 onResponseStart: () => clock.responded()
               })
             } finally {
-              release()
+              connection()
             }
             // DECISIONS 16: the fingerprint covers the whole form. An engine that answered
             // mid-upload left the rest unread: read and hash it (the client sends it anyway)
@@ -106,12 +125,23 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       return answer === undefined ? reply : sendEngineJson(reply, answer)
     } catch (err) {
       // The client's mistake explains a failed engine call better than the failure does.
-      throw upload?.refusal ?? err
+      const refusal = upload?.refusal ?? err
+      // Whatever refused the create, its engine request (if one is under way) is abandoned:
+      // the refusal is the abort's reason, so the try is the client's, never the engine's.
+      if (refusal instanceof GatewayError) clock.abort(refusal)
+      throw refusal
     } finally {
+      // An upload connection is given back with the answer at the latest (release is once).
+      connection?.()
       clock.stop()
-      leave?.()
+      request.raw.off('close', onClientGone)
     }
   })
+}
+
+/** The reason an engine request is aborted when its client left mid-upload: nobody reads the answer. */
+function clientWentAway (): GatewayError {
+  return validationError('the client went away before the form was complete')
 }
 
 const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
@@ -123,7 +153,7 @@ async function readWholeForm (upload: CreateUpload): Promise<void> {
     upload.bufferedBody()
     return
   }
-  const idle = { handedOver: () => {}, taken: () => {}, bodySent: () => {} }
+  const idle = { handedOver: () => {}, taken: () => {}, bodySent: () => {}, refused: () => {} }
   for await (const _ of upload.streamBody(image, idle)) { /* drained: validated and hashed, not sent */ }
   if (upload.refusal !== undefined) throw upload.refusal
 }

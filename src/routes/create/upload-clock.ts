@@ -36,10 +36,15 @@ export class UploadClock implements UploadTiming {
     this.#rate = rate
   }
 
-  /** Give the engine call up with `reason` (what the call then rejects with). */
+  /** Give the engine call up with `reason` (what the call then rejects with). The first reason stays. */
   abort (reason: GatewayError): void {
     this.#stopMeter()
     this.#abort.abort(reason)
+  }
+
+  /** The gateway refused the form mid-upload: the engine request is abandoned, the refusal its reason. */
+  refused (err: GatewayError): void {
+    this.abort(err)
   }
 
   get signal (): AbortSignal {

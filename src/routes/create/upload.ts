@@ -31,6 +31,8 @@ export interface UploadTiming {
   taken: () => void
   /** The last byte of the form has gone to the engine. */
   bodySent: () => void
+  /** The form was refused mid-upload: the engine request is to be aborted with `err` as the reason (DECISIONS 22). */
+  refused: (err: GatewayError) => void
 }
 
 /** The image part once its first bytes have said PNG or JPEG; nothing of it has gone to the engine yet. */
@@ -178,6 +180,7 @@ export class CreateUpload {
       out.push(...this.#encodedFields().slice(sentBeforeImage))
     } catch (err) {
       this.refusal ??= clientError(err)
+      timing.refused(this.refusal)
       throw this.refusal
     }
     out.push(this.writer.end())
