@@ -35,7 +35,7 @@ t.test('after traffic, a scrape counts each answer by route template, method and
   const metricsPort = await freePort()
   const engine = await startEngineProcess(t, { ENGINE_METRICS_PORT: String(metricsPort) })
   const call = async (path: string, init: { method?: 'GET' | 'POST', headers?: Record<string, string>, body?: string | Buffer } = {}) => {
-    const res = await request(engine.url + path, { method: init.method ?? 'GET', headers: { 'x-request-id': 'metrics-test', ...init.headers }, body: init.body ?? null })
+    const res = await request(engine.url + path, { method: init.method ?? 'GET', headers: { 'x-request-id': 'metrics-test', 'x-user-id': USER, ...init.headers }, body: init.body ?? null })
     return { status: res.statusCode, text: await res.body.text() }
   }
 
