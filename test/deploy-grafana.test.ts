@@ -14,7 +14,7 @@ t.test('the dashboard has the sections and metrics an operator looks for', async
   const board = dashboard()
   t.equal(board.uid, 'portfolio-gateway')
   const rows = board.panels.filter((p) => p.type === 'row').map((p) => p.title)
-  t.same(rows, ['Requests (RED, per route)', 'Engine endpoints', 'Retries and ejections', 'Limits, shedding and uploads', 'Redis', 'Identity provider', 'Process'])
+  t.same(rows, ['Requests (RED, per route)', 'Engine endpoints', 'Retries and ejections', 'Limits, shedding and uploads', 'Redis', 'Identity provider', 'Process', 'Engines (their own metrics)'])
   const queried = new Set(dashboardQueries().flatMap((q) => metricNames(q.expr)))
   for (const name of [
     'gateway_requests_total', 'gateway_request_duration_seconds_bucket', 'gateway_requests_in_flight',
@@ -23,11 +23,12 @@ t.test('the dashboard has the sections and metrics an operator looks for', async
     'gateway_rejections_total', 'gateway_rate_limit_fail_open_total', 'gateway_idempotency_total',
     'gateway_redis_up', 'gateway_redis_failovers_total', 'gateway_redis_replication_lag_total',
     'gateway_jwks_refreshes_total', 'gateway_jwks_unavailable_total',
-    'process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_p99_seconds'
+    'process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_p99_seconds',
+    'portfolio_engine_requests_total', 'portfolio_engine_request_duration_seconds_bucket', 'portfolio_engine_store_up', 'portfolio_engine_draining'
   ]) t.ok(queried.has(name), `a panel queries ${name}`)
   const red = dashboardQueries().filter((q) => q.expr.includes('by (route)') || q.expr.includes('by (le, route)'))
   t.ok(red.length >= 4, 'rate, errors, p50 and p99 are per route')
-  t.ok(dashboardQueries().every((q) => q.expr.includes('instance=~"$instance"') || !q.expr.includes('{')), 'every selector follows the Gateway variable')
+  t.ok(dashboardQueries().every((q) => q.expr.includes('instance=~"$instance"') || q.expr.includes('instance=~"$engine"') || !q.expr.includes('{')), 'every selector follows the Gateway variable, or the Engine one on engine panels')
 })
 
 t.test('every panel query parses as PromQL', async (t) => {

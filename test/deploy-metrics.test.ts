@@ -21,6 +21,9 @@ import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess } fr
 import { parseExposition, scrape } from './helpers/prometheus.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 
+// Two engines, Redis and a gateway as real processes before one scrape: 36 s on a busy 2-core machine, too near tap's 60 s default.
+t.setTimeout(120_000)
+
 /** The family a sample or query name belongs to: a histogram's `_bucket`, `_sum` and `_count` are its own. */
 function family (name: string, declared: Set<string>): string {
   const base = name.replace(/_(bucket|sum|count)$/, '')
@@ -35,7 +38,9 @@ t.test('every metric the rules and the dashboard query is in a live scrape', asy
   t.teardown(() => rmSync(imageDir, { recursive: true, force: true }))
   const engines = await Promise.all([0, 1].map(async () => {
     const port = await freePort()
-    return await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }, port, /portfolio engine ready/)
+    const metricsPort = await freePort()
+    const engine = await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir, ENGINE_METRICS_PORT: String(metricsPort) }, port, /portfolio engine ready/)
+    return { ...engine, metricsUrl: `http://127.0.0.1:${metricsPort}` }
   }))
   const port = await freePort()
   const metricsPort = await freePort()
@@ -75,7 +80,9 @@ t.test('every metric the rules and the dashboard query is in a live scrape', asy
 
   const { status, text } = await scrape(`http://127.0.0.1:${metricsPort}`)
   t.equal(status, 200)
-  const declared = new Set([...text.matchAll(/^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) /gm)].map((m) => m[1]!))
+  // The engines' own panels read the engines' scrape (ENGINE_METRICS_PORT).
+  const engineScrapes = await Promise.all(engines.map(async (e) => await scrape(e.metricsUrl)))
+  const declared = new Set([text, ...engineScrapes.map((e) => e.text)].flatMap((scraped) => [...scraped.matchAll(/^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) /gm)].map((m) => m[1]!)))
   const routes = new Set(parseExposition(text).filter((s) => s.name === 'gateway_requests_total').map((s) => s.labels['route']))
   for (const route of ['/api/portfolio/create', '/api/portfolio/update', '/api/portfolio/ping', '/api/health', '/ping', '/health']) t.ok(routes.has(route), `gateway_requests_total has route="${route}"`)
 

@@ -14,6 +14,9 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { SECRET } from './helpers/app.js'
 import { ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess } from './helpers/processes.js'
 
+// Real gateway processes drained one after another, each with its notice: 39 s on a busy 2-core machine, too near tap's 60 s default.
+t.setTimeout(120_000)
+
 t.before(ensureBuilt)
 
 interface Tally { answered: number, refused: number, resetAtTheDoor: number, lost: string[] }

@@ -14,6 +14,9 @@ import { maxAgeMs } from '../src/auth/key-set.js'
 import { TokenCache } from '../src/auth/token-cache.js'
 import type { AppDeps } from '../src/app.js'
 
+// 18 key-set scenarios, several waiting out a fetch timeout or a cooldown: this file reached tap's 60 s default on a busy 2-core machine.
+t.setTimeout(120_000)
+
 const ISS = 'https://id.example/'
 const AUD = 'portfolio-api'
 const now = (): number => Math.floor(Date.now() / 1000)

@@ -1,39 +1,140 @@
 /**
- * The layout's one rule that code can break without a test noticing (issue 7):
- * the reference engine imports nothing of the gateway but src/shared/ and
- * schemas/, and shared/ imports nothing of either side.
+ * The layout's rules, which code can break without any other test noticing:
+ * each folder of src/ only looks down, no two files of src/ import each other
+ * (directly or round a loop), and the reference engine imports nothing of the
+ * gateway but src/shared/ and schemas/. The layer order is written down once,
+ * in LAYERS below; CONTRIBUTING.md points here.
+ *
+ * Imports are read with TypeScript's own parser: every static `import` and
+ * `export ... from`, type-only ones included (a type is a dependency too, and
+ * a cycle of types is still a knot for the reader).
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
+import ts from 'typescript'
 
 const ROOT = path.resolve(import.meta.dirname, '..')
-const IMPORT = /^\s*(?:import|export)\s[^'"]*?from\s+'(\.{1,2}\/[^']+)'/gm
 
-/** Every relative import of the .ts files in `dir`, as paths relative to the repository root. */
-function relativeImports (dir: string): Array<{ file: string, target: string }> {
-  const found: Array<{ file: string, target: string }> = []
-  for (const name of readdirSync(path.join(ROOT, dir)).filter((n) => n.endsWith('.ts'))) {
-    const file = path.join(dir, name)
-    for (const [, spec] of readFileSync(path.join(ROOT, file), 'utf8').matchAll(IMPORT)) {
-      found.push({ file, target: path.relative(ROOT, path.resolve(ROOT, dir, spec!)) })
-    }
+/**
+ * The layers, bottom first. A file may import files of its own layer and of
+ * any layer below it, never above. A member is a folder (everything under it)
+ * or a single file.
+ */
+const LAYERS: ReadonlyArray<readonly string[]> = [
+  ['schemas'],
+  ['src/shared'],
+  ['src/config.ts'],
+  ['src/http', 'src/observability'],
+  ['src/auth', 'src/limits', 'src/engine-client'],
+  ['src/routes'],
+  ['src/reference-engine'],
+  ['src/app.ts', 'src/server.ts'],
+  ['src/cli']
+]
+
+/** Beside the layers: the reference engine is a separate service that happens to ship here, so it imports only these. */
+const REFERENCE_ENGINE = 'src/reference-engine'
+const REFERENCE_ENGINE_MAY_IMPORT = ['src/reference-engine', 'src/shared', 'schemas']
+
+interface Import { file: string, line: number, target: string }
+
+function sourceFiles (dir: string): string[] {
+  const found: string[] = []
+  for (const entry of readdirSync(path.join(ROOT, dir), { withFileTypes: true })) {
+    const rel = path.posix.join(dir, entry.name)
+    if (entry.isDirectory()) found.push(...sourceFiles(rel))
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) found.push(rel)
+  }
+  return found.sort()
+}
+
+/** Every static relative import of `file`, resolved to a .ts path relative to the root. */
+function importsOf (file: string): Import[] {
+  const source = ts.createSourceFile(file, readFileSync(path.join(ROOT, file), 'utf8'), ts.ScriptTarget.Latest, false)
+  const found: Import[] = []
+  for (const statement of source.statements) {
+    if (!(ts.isImportDeclaration(statement) || ts.isExportDeclaration(statement))) continue
+    const spec = statement.moduleSpecifier
+    if (spec === undefined || !ts.isStringLiteral(spec) || !spec.text.startsWith('.')) continue
+    const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec.text)).replace(/\.js$/, '.ts')
+    found.push({ file, line: source.getLineAndCharacterOfPosition(statement.getStart(source)).line + 1, target })
   }
   return found
 }
 
-function outside (imports: Array<{ file: string, target: string }>, allowed: string[]): string[] {
-  return imports.filter(({ target }) => !allowed.some((dir) => target.startsWith(dir + path.sep))).map(({ file, target }) => `${file} -> ${target}`)
+const FILES = [...sourceFiles('src'), ...sourceFiles('schemas')]
+const IMPORTS = FILES.flatMap(importsOf)
+const within = (file: string, member: string): boolean => file === member || file.startsWith(member + '/')
+
+function layerOf (file: string): number {
+  const index = LAYERS.findIndex((members) => members.some((m) => within(file, m)))
+  return index
 }
 
+t.test('every file of src/ and schemas/ has its place in LAYERS', async (t) => {
+  t.ok(FILES.length > 50, `${FILES.length} files read`)
+  t.same(FILES.filter((f) => layerOf(f) < 0), [], 'files in no layer: add their folder to LAYERS')
+  t.same(IMPORTS.filter(({ target }) => !FILES.includes(target)).map(({ file, line, target }) => `${file}:${line} -> ${target}`), [], 'every relative import resolves to a file read')
+})
+
+t.test('no file imports from a layer above its own', async (t) => {
+  const upward = IMPORTS
+    .filter(({ file, target }) => FILES.includes(target) && layerOf(target) > layerOf(file))
+    .map(({ file, line, target }) => `${file}:${line} -> ${target}`)
+  t.same(upward, [], 'upward imports (file:line -> target)')
+})
+
 t.test('the reference engine imports only src/reference-engine, src/shared and schemas', async (t) => {
-  const imports = relativeImports('src/reference-engine')
+  const imports = IMPORTS.filter(({ file }) => within(file, REFERENCE_ENGINE))
   t.ok(imports.length > 10, 'its imports were found')
-  t.same(outside(imports, ['src/reference-engine', 'src/shared', 'schemas']), [])
+  t.same(imports.filter(({ target }) => !REFERENCE_ENGINE_MAY_IMPORT.some((m) => within(target, m))).map(({ file, line, target }) => `${file}:${line} -> ${target}`), [])
 })
 
 t.test('src/shared imports only src/shared and schemas', async (t) => {
-  const imports = relativeImports('src/shared')
+  const imports = IMPORTS.filter(({ file }) => within(file, 'src/shared'))
   t.ok(imports.length > 0, 'its imports were found')
-  t.same(outside(imports, ['src/shared', 'schemas']), [])
+  t.same(imports.filter(({ target }) => !within(target, 'src/shared') && !within(target, 'schemas')).map(({ file, line, target }) => `${file}:${line} -> ${target}`), [])
+})
+
+/** Each cycle once, as the files round it from its smallest name: a depth-first search over the import graph. */
+function cycles (): string[] {
+  const edges = new Map<string, string[]>()
+  for (const { file, target } of IMPORTS) {
+    if (!FILES.includes(target)) continue
+    edges.set(file, [...new Set([...(edges.get(file) ?? []), target])].sort())
+  }
+  const found = new Set<string>()
+  const state = new Map<string, 'open' | 'done'>()
+  const stack: string[] = []
+  function visit (file: string): void {
+    state.set(file, 'open')
+    stack.push(file)
+    for (const next of edges.get(file) ?? []) {
+      if (state.get(next) === 'open') {
+        const loop = stack.slice(stack.indexOf(next))
+        const start = loop.indexOf([...loop].sort()[0]!)
+        const rotated = [...loop.slice(start), ...loop.slice(0, start)]
+        found.add([...rotated, rotated[0]].join(' -> '))
+      } else if (!state.has(next)) visit(next)
+    }
+    stack.pop()
+    state.set(file, 'done')
+  }
+  for (const file of FILES) if (!state.has(file)) visit(file)
+  return [...found].sort()
+}
+
+t.test('no files of src/ import each other, directly or round a loop', async (t) => {
+  t.same(cycles(), [], 'import cycles')
+})
+
+t.test('the cycle search finds a cycle when there is one', async (t) => {
+  // The search itself, on a graph known to loop: a guard that cannot fail proves nothing.
+  const saved = IMPORTS.splice(0, IMPORTS.length, { file: 'src/shared/env.ts', line: 1, target: 'src/shared/drain.ts' }, { file: 'src/shared/drain.ts', line: 1, target: 'src/shared/env.ts' })
+  try {
+    t.same(cycles(), ['src/shared/drain.ts -> src/shared/env.ts -> src/shared/drain.ts'])
+  } finally {
+    IMPORTS.splice(0, IMPORTS.length, ...saved)
+  }
 })

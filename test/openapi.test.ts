@@ -8,7 +8,7 @@ import { Validator } from '@seriousme/openapi-schema-validator'
 import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
 import t from 'tap'
 import { request } from 'undici'
-import { openApiDocument } from '../src/routes/openapi-document.js'
+import { openApiDocument } from '../src/cli/openapi-document.js'
 import { IMAGE_TYPE_NAMES, NOT_AN_IMAGE } from '../src/shared/image-type.js'
 import { build } from './helpers/app.js'
 

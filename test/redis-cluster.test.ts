@@ -17,6 +17,9 @@ import { multipartBody } from './helpers/multipart.js'
 import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, waitUntil } from './helpers/redis-gateways.js'
 import { type ClusterNode, type ClusterSetup, requireTools, startCluster } from './helpers/redis-topology.js'
 
+// A three-primary Redis Cluster is built, loaded and failed over: its one test allows 120 s, and the file needs room around it.
+t.setTimeout(180_000)
+
 const LIMIT = 10
 const window = (): number => Math.floor(Date.now() / 60_000)
 /** RateLimit's remaining quota (draft-ietf-httpapi-ratelimit-headers), undefined when the limit failed open. */

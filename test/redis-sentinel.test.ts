@@ -13,6 +13,9 @@ import { scrape, valueOf } from './helpers/prometheus.js'
 import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, update, waitUntil, within } from './helpers/redis-gateways.js'
 import { MASTER_NAME, requireTools, startSentinels } from './helpers/redis-topology.js'
 
+// A Sentinel failover under load: its one test allows 120 s, and the file needs room around it.
+t.setTimeout(180_000)
+
 interface Sent {
   kind: 'ping' | 'update' | 'create'
   gateway: number

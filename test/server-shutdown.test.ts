@@ -12,6 +12,9 @@ import { parseExposition, valueOf } from './helpers/prometheus.js'
 import { ensureBuilt } from './helpers/processes.js'
 import { client, exitOf, gatewayUrl, lines, SERVER, start } from './helpers/gateway-process.js'
 
+// Three gateway processes started and shut down in turn: 35 s on a busy 2-core machine, too near tap's 60 s default.
+t.setTimeout(120_000)
+
 t.before(ensureBuilt)
 
 async function occupiedPort (t: Test): Promise<number> {

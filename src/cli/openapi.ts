@@ -4,7 +4,7 @@
  * but never listens, and its engine is never called.
  */
 import { writeFile } from 'node:fs/promises'
-import { openApiDocument } from '../routes/openapi-document.js'
+import { openApiDocument } from './openapi-document.js'
 
 const target = process.argv[2] ?? 'openapi.json'
 await writeFile(target, await openApiDocument())

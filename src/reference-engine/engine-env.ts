@@ -32,6 +32,7 @@ const MAX_IDEMPOTENCY_TTL_S = 2_592_000
 export const EngineEnv = Type.Object({
   NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production gives a 5 s drain notice' }),
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),
+  ENGINE_METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 0, description: 'an integer port, 0-65535, for GET /metrics on ENGINE_HOST; 0 (the default) serves none' }),
   ENGINE_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a listen address such as 127.0.0.1' }),
   ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' }),
   ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_DRAIN_NOTICE_MS, description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM` })),
@@ -42,6 +43,8 @@ export type EngineEnv = Static<typeof EngineEnv>
 
 export interface EngineSettings {
   readonly port: number
+  /** Set: Prometheus metrics on GET /metrics at this port of `host` (src/reference-engine/metrics.ts); unset: none. */
+  readonly metricsPort?: number
   readonly host: string
   readonly imageDir: string
   /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes. */
@@ -75,7 +78,11 @@ export function loadEngineEnv (env: Record<string, string | undefined>): EngineS
   if (production && drainNoticeMs < GATEWAY_HEALTH_INTERVAL_MS) {
     throw new EngineEnvError(`ENGINE_DRAIN_NOTICE_MS=${drainNoticeMs} is too short for NODE_ENV=production: set at least ${GATEWAY_HEALTH_INTERVAL_MS} (the gateway's health-check interval), or leave it unset`)
   }
+  if (parsed.ENGINE_METRICS_PORT !== 0 && parsed.ENGINE_METRICS_PORT === parsed.ENGINE_PORT) {
+    throw new EngineEnvError(`ENGINE_METRICS_PORT=${parsed.ENGINE_METRICS_PORT} is ENGINE_PORT too: give metrics a port of their own, or 0 for none`)
+  }
   return Object.freeze({
+    ...(parsed.ENGINE_METRICS_PORT === 0 ? {} : { metricsPort: parsed.ENGINE_METRICS_PORT }),
     port: parsed.ENGINE_PORT,
     host: parsed.ENGINE_HOST,
     imageDir: parsed.ENGINE_IMAGE_DIR,

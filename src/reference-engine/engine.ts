@@ -17,6 +17,7 @@ import { isPartAFile } from '../shared/form-parts.js'
 import type { PortfolioStore } from './store.js'
 import { MemoryPortfolioStore } from './memory-store.js'
 import { RedisPortfolioStore } from './redis-store.js'
+import type { EngineMetrics } from './metrics.js'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
 
@@ -36,6 +37,8 @@ export interface EngineOptions {
    * the gateway the engine never drains on its own, so this is left out.
    */
   lifecycle?: EngineLifecycle
+  /** Count requests, store state and drain state here (the standalone engine's ENGINE_METRICS_PORT); unset: no metrics. */
+  metrics?: EngineMetrics
 }
 
 export interface EngineLifecycle {
@@ -127,6 +130,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   })
 
   const lifecycle = opts.lifecycle ?? { draining: false }
+  opts.metrics?.instrument(app, { store, storeKind: opts.redisUrl === undefined ? 'memory' : 'redis', lifecycle })
   // DECISIONS 25: while draining, each answer ends its connection, so a
   // kept-alive client (the gateway's pool) opens its next one elsewhere and no
   // request is sent on a socket in the moment the listener closes it.

@@ -3,11 +3,13 @@
  * UPSTREAM_URL at it like any real upstream. The only engine file with side
  * effects: environment, listen, signals.
  */
+import type { Server } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from '../shared/drain.js'
 import { buildEngine } from './engine.js'
 import { DRAIN_IDLE_GRACE_MS, EngineEnvError, IN_FLIGHT_GRACE_MS, loadEngineEnv, type EngineSettings } from './engine-env.js'
+import { EngineMetrics } from './metrics.js'
 
 let settings: EngineSettings
 try {
@@ -19,7 +21,10 @@ try {
 }
 
 const lifecycle = { draining: false }
+let metricsServer: Server | undefined
+const metrics = settings.metricsPort === undefined ? undefined : new EngineMetrics()
 const engine = await buildEngine({
+  ...(metrics === undefined ? {} : { metrics }),
   imageDir: settings.imageDir,
   logger: { level: 'info' },
   lifecycle,
@@ -41,9 +46,22 @@ closeWithGrace({ delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT
     engine.log.info('stopped accepting connections')
   }
   await engine.close()
+  // Last, so a scrape during the drain still sees it.
+  metricsServer?.close()
+  metricsServer?.closeAllConnections()
   engine.log.info('closed')
 })
 
+// Before the engine port, so a busy metrics port stops start-up before any gateway sees this engine.
+if (metrics !== undefined && settings.metricsPort !== undefined) {
+  try {
+    metricsServer = await metrics.listen(settings.host, settings.metricsPort)
+  } catch (err) {
+    process.stderr.write(`portfolio-engine: ENGINE_METRICS_PORT=${settings.metricsPort} cannot be used on ${settings.host}: ${(err as Error).message}\n`)
+    process.exit(1)
+  }
+}
+
 await engine.listen({ port: settings.port, host: settings.host })
 // The store's kind, not its URL: that may carry a password.
-engine.log.info({ imageDir: settings.imageDir, drainNoticeMs: settings.drainNoticeMs, store: settings.redisUrl === undefined ? 'memory' : 'redis' }, 'portfolio engine ready')
+engine.log.info({ imageDir: settings.imageDir, drainNoticeMs: settings.drainNoticeMs, metricsPort: settings.metricsPort, store: settings.redisUrl === undefined ? 'memory' : 'redis' }, 'portfolio engine ready')

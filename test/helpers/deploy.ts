@@ -76,9 +76,9 @@ export function withoutGrafanaVariables (expr: string): string {
 
 /**
  * The metric names a PromQL expression reads: identifiers of the gateway's own
- * families and prom-client's process ones. Labels, functions and keywords never
+ * families, the reference engine's (portfolio_engine_) and prom-client's process ones. Labels, functions and keywords never
  * start with these prefixes. `up` is Prometheus's own (per target), never scraped.
  */
 export function metricNames (expr: string): string[] {
-  return [...new Set(expr.match(/\b(?:gateway|process|nodejs)_[a-zA-Z0-9_]+\b/g) ?? [])]
+  return [...new Set(expr.match(/\b(?:gateway|process|nodejs|portfolio_engine)_[a-zA-Z0-9_]+\b/g) ?? [])]
 }
