@@ -55,7 +55,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
       // DECISIONS 23: a third create of the same user is refused before it can open an engine request.
-      leave = share.enter(request.userId)
+      leave = await share.enter(request.userId)
       const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
