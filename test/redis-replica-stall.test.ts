@@ -79,9 +79,10 @@ if (requireRedis(t)) {
     const during = samples.filter((s) => s.startedAt >= stoppedAt && s.startedAt + s.ms <= resumedAt)
     const settled = during.filter((s) => s.startedAt >= stoppedAt + 1_000)
     const refused = during.filter((s) => s.status !== 200)
+    const firstRefusal = refused[0] === undefined ? 'none' : `${Math.round(refused[0].startedAt + refused[0].ms - stoppedAt)} ms after SIGSTOP`
     const p = p99(settled.map((s) => s.ms))
     const baseline = p99(samples.filter((s) => s.startedAt >= loadedAt + 1_000 && s.startedAt + s.ms <= stoppedAt).map((s) => s.ms))
-    t.comment(`replica stopped ${STALL_MS} ms: ${during.length} keyed updates, ${refused.length} not 200 (${[...new Set(refused.map((s) => `${s.status} ${String(s.code)}`))].join(', ')}), p99 after the first second ${p.toFixed(1)} ms (replica running: ${baseline.toFixed(1)} ms), WAITs ${waitsDuring}, missed ${missedDuring}, unreplicated ${unreplicatedDuring}`)
+    t.comment(`replica stopped ${STALL_MS} ms: ${during.length} keyed updates, ${refused.length} not 200 (${[...new Set(refused.map((s) => `${s.status} ${String(s.code)}`))].join(', ')}; first ${firstRefusal}), p99 after the first second ${p.toFixed(1)} ms (replica running: ${baseline.toFixed(1)} ms), WAITs ${waitsDuring}, missed ${missedDuring}, unreplicated ${unreplicatedDuring}`)
     t.ok(during.length > WORKERS * 10, `the load kept going (${during.length} answers)`)
     t.equal(refused.filter((s) => s.status === 503).length, 0, 'no 503')
     t.equal(refused.length, 0, 'every keyed update answered 200')
