@@ -13,14 +13,19 @@ import { RedisStore } from './redis-store.js'
 import { watchEventLoop, type EventLoopWatch, type LoadShedder } from './shedding.js'
 import type { LimitStore, StoreStatus, UploadLeaseStore } from './store.js'
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The store's mode and state, for GET /status. */
+    storeStatus: () => StoreStatus
+  }
+}
+
 export interface Limits {
   /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
   rateLimit?: onRequestHookHandler
   idempotency: Idempotency
   /** The per-user upload cap's count across gateways (DECISIONS 23 v2); undefined in the process. */
   uploadCount?: SharedUploadCount
-  /** For GET /status. */
-  storeStatus: () => StoreStatus
 }
 
 /** What the upload share needs of the shared store (src/routes/create/upload-share.ts). */
@@ -37,6 +42,7 @@ export interface SharedUploadCount {
  */
 export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Limits {
   const store: LimitStore = config.redis === undefined ? new MemoryStore() : new RedisStore({ redis: config.redis, log: app.log, metrics: app.metrics })
+  app.decorate('storeStatus', () => store.status())
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
   if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })
   app.addHook('onClose', async () => {
@@ -48,7 +54,6 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine:
   return {
     ...(rateLimit === undefined ? {} : { rateLimit }),
     ...(store.uploads === undefined ? {} : { uploadCount: { store: store.uploads, log: app.log, metrics: app.metrics } }),
-    storeStatus: () => store.status(),
     idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: pendingTtlMs(callTimeoutMs), metrics: app.metrics })
   }
 }

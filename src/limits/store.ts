@@ -3,6 +3,8 @@
  * in the process (MemoryStore) or in Redis (RedisStore). Both implement
  * LimitStore; every method may reject when the store cannot be reached.
  */
+import type { StoreStatus } from '../observability/status.js'
+export type { StoreStatus }
 
 /**
  * The fixed windows are aligned to the clock (window n covers
@@ -73,13 +75,3 @@ export interface UploadLeaseStore {
   renewUploads: (leases: ReadonlyArray<{ subject: string, lease: string }>, leaseMs: number) => Promise<void>
 }
 
-/** What GET /status shows of the store (never an address with credentials). */
-export interface StoreStatus {
-  mode: 'memory' | 'single' | 'sentinel' | 'cluster'
-  /** memory: always up. */
-  state: 'starting' | 'up' | 'down'
-  /** Where the data lives: host:port of each server or Sentinel given (no user, no password). */
-  nodes?: string[]
-  /** Replication acknowledgements (DECISIONS 26): waiting for a replica, or paused after a miss until `pausedUntil`. */
-  replication?: { replicated: boolean, pausedUntil: string | null }
-}
