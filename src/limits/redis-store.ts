@@ -66,6 +66,8 @@ export class RedisStore implements LimitStore {
   #hungCheck = false
   /** The last records went out from a master without replicas: logged once per change. */
   #alone = false
+  /** A missed round was logged in this turn (#missedRound). */
+  #missLogged = false
 
   constructor (opts: RedisStoreOptions) {
     const config: RedisConfig = typeof opts.redis === 'string' ? { mode: 'single', url: opts.redis } : opts.redis
@@ -211,8 +213,6 @@ export class RedisStore implements LimitStore {
     setImmediate(() => { this.#missLogged = false })
     return true
   }
-
-  #missLogged = false
 
   /**
    * Upload leases (DECISIONS 23 v2), through the counters' client: one

@@ -125,7 +125,7 @@ export class GatewayMetrics {
 
   readonly uploadCapFailOpen = new Counter({
     name: 'gateway_upload_cap_fail_open_total',
-    help: "Creates counted against the per-user upload cap by this gateway alone because the shared store could not be reached",
+    help: 'Creates counted against the per-user upload cap by this gateway alone because the shared store could not be reached',
     registers: [this.registry]
   })
 
@@ -137,7 +137,7 @@ export class GatewayMetrics {
 
   readonly redisReplicationLag = new Counter({
     name: 'gateway_redis_replication_lag_total',
-    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left)',
+    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left, or acknowledgements were paused for a few seconds after a miss)',
     labelNames: ['reason'] as const,
     registers: [this.registry]
   })

@@ -40,6 +40,8 @@ export interface UploadShareOptions {
 export const LEASE_MS = 10_000
 /** Leases are renewed this often while their uploads last: three renewals can fail before one expires. */
 export const RENEW_MS = 3_000
+/** A place given back while the store was away is given back again this often (each try fails at once while it is away). */
+const RETURN_RETRY_MS = 200
 
 interface Place { subject: string, lease: string }
 
@@ -60,6 +62,14 @@ export class UploadShare {
   readonly #waiting = new Set<Waiter>()
   /** Places held with a lease (renewed), when the count is shared. */
   readonly #leased = new Set<Place>()
+  /**
+   * Places given back while the store could not be told (a failover, an
+   * outage): their leases would count against their users until they expire,
+   * so they are given back again every RETURN_RETRY_MS until the store
+   * answers or they have expired anyway (the time they were left, ms).
+   */
+  readonly #unreturned = new Map<Place, number>()
+  #returning: NodeJS.Timeout | undefined
   #leases = 0
   #renewal: NodeJS.Timeout | undefined
   /** The shared store answered the last time it was asked. */
@@ -82,6 +92,8 @@ export class UploadShare {
     const shared = this.#opts.shared
     const place: Place = { subject, lease: `${PROCESS_ID}:${(++this.#leases).toString(36)}` }
     if (shared !== undefined) {
+      // This gateway's own stale leases of the user first, so they never refuse the user's next create.
+      if (this.#unreturned.size > 0) await this.#returnLeft(shared)
       let taken = true
       try {
         taken = await shared.store.enterUpload(subject, place.lease, max, this.#leaseMs())
@@ -103,8 +115,7 @@ export class UploadShare {
       left = true
       this.#uncount(subject)
       if (shared !== undefined && this.#leased.delete(place)) {
-        // Not given back (the store is away): it expires within the lease.
-        shared.store.leaveUpload(subject, place.lease).catch(() => {})
+        shared.store.leaveUpload(subject, place.lease).catch(() => { this.#leftUnreturned(shared, place) })
         if (this.#leased.size === 0) this.#stopRenewing()
       }
     }
@@ -113,6 +124,34 @@ export class UploadShare {
   /** Stop renewing (the app closes): the leases left expire by themselves. */
   close (): void {
     this.#stopRenewing()
+    clearInterval(this.#returning)
+    this.#returning = undefined
+  }
+
+  #leftUnreturned (shared: SharedUploadCount, place: Place): void {
+    this.#unreturned.set(place, Date.now())
+    if (this.#returning !== undefined) return
+    this.#returning = setInterval(() => { void this.#returnLeft(shared) }, RETURN_RETRY_MS)
+    this.#returning.unref()
+  }
+
+  /** Give back every place left unreturned; those whose lease has expired by now are forgotten. */
+  async #returnLeft (shared: SharedUploadCount): Promise<void> {
+    const expired = Date.now() - this.#leaseMs()
+    await Promise.all([...this.#unreturned].map(async ([place, leftAt]) => {
+      if (leftAt < expired) {
+        this.#unreturned.delete(place)
+        return
+      }
+      try {
+        await shared.store.leaveUpload(place.subject, place.lease)
+        this.#unreturned.delete(place)
+      } catch {}
+    }))
+    if (this.#unreturned.size === 0) {
+      clearInterval(this.#returning)
+      this.#returning = undefined
+    }
   }
 
   #uncount (subject: string): void {
