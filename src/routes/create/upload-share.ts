@@ -22,7 +22,6 @@ import { randomBytes } from 'node:crypto'
 import { GatewayError } from '../../http/errors.js'
 import type { SharedUploadCount } from '../../limits/limits.js'
 
-
 export interface UploadShareOptions {
   /** UPLOAD_MAX_PER_USER */
   maxPerUser: number
@@ -32,8 +31,6 @@ export interface UploadShareOptions {
   endpoints: () => number
   /** The count across gateways; without it, the process's own. */
   shared?: SharedUploadCount | undefined
-  /** How long a lease lasts unrenewed; default LEASE_MS (tests shorten it). */
-  leaseMs?: number
 }
 
 /** A shared lease lasts this long unless renewed: the bound on a dead gateway's leases. */
@@ -96,7 +93,7 @@ export class UploadShare {
       if (this.#unreturned.size > 0) await this.#returnLeft(shared)
       let taken = true
       try {
-        taken = await shared.store.enterUpload(subject, place.lease, max, this.#leaseMs())
+        taken = await shared.store.enterUpload(subject, place.lease, max, LEASE_MS)
         this.#storeAnswered(shared)
       } catch (err) {
         this.#storeFailed(shared, err)
@@ -137,7 +134,7 @@ export class UploadShare {
 
   /** Give back every place left unreturned; those whose lease has expired by now are forgotten. */
   async #returnLeft (shared: SharedUploadCount): Promise<void> {
-    const expired = Date.now() - this.#leaseMs()
+    const expired = Date.now() - LEASE_MS
     await Promise.all([...this.#unreturned].map(async ([place, leftAt]) => {
       if (leftAt < expired) {
         this.#unreturned.delete(place)
@@ -160,17 +157,12 @@ export class UploadShare {
     else this.#perUser.set(subject, now)
   }
 
-  #leaseMs (): number {
-    return this.#opts.leaseMs ?? LEASE_MS
-  }
-
   #renewing (shared: SharedUploadCount): void {
     if (this.#renewal !== undefined) return
-    const every = Math.min(RENEW_MS, Math.floor(this.#leaseMs() / 3))
     this.#renewal = setInterval(() => {
       // A failed renewal is tried again next time; the lease outlives three.
-      shared.store.renewUploads([...this.#leased], this.#leaseMs()).catch(() => {})
-    }, every)
+      shared.store.renewUploads([...this.#leased], LEASE_MS).catch(() => {})
+    }, RENEW_MS)
     this.#renewal.unref()
   }
 
