@@ -130,7 +130,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       stallTimeoutMs: deps.uploadStallTimeoutMs ?? SERVER_LIMITS.uploadStallTimeoutMs,
       callTimeoutMs,
       // UPLOAD_MAX_CONNECTIONS is per engine endpoint; the set may grow or shrink with DNS.
-      uploads: { ...config.uploads, endpoints: () => deps.engine.endpointCount() },
+      uploads: { ...config.uploads, endpoints: () => deps.engine.endpointCount(), shared: limits.uploadCount },
       ...(deps.uploadMinRate === undefined ? {} : { minRate: deps.uploadMinRate })
     })
   }, { prefix: '/api' })

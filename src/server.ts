@@ -16,6 +16,7 @@ import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
 import { buildEngine } from './reference-engine/engine.js'
 import { MetricsPortError, startMetricsServer, type MetricsServer } from './observability/metrics-server.js'
+import { gatewayStatus, gatewayVersion } from './observability/status.js'
 
 let config
 try {
@@ -64,7 +65,9 @@ const app = await buildApp(config, { engine, lifecycle, logger })
 let metricsServer: MetricsServer | undefined
 if (config.metricsPort !== 0) {
   try {
-    metricsServer = await startMetricsServer(app.metrics, { port: config.metricsPort, host: config.host })
+    // GET /status beside /metrics: read from each part when asked.
+    const status = { version: gatewayVersion(), startedAt: Date.now() - Math.round(process.uptime() * 1000), lifecycle, engine, store: app.storeStatus, keySet: app.keySet }
+    metricsServer = await startMetricsServer(app.metrics, { port: config.metricsPort, host: config.host, status: () => gatewayStatus(status) })
   } catch (err) {
     if (!(err instanceof MetricsPortError)) throw err
     process.stderr.write(`portfolio-gateway: ${err.message}\n`)

@@ -70,6 +70,8 @@ async function contract (t: Test, store: LimitStore): Promise<void> {
 }
 
 t.test('memory store', async (t) => {
+  t.equal((new MemoryStore() as LimitStore).uploads, undefined, 'no shared upload count: the upload share counts in the process')
+  t.same(new MemoryStore().status(), { mode: 'memory', state: 'up' })
   const store = new MemoryStore()
   t.notOk(store.hit('sync', 60_000) instanceof Promise, 'counts synchronously: no promise on the rate limit\'s in-process path')
   await contract(t, store)
@@ -97,6 +99,33 @@ t.test('memory store: one user flooding fresh keys evicts only their own oldest 
   t.same(await store.claim('mallory', 'flood-9900', 'x', 60_000), { state: 'pending' }, 'so are her last 100')
   t.equal(await store.claim('mallory', 'flood-9899', 'x', 60_000), undefined, 'her older ones went (the claim just made took one of her 100 places)')
 })
+/**
+ * Upload leases (DECISIONS 23 v2): at most `max` per subject, taken
+ * atomically, given back, renewed, and gone by themselves once unrenewed.
+ */
+async function leases (t: Test, store: LimitStore, probe: Redis): Promise<void> {
+  const uploads = store.uploads!
+  const taken = await Promise.all(Array.from({ length: 5 }, async (_, i) => await uploads.enterUpload('uploader', `l${i}`, 2, 60_000)))
+  t.equal(taken.filter(Boolean).length, 2, 'five at once, a cap of 2: exactly two taken')
+  t.equal(await uploads.enterUpload('other', 'l0', 2, 60_000), true, "another subject's places are separate")
+  t.same(await probe.zcard('pgw:up:{uploader}'), 2, "the leases live in a sorted set under the subject's hash tag")
+  const held = taken.flatMap((ok, i) => ok ? [`l${i}`] : [])
+  await uploads.leaveUpload('uploader', held[0]!)
+  t.equal(await uploads.enterUpload('uploader', 'l9', 2, 60_000), true, 'a place given back is taken again')
+  t.equal(await uploads.enterUpload('uploader', 'l10', 2, 60_000), false, 'then full again')
+
+  // A dead gateway's leases: never renewed, they expire and the places free themselves.
+  t.equal(await uploads.enterUpload('crashed', 'a', 1, 200), true)
+  t.equal(await uploads.enterUpload('crashed', 'b', 1, 200), false)
+  await uploads.renewUploads([{ subject: 'crashed', lease: 'a' }], 200)
+  const pttl = await probe.pttl('pgw:up:{crashed}')
+  t.ok(pttl > 0 && pttl <= 200, `the key expires with its last lease (pttl ${pttl})`)
+  await after(250)
+  t.equal(await uploads.enterUpload('crashed', 'b', 1, 60_000), true, 'an unrenewed lease expires by itself')
+  // Renewal puts back a lease an outage let expire: its upload still runs.
+  await uploads.renewUploads([{ subject: 'crashed', lease: 'a' }, { subject: 'other', lease: 'l0' }], 60_000)
+  t.same((await probe.zrange('pgw:up:{crashed}', 0, -1)).sort(), ['a', 'b'], 'the expired lease is back beside the other')
+}
 
 t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {
   const redis = await startRedis(t)
@@ -108,6 +137,7 @@ t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ?
   // The hits of one turn of the event loop are one script call: one INCRBY per user, each key given its expiry once.
   const probe = new Redis(redis.url)
   t.teardown(() => probe.disconnect())
+  await leases(t, store, probe)
   const before = await commandCounts(probe)
   const counts = await Promise.all(Array.from({ length: 40 }, async (_, i) => (await store.hit(i % 2 === 0 ? 'turn-a' : 'turn-b', 60_000)).count))
   const later = await commandCounts(probe)
@@ -144,6 +174,7 @@ t.test('redis cluster store (a one-node cluster holding every slot): the same co
   t.ok(store.client.isCluster, 'an ioredis Cluster client')
   await untilStoreAnswers(store)
   await contract(t, store)
+  await leases(t, store, probe)
 
   const before = await commandCounts(probe)
   const users = ['turn-a', 'turn-b', 'turn-c']

@@ -77,9 +77,18 @@ if (requireRedis(t)) {
     t.ok(missed.ms >= 100 && missed.ms < 1_000, `after the 100 ms WAIT (${Math.round(missed.ms)} ms)`)
     t.equal(await lag('missed'), missedFrom + 1, 'the missed acknowledgement is counted')
     t.match(log.lines().filter((l) => l['msg'] === 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it').at(-1), { level: 40, ack: 'missed' }, 'and logged')
+    // The miss pauses acknowledgements for a few seconds: records meanwhile go out at once, counted as unreplicated.
+    const pausedFrom = { waits: await waits(), unreplicated: (await lag('unreplicated')) ?? 0 }
+    const paused = await keyed(url)
+    t.equal(paused.status, 200)
+    t.ok(paused.ms < 100, `no WAIT while paused (${Math.round(paused.ms)} ms)`)
+    t.equal(await waits(), pausedFrom.waits, 'no WAIT sent to the stalled replica')
+    t.equal(await lag('unreplicated'), pausedFrom.unreplicated + 1, 'counted as unreplicated')
     replica.cont()
-    const again = await eventually(async () => await missedBy(async () => await keyed(url)), (r) => r.status === 200 && r.counted === 0)
-    t.equal(again.counted, 0, 'acknowledged again once the replica runs')
+    const waitsFrom = await waits()
+    const again = await eventually(async () => ({ ...await missedBy(async () => await keyed(url)), waits: await waits() - waitsFrom }), (r) => r.status === 200 && r.counted === 0 && r.waits > 0)
+    t.equal(again.counted, 0, 'acknowledged again once the replica runs: the gateway asked again after the pause')
+    t.ok(again.waits > 0)
 
     // The replica gone: once the check has seen it, no WAIT, and the records count as unreplicated.
     await replica.kill()

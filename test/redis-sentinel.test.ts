@@ -20,6 +20,8 @@ interface Sent {
   kind: 'ping' | 'update' | 'create'
   gateway: number
   key?: string
+  /** The creator's token: each worker creates as a user of its own. */
+  token?: string
   sentAt: number
   doneAt: number
   answer: Answer | undefined
@@ -57,28 +59,31 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
     const sent: Sent[] = []
     let stop = false
     let serial = 0
-    async function send (kind: Sent['kind'], gateway: number): Promise<void> {
+    // Each worker creates as a user of its own: the upload cap (2 per user, DECISIONS 23) holds across both gateways.
+    const creators = [0, 1, 2, 3].map((w) => hs256({ sub: `failover-creator-${w}` }))
+    async function send (kind: Sent['kind'], gateway: number, worker: number): Promise<void> {
       const url = gateways[gateway]!.url
       const key = kind === 'create' ? `fo-${serial++}` : undefined
-      const entry: Sent = { kind, gateway, sentAt: Date.now(), doneAt: 0, answer: undefined, ...(key === undefined ? {} : { key }) }
+      const creator = creators[worker]!
+      const entry: Sent = { kind, gateway, sentAt: Date.now(), doneAt: 0, answer: undefined, ...(key === undefined ? {} : { key, token: creator }) }
       try {
-        entry.answer = kind === 'ping' ? await ping(url, token) : kind === 'update' ? await update(url, updateBody, { token }) : await create(url, key!, token)
+        entry.answer = kind === 'ping' ? await ping(url, token) : kind === 'update' ? await update(url, updateBody, { token }) : await create(url, key!, creator)
       } catch (err) {
         entry.error = (err as Error).message
       }
       entry.doneAt = Date.now()
       sent.push(entry)
     }
-    const worker = async (gateway: number): Promise<void> => {
+    const worker = async (gateway: number, w: number): Promise<void> => {
       for (let i = 0; i < 600 && !stop; i++) {
-        await send('ping', gateway)
-        await send('update', gateway)
-        await send('create', gateway)
+        await send('ping', gateway, w)
+        await send('update', gateway, w)
+        await send('create', gateway, w)
         await new Promise((resolve) => setTimeout(resolve, 25))
       }
     }
     const hardStop = setTimeout(() => { stop = true }, 40_000)
-    const workers = [0, 1, 0, 1].map(worker)
+    const workers = [0, 1, 0, 1].map(async (gateway, w) => await worker(gateway, w))
     const createdThrough = (gateway: number): number => sent.filter((s) => s.kind === 'create' && s.gateway === gateway && s.answer?.status === 200).length
 
     // Steady first: creates through each gateway.
@@ -131,7 +136,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
     const idOf = (a: Answer): string => (a.json as { portfolio_id: string }).portfolio_id
     for (const s of creates) {
       const key = s.key!
-      const retry = await create(gateways[1 - s.gateway]!.url, key, token)
+      const retry = await create(gateways[1 - s.gateway]!.url, key, s.token)
       if (retry.status === 409 && inFlightAtKill.has(key) && (retry.json as { error?: { code?: string } }).error?.code === 'IDEMPOTENCY_KEY_IN_USE') {
         held.push(key)
         if (s.answer?.status === 200) portfolios.set(key, idOf(s.answer))
@@ -139,7 +144,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
         if (retry.status !== 200 || retry.headers['idempotent-replayed'] !== 'true' || retry.text !== s.answer.text) wrong.push(`${key}: ${retry.status} replayed=${String(retry.headers['idempotent-replayed'])} ${retry.text}`)
         portfolios.set(key, idOf(s.answer))
       } else {
-        const again = await create(gateways[s.gateway]!.url, key, token)
+        const again = await create(gateways[s.gateway]!.url, key, s.token)
         if (retry.status !== 200 || retry.headers['idempotent-replayed'] !== undefined || again.headers['idempotent-replayed'] !== 'true' || again.text !== retry.text) {
           wrong.push(`${key} (refused before): ${retry.status} replayed=${String(retry.headers['idempotent-replayed'])}, again ${again.status} replayed=${String(again.headers['idempotent-replayed'])}`)
         } else portfolios.set(key, idOf(retry))

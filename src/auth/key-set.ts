@@ -23,6 +23,7 @@
 import { importJWK, type CryptoKey, type JWK } from 'jose'
 import { request } from 'undici'
 import type { KeySetMetrics } from '../observability/metrics.js'
+import type { KeySetStatus } from '../observability/status.js'
 
 /** Algorithms a key set may pin; HS* never (a JWK set of public keys has no shared secret). */
 const ASYMMETRIC = new Set(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'])
@@ -83,6 +84,9 @@ export class KeySet {
   private lastAttemptAt = -Infinity
   private lastOk = false
   private inFlight: Promise<void> | undefined
+  /** When the last successful fetch ended, and when the next is due (GET /status). */
+  private lastFetchedAt: number | undefined
+  private nextFetchAt: number | undefined
   private timer: NodeJS.Timeout | undefined
   private closed = false
 
@@ -127,6 +131,20 @@ export class KeySet {
   /** True once a fetch has succeeded and while the last one did (false during an outage). */
   get ready (): boolean { return this.lastOk }
 
+  /** For GET /status: the keys' ids and algorithms, never their material, nor the URL (it may carry a token). */
+  get status (): KeySetStatus {
+    const iso = (ms: number | undefined): string | null => ms === undefined || !Number.isFinite(ms) ? null : new Date(ms).toISOString()
+    return {
+      mode: 'jwks',
+      keys: this.keys.length,
+      kids: this.keys.map((k) => ({ kid: k.kid ?? null, alg: k.alg })),
+      lastFetchOk: this.lastOk,
+      lastAttempt: iso(this.lastAttemptAt),
+      lastFetch: iso(this.lastFetchedAt),
+      nextFetch: iso(this.nextFetchAt)
+    }
+  }
+
   close (): void {
     this.closed = true
     clearTimeout(this.timer)
@@ -146,6 +164,7 @@ export class KeySet {
       })
       this.trusted = new Set(this.keys)
       this.lastOk = true
+      this.lastFetchedAt = Date.now()
       nextInMs = Math.max(this.opts.cooldownMs, maxAge * 0.8)
       this.opts.log?.info({ url: this.url, keys: keys.length, ms: Date.now() - started }, 'key set fetched')
       this.opts.metrics?.keySetRefreshed(true)
@@ -158,6 +177,7 @@ export class KeySet {
     if (!this.closed) {
       clearTimeout(this.timer)
       this.timer = setTimeout(() => { void this.refresh() }, nextInMs).unref()
+      this.nextFetchAt = Date.now() + nextInMs
     }
   }
 

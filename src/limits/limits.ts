@@ -3,7 +3,7 @@
  * the shedder's signals, the rate-limit hook and the idempotency records. What they
  * refuse or let through is counted in the app's metrics (app.metrics).
  */
-import type { FastifyInstance, onRequestHookHandler } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, onRequestHookHandler } from 'fastify'
 import type { LimitsConfig } from '../config.js'
 import type { EngineClient } from '../engine-client/client.js'
 import { Idempotency } from './idempotency.js'
@@ -11,12 +11,28 @@ import { MemoryStore } from './memory-store.js'
 import { rateLimitHook } from './rate-limit.js'
 import { RedisStore } from './redis-store.js'
 import { watchEventLoop, type EventLoopWatch, type LoadShedder } from './shedding.js'
-import type { LimitStore } from './store.js'
+import type { LimitStore, StoreStatus, UploadLeaseStore } from './store.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The store's mode and state, for GET /status. */
+    storeStatus: () => StoreStatus
+  }
+}
 
 export interface Limits {
   /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
   rateLimit?: onRequestHookHandler
   idempotency: Idempotency
+  /** The per-user upload cap's count across gateways (DECISIONS 23 v2); undefined in the process. */
+  uploadCount?: SharedUploadCount
+}
+
+/** What the upload share needs of the shared store (src/routes/create/upload-share.ts). */
+export interface SharedUploadCount {
+  store: UploadLeaseStore
+  log: FastifyBaseLogger
+  metrics: { uploadCapFailedOpen: () => void }
 }
 
 /**
@@ -26,6 +42,7 @@ export interface Limits {
  */
 export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Limits {
   const store: LimitStore = config.redis === undefined ? new MemoryStore() : new RedisStore({ redis: config.redis, log: app.log, metrics: app.metrics })
+  app.decorate('storeStatus', () => store.status())
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
   if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })
   app.addHook('onClose', async () => {
@@ -36,6 +53,7 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine:
   const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute, app.metrics) : undefined
   return {
     ...(rateLimit === undefined ? {} : { rateLimit }),
+    ...(store.uploads === undefined ? {} : { uploadCount: { store: store.uploads, log: app.log, metrics: app.metrics } }),
     idempotency: new Idempotency({ store, ttlS: config.idempotencyTtlS, pendingTtlMs: pendingTtlMs(callTimeoutMs), metrics: app.metrics })
   }
 }

@@ -8,7 +8,7 @@
  * records out of the shared LRU (issue 16); only many users together fill it.
  */
 import { LRUCache } from 'lru-cache'
-import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
+import { currentWindow, type IdempotencyRecord, type LimitStore, type StoreStatus, type WindowHit } from './store.js'
 
 interface Window { id: number, count: number }
 interface Stored { subject: string, record: IdempotencyRecord }
@@ -78,6 +78,10 @@ export class MemoryStore implements LimitStore {
     if (!this.#holds(id, owner)) return false
     this.#records.delete(id)
     return true
+  }
+
+  status (): StoreStatus {
+    return { mode: 'memory', state: 'up' }
   }
 
   async close (): Promise<void> {}

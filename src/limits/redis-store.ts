@@ -4,19 +4,20 @@
  * timeouts, no offline queue, reconnection forever, a hung server detected).
  * The gateway starts while Redis is down.
  *
- * Two clients: counters go through one, idempotency records through another,
- * so a `WAIT` for a replica after a record (redis/replication.ts) never
- * delays the rate-limit batches queued behind it on the same connection.
+ * Three clients: counters and upload leases go through one, idempotency
+ * records through another, and replication acknowledgements (`WAIT`, which
+ * blocks its connection on the server: redis/replication.ts) through a third,
+ * so a slow replica never delays a claim, a completion or a count.
  */
 import DataLoader from 'dataloader'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { currentWindow, type IdempotencyRecord, type LimitStore, type WindowHit } from './store.js'
+import { currentWindow, type IdempotencyRecord, type LimitStore, type StoreStatus, type UploadLeaseStore, type WindowHit } from './store.js'
 import { createRedisClient, type RedisClient } from './redis/client.js'
 import type { RedisConfig } from './redis/config.js'
-import { groupBySlot, recordKey, windowKey } from './redis/keys.js'
-import { ReplicaWatch } from './redis/replication.js'
-import { CLAIM, COMPLETE, COUNT_HITS, RELEASE } from './redis/scripts.js'
+import { groupBySlot, recordKey, uploadsKey, windowKey } from './redis/keys.js'
+import { PAUSE_MS, ReplicaWatch, type Acknowledgement } from './redis/replication.js'
+import { CLAIM, COMPLETE, COUNT_HITS, ENTER_UPLOAD, RELEASE, RENEW_UPLOADS } from './redis/scripts.js'
 import { RedisHealth, type RedisMetrics } from './redis/health.js'
 
 /** A window's key outlives it a little, so instances whose clocks differ by that much still share it. */
@@ -33,6 +34,8 @@ interface Scripts {
   claimRecord: (keyCount: number, key: string, pending: string, ttlMs: number) => Promise<string | null>
   completeRecord: (keyCount: number, key: string, pending: string, record: string, ttlMs: number) => Promise<number>
   releaseRecord: (keyCount: number, key: string, pending: string) => Promise<number>
+  enterUpload: (keyCount: number, key: string, lease: string, max: number, leaseMs: number) => Promise<number>
+  renewUploads: (keyCount: number, key: string, leaseMs: number, ...leases: string[]) => Promise<number>
 }
 type ScriptedClient = RedisClient & Scripts
 
@@ -50,6 +53,9 @@ export interface RedisStoreOptions {
 export class RedisStore implements LimitStore {
   readonly #counters: ScriptedClient
   readonly #records: ScriptedClient
+  /** Replication acknowledgements only: WAIT blocks this connection, and no other. */
+  readonly #acks: RedisClient
+  readonly #config: RedisConfig
   readonly #cluster: boolean
   readonly #hits: DataLoader<{ key: string, windowMs: number }, number>
   readonly #replicas: ReplicaWatch
@@ -58,6 +64,10 @@ export class RedisStore implements LimitStore {
   readonly #orphans: Array<{ key: string, pending: string }> = []
   /** A hang check is pending (#dropIfHung). */
   #hungCheck = false
+  /** The last records went out from a master without replicas: logged once per change. */
+  #alone = false
+  /** A missed round was logged in this turn (#missedRound). */
+  #missLogged = false
 
   constructor (opts: RedisStoreOptions) {
     const config: RedisConfig = typeof opts.redis === 'string' ? { mode: 'single', url: opts.redis } : opts.redis
@@ -68,13 +78,15 @@ export class RedisStore implements LimitStore {
     this.#log = opts.log
     this.#counters = scripted(createRedisClient(config, { ...clientOpts, connectionName: 'gateway-counters' }))
     this.#records = scripted(createRedisClient(config, { ...clientOpts, connectionName: 'gateway-records' }))
+    this.#acks = createRedisClient(config, { ...clientOpts, connectionName: 'gateway-acks' })
+    this.#config = config
     this.#cluster = config.mode === 'cluster'
-    this.#replicas = new ReplicaWatch(this.#records)
+    this.#replicas = new ReplicaWatch(this.#acks)
+    // The acknowledgements' connection is not the store's health: without it records still go out, unacknowledged.
     this.#health = new RedisHealth([this.#counters, this.#records], opts.log, opts.metrics)
-    this.#records.on('ready', () => {
-      this.#replicas.start()
-      void this.#releaseOrphans()
-    })
+    this.#acks.on('error', () => {})
+    this.#acks.on('ready', () => this.#replicas.start())
+    this.#records.on('ready', () => { void this.#releaseOrphans() })
     // Every hit of one turn of the event loop (all the requests whose tokens
     // were verified in it) goes to Redis as one script call per slot: one
     // command's overhead for the batch instead of one per request, and the
@@ -161,15 +173,7 @@ export class RedisStore implements LimitStore {
       this.#dropIfHung(err)
       throw err
     }
-    if (written) {
-      const ack = await this.#replicas.acknowledge(k)
-      if (ack === 'missed' || ack === 'unreplicated') {
-        this.#health.replicationMissed(ack)
-        this.#log.warn({ ack }, ack === 'missed'
-          ? 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it'
-          : 'idempotency record stored on a master without replicas: a failover now could forget it')
-      }
-    }
+    if (written) this.#acknowledged(await this.#replicas.acknowledge(subject))
     return written
   }
 
@@ -182,12 +186,74 @@ export class RedisStore implements LimitStore {
     }
   }
 
+  /**
+   * Counted and logged: a missed round once (it pauses acknowledgements for
+   * a few seconds, replication.ts), each record it covered counted; records
+   * that went out unacknowledged meanwhile, or from a master left alone,
+   * counted as unreplicated, logged once per change.
+   */
+  #acknowledged (ack: Acknowledgement): void {
+    if (ack === 'acked' || ack === 'no_replicas') {
+      this.#alone = false
+      return
+    }
+    this.#health.replicationMissed(ack === 'missed' ? 'missed' : 'unreplicated')
+    if (ack === 'missed') {
+      if (this.#missedRound()) this.#log.warn({ ack, pauseMs: PAUSE_MS }, 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it')
+    } else if (ack === 'unreplicated' && !this.#alone) {
+      this.#alone = true
+      this.#log.warn({ ack }, 'idempotency record stored on a master without replicas: a failover now could forget it')
+    }
+  }
+
+  /** True once per missed round (its records all see 'missed' in the same turn). */
+  #missedRound (): boolean {
+    if (this.#missLogged) return false
+    this.#missLogged = true
+    setImmediate(() => { this.#missLogged = false })
+    return true
+  }
+
+  /**
+   * Upload leases (DECISIONS 23 v2), through the counters' client: one
+   * script call to take a place, a ZREM to give it back, and one renewal
+   * call per subject every few seconds while uploads last.
+   */
+  readonly uploads: UploadLeaseStore = {
+    enterUpload: async (subject, lease, max, leaseMs) => await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs)) === 1,
+    leaveUpload: async (subject, lease) => { await this.#counted(this.#counters.zrem(uploadsKey(subject), lease)) },
+    renewUploads: async (leases, leaseMs) => {
+      const bySubject = new Map<string, string[]>()
+      for (const { subject, lease } of leases) bySubject.set(subject, [...(bySubject.get(subject) ?? []), lease])
+      await Promise.all([...bySubject].map(async ([subject, ids]) => await this.#counted(this.#counters.renewUploads(1, uploadsKey(subject), leaseMs, ...ids))))
+    }
+  }
+
+  /** A counters' command: a timeout is evidence of a hung server, as for the hits. */
+  async #counted<T> (command: Promise<T>): Promise<T> {
+    try {
+      return await command
+    } catch (err) {
+      this.#dropIfHung(err)
+      throw err
+    }
+  }
+
+  status (): StoreStatus {
+    const config = this.#config
+    const nodes = config.mode === 'single'
+      ? [hostPortOf(config.url)]
+      : (config.mode === 'sentinel' ? config.sentinels : config.nodes).map(({ host, port }) => `${host}:${port}`)
+    return { mode: config.mode, state: this.#health.state, nodes, replication: this.#replicas.status() }
+  }
+
   async close (): Promise<void> {
     this.#replicas.stop()
     this.#health.stop()
     // quit() would wait for a Redis that may be gone.
     this.#counters.disconnect(false)
     this.#records.disconnect(false)
+    this.#acks.disconnect(false)
   }
 
   /**
@@ -269,11 +335,19 @@ function mayHaveRun (err: unknown): boolean {
   return !message.includes("Stream isn't writeable") && !message.includes('enableOfflineQueue')
 }
 
+/** host:port of a Redis URL: never its user or password. */
+function hostPortOf (url: string): string {
+  const { hostname, port } = new URL(url)
+  return `${hostname}:${port === '' ? '6379' : port}`
+}
+
 function scripted (client: RedisClient): ScriptedClient {
   // EVALSHA, and EVAL once when Redis does not know the script yet (ioredis).
   client.defineCommand('countHits', { lua: COUNT_HITS })
   client.defineCommand('claimRecord', { lua: CLAIM })
   client.defineCommand('completeRecord', { lua: COMPLETE })
   client.defineCommand('releaseRecord', { lua: RELEASE })
+  client.defineCommand('enterUpload', { lua: ENTER_UPLOAD })
+  client.defineCommand('renewUploads', { lua: RENEW_UPLOADS })
   return client as ScriptedClient
 }

@@ -3,6 +3,8 @@
  * in the process (MemoryStore) or in Redis (RedisStore). Both implement
  * LimitStore; every method may reject when the store cannot be reached.
  */
+import type { StoreStatus } from '../observability/status.js'
+export type { StoreStatus }
 
 /**
  * The fixed windows are aligned to the clock (window n covers
@@ -50,5 +52,26 @@ export interface LimitStore {
   complete: (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number) => Promise<boolean>
   /** Give `owner`'s claim up (the gateway's own error: nothing to store). False (nothing deleted) when it is no longer `owner`'s. */
   release: (subject: string, key: string, owner: string) => Promise<boolean>
+  /** The shared count of uploads in progress; undefined in the process (the upload share counts there). */
+  readonly uploads?: UploadLeaseStore
+  /** For GET /status. */
+  status: () => StoreStatus
   close: () => Promise<void>
 }
+
+/**
+ * Creates in progress, counted where every gateway sees them (DECISIONS 23
+ * v2): each is a lease, an id with an expiry, held in the subject's own slot.
+ * A gateway that dies mid-upload stops renewing its leases, and they expire
+ * by themselves within `leaseMs`. Every method may reject when the store
+ * cannot be reached; the caller then counts in the process.
+ */
+export interface UploadLeaseStore {
+  /** Take one of `subject`'s `max` places as `lease` for `leaseMs`: false when all are held. */
+  enterUpload: (subject: string, lease: string, max: number, leaseMs: number) => Promise<boolean>
+  /** Give `lease` back. */
+  leaveUpload: (subject: string, lease: string) => Promise<void>
+  /** Extend every lease given (or put it back, after an outage lost it) to `leaseMs` from now. */
+  renewUploads: (leases: ReadonlyArray<{ subject: string, lease: string }>, leaseMs: number) => Promise<void>
+}
+

@@ -1,11 +1,13 @@
 /**
  * The metrics listener (DECISIONS 18): `GET /metrics` on a port of its own,
  * so the public port never exposes it and a scrape never waits behind client
- * traffic limits. A plain node:http server: one route, nothing to configure.
+ * traffic limits, and `GET /status`, the operator's JSON view (status.ts).
+ * A plain node:http server: two routes, nothing to configure.
  */
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { GatewayMetrics } from './metrics.js'
+import type { GatewayStatus } from './status.js'
 
 export interface MetricsServer {
   /** The port it listens on (useful when started on port 0). */
@@ -18,10 +20,31 @@ export class MetricsPortError extends Error {
   override name = 'MetricsPortError'
 }
 
-export async function startMetricsServer (metrics: GatewayMetrics, opts: { port: number, host: string }): Promise<MetricsServer> {
+export interface MetricsServerOptions {
+  port: number
+  host: string
+  /** GET /status: read when asked; without it, 404. */
+  status?: () => GatewayStatus
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+
+export async function startMetricsServer (metrics: GatewayMetrics, opts: MetricsServerOptions): Promise<MetricsServer> {
   const server: Server = createServer((req, res) => {
-    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'application/json; charset=utf-8' }).end('{"error":"not found: metrics are at GET /metrics"}')
+    const path = req.url?.split('?')[0]
+    if (req.method === 'GET' && path === '/status' && opts.status !== undefined) {
+      let body
+      try {
+        body = JSON.stringify(opts.status())
+      } catch {
+        res.writeHead(500, { 'content-type': JSON_TYPE }).end('{"error":"status collection failed"}')
+        return
+      }
+      res.writeHead(200, { 'content-type': JSON_TYPE, 'cache-control': 'no-store' }).end(body)
+      return
+    }
+    if (req.method !== 'GET' || path !== '/metrics') {
+      res.writeHead(404, { 'content-type': JSON_TYPE }).end(opts.status === undefined ? '{"error":"not found: metrics are at GET /metrics"}' : '{"error":"not found: metrics are at GET /metrics, status at GET /status"}')
       return
     }
     metrics.scrape().then(({ contentType, body }) => {

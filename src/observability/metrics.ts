@@ -127,6 +127,12 @@ export class GatewayMetrics {
     registers: [this.registry]
   })
 
+  readonly uploadCapFailOpen = new Counter({
+    name: 'gateway_upload_cap_fail_open_total',
+    help: 'Creates counted against the per-user upload cap by this gateway alone because the shared store could not be reached',
+    registers: [this.registry]
+  })
+
   readonly redisFailovers = new Counter({
     name: 'gateway_redis_failovers_total',
     help: 'Redis role changes seen: the master reached at another address (Sentinel), or a cluster master replaced by another node',
@@ -135,7 +141,7 @@ export class GatewayMetrics {
 
   readonly redisReplicationLag = new Counter({
     name: 'gateway_redis_replication_lag_total',
-    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left)',
+    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left, or acknowledgements were paused for a few seconds after a miss)',
     labelNames: ['reason'] as const,
     registers: [this.registry]
   })
@@ -250,6 +256,11 @@ export class GatewayMetrics {
   /** The rate-limit store was unreachable and a request went through unlimited (DECISIONS 17). */
   rateLimitFailedOpen (): void {
     this.rateLimitFailOpen.inc()
+  }
+
+  /** The upload cap's shared store was unreachable and a create was counted in the process (DECISIONS 23 v2). */
+  uploadCapFailedOpen (): void {
+    this.uploadCapFailOpen.inc()
   }
 
   /** Redis is configured: `gateway_redis_up` reads `up` at scrape time (src/limits/redis/health.ts). */

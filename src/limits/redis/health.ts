@@ -58,6 +58,11 @@ export class RedisHealth {
     }
   }
 
+  /** For GET /status: as last logged. */
+  get state (): 'starting' | 'up' | 'down' {
+    return this.#state
+  }
+
   up (): boolean {
     return this.#clients.every((c) => c.status === 'ready')
   }

@@ -1,6 +1,6 @@
 /**
  * Key names in Redis (DECISIONS 26): every key carries its user in a hash tag,
- * `pgw:rl:{alice}:29512345` and `pgw:idem:{alice}:<key>`, so one user's
+ * `pgw:rl:{alice}:29512345`, `pgw:idem:{alice}:<key>` and `pgw:up:{alice}`, so one user's
  * counters and records live in one Redis Cluster slot, and an operator finds
  * them with `redis-cli --scan --pattern '*{alice}*'`.
  *
@@ -33,6 +33,20 @@ export function windowKey (subject: string, windowId: number): string {
 /** The record of `subject`'s Idempotency-Key `key`. */
 export function recordKey (subject: string, key: string): string {
   return `${PREFIX}idem:${hashTag(subject)}:${key}`
+}
+
+/** `subject`'s uploads in progress: a sorted set of lease ids scored by their expiry (DECISIONS 23 v2). */
+export function uploadsKey (subject: string): string {
+  return `${PREFIX}up:${hashTag(subject)}`
+}
+
+/**
+ * A short-lived key the replication acknowledgement writes before its WAIT,
+ * in `subject`'s slot, so in a cluster it reaches the master of the record
+ * just stored (replication.ts).
+ */
+export function ackKey (subject: string): string {
+  return `${PREFIX}ack:${hashTag(subject)}`
 }
 
 /** CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with. */

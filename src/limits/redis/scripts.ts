@@ -45,3 +45,33 @@ return 1`
 export const RELEASE = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])`
+
+/** The server's clock in ms: every gateway's leases expire by one clock, whatever their own say. */
+const NOW = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
+
+/**
+ * Take an upload place (DECISIONS 23 v2): KEYS[1] is the subject's sorted set
+ * of leases scored by expiry; ARGV[1] the lease id, ARGV[2] the cap, ARGV[3]
+ * the lease's length in ms. Expired leases (a gateway that died mid-upload)
+ * are trimmed first. 1 when taken, 0 when the cap is reached. The key itself
+ * expires with its last lease.
+ */
+export const ENTER_UPLOAD = `${NOW}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`
+
+/**
+ * Renew leases of one subject: KEYS[1] as above, ARGV[1] the length in ms,
+ * ARGV[2..] the lease ids. A lease an outage let expire is put back: its
+ * upload is still in progress.
+ */
+export const RENEW_UPLOADS = `${NOW}
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`

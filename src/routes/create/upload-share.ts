@@ -3,13 +3,24 @@
  * connection while its image streams, so:
  * - each subject has at most `maxPerUser` creates in progress: one more is
  *   429 `Retry-After: 1`, checked before any of its body is read, so it never
- *   opens an engine request;
+ *   opens an engine request. With a shared store (DECISIONS 23 v2) the count
+ *   is kept there, so it holds across gateways: each create holds a lease of
+ *   LEASE_MS, renewed every RENEW_MS while it lasts, so the leases of a
+ *   gateway that dies mid-upload expire within LEASE_MS by themselves.
+ *   Renewed rather than one lease covering the longest upload (the server's
+ *   180 s request timeout plus UPSTREAM_TIMEOUT_MS): that would lock a user
+ *   out for minutes after a crash; renewal costs one call per user with
+ *   uploads in progress every RENEW_MS. The process keeps its own count too:
+ *   it refuses without a round trip, and while the store cannot be reached
+ *   the cap fails open to it (one log line per change, and counted);
  * - streaming creates together hold at most `maxConnections` per engine
  *   endpoint, so ping and update always find a connection in the pool (128 per
  *   endpoint). A create past that bound waits in a bounded FIFO within
  *   UPSTREAM_TIMEOUT_MS, then 503 `Retry-After: 1`.
  */
+import { randomBytes } from 'node:crypto'
 import { GatewayError } from '../../http/errors.js'
+import type { SharedUploadCount } from '../../limits/limits.js'
 
 export interface UploadShareOptions {
   /** UPLOAD_MAX_PER_USER */
@@ -18,7 +29,18 @@ export interface UploadShareOptions {
   maxConnections: number
   /** How many engine endpoints there are now (the cluster client's count; 1 for a single engine). */
   endpoints: () => number
+  /** The count across gateways; without it, the process's own. */
+  shared?: SharedUploadCount | undefined
 }
+
+/** A shared lease lasts this long unless renewed: the bound on a dead gateway's leases. */
+export const LEASE_MS = 10_000
+/** Leases are renewed this often while their uploads last: three renewals can fail before one expires. */
+export const RENEW_MS = 3_000
+/** A place given back while the store was away is given back again this often (each try fails at once while it is away). */
+const RETURN_RETRY_MS = 200
+
+interface Place { subject: string, lease: string }
 
 interface Waiter {
   admit: () => void
@@ -26,6 +48,8 @@ interface Waiter {
 }
 
 const RETRY = { 'retry-after': '1' }
+/** Lease ids: this process's random prefix and a counter, unique across gateways. */
+const PROCESS_ID = randomBytes(6).toString('base64url')
 
 export class UploadShare {
   readonly #opts: UploadShareOptions
@@ -33,26 +57,132 @@ export class UploadShare {
   #streaming = 0
   /** FIFO of creates waiting for an upload connection; a Set keeps insertion order and deletes in O(1). */
   readonly #waiting = new Set<Waiter>()
+  /** Places held with a lease (renewed), when the count is shared. */
+  readonly #leased = new Set<Place>()
+  /**
+   * Places given back while the store could not be told (a failover, an
+   * outage): their leases would count against their users until they expire,
+   * so they are given back again every RETURN_RETRY_MS until the store
+   * answers or they have expired anyway (the time they were left, ms).
+   */
+  readonly #unreturned = new Map<Place, number>()
+  #returning: NodeJS.Timeout | undefined
+  #leases = 0
+  #renewal: NodeJS.Timeout | undefined
+  /** The shared store answered the last time it was asked. */
+  #reachable = true
 
   constructor (opts: UploadShareOptions) {
     this.#opts = opts
   }
 
-  /** Count a create of `subject`, or refuse it (429): the returned function gives the place back, once. */
-  enter (subject: string): () => void {
+  /**
+   * Count a create of `subject`, or refuse it (429 TOO_MANY_UPLOADS): the
+   * returned function gives the place back, once.
+   */
+  async enter (subject: string): Promise<() => void> {
+    const max = this.#opts.maxPerUser
     const held = this.#perUser.get(subject) ?? 0
-    if (held >= this.#opts.maxPerUser) {
-      throw new GatewayError('TOO_MANY_UPLOADS', `at most ${this.#opts.maxPerUser} uploads per user at once`, { headers: RETRY })
-    }
+    if (held >= max) throw tooMany(max)
+    // Counted before the round trip: concurrent creates of this process see it.
     this.#perUser.set(subject, held + 1)
+    const shared = this.#opts.shared
+    const place: Place = { subject, lease: `${PROCESS_ID}:${(++this.#leases).toString(36)}` }
+    if (shared !== undefined) {
+      // This gateway's own stale leases of the user first, so they never refuse the user's next create.
+      if (this.#unreturned.size > 0) await this.#returnLeft(shared)
+      let taken = true
+      try {
+        taken = await shared.store.enterUpload(subject, place.lease, max, LEASE_MS)
+        this.#storeAnswered(shared)
+      } catch (err) {
+        this.#storeFailed(shared, err)
+      }
+      if (!taken) {
+        this.#uncount(subject)
+        throw tooMany(max)
+      }
+      // Renewed from now on, also when taken while the store was away: once back, it counts there.
+      this.#leased.add(place)
+      this.#renewing(shared)
+    }
     let left = false
     return () => {
       if (left) return
       left = true
-      const now = (this.#perUser.get(subject) ?? 1) - 1
-      if (now === 0) this.#perUser.delete(subject)
-      else this.#perUser.set(subject, now)
+      this.#uncount(subject)
+      if (shared !== undefined && this.#leased.delete(place)) {
+        shared.store.leaveUpload(subject, place.lease).catch(() => { this.#leftUnreturned(shared, place) })
+        if (this.#leased.size === 0) this.#stopRenewing()
+      }
     }
+  }
+
+  /** Stop renewing (the app closes): the leases left expire by themselves. */
+  close (): void {
+    this.#stopRenewing()
+    clearInterval(this.#returning)
+    this.#returning = undefined
+  }
+
+  #leftUnreturned (shared: SharedUploadCount, place: Place): void {
+    this.#unreturned.set(place, Date.now())
+    if (this.#returning !== undefined) return
+    this.#returning = setInterval(() => { void this.#returnLeft(shared) }, RETURN_RETRY_MS)
+    this.#returning.unref()
+  }
+
+  /** Give back every place left unreturned; those whose lease has expired by now are forgotten. */
+  async #returnLeft (shared: SharedUploadCount): Promise<void> {
+    const expired = Date.now() - LEASE_MS
+    await Promise.all([...this.#unreturned].map(async ([place, leftAt]) => {
+      if (leftAt < expired) {
+        this.#unreturned.delete(place)
+        return
+      }
+      try {
+        await shared.store.leaveUpload(place.subject, place.lease)
+        this.#unreturned.delete(place)
+      } catch {}
+    }))
+    if (this.#unreturned.size === 0) {
+      clearInterval(this.#returning)
+      this.#returning = undefined
+    }
+  }
+
+  #uncount (subject: string): void {
+    const now = (this.#perUser.get(subject) ?? 1) - 1
+    if (now === 0) this.#perUser.delete(subject)
+    else this.#perUser.set(subject, now)
+  }
+
+  #renewing (shared: SharedUploadCount): void {
+    if (this.#renewal !== undefined) return
+    this.#renewal = setInterval(() => {
+      // A failed renewal is tried again next time; the lease outlives three.
+      shared.store.renewUploads([...this.#leased], LEASE_MS).catch(() => {})
+    }, RENEW_MS)
+    this.#renewal.unref()
+  }
+
+  #stopRenewing (): void {
+    clearInterval(this.#renewal)
+    this.#renewal = undefined
+  }
+
+  #storeAnswered (shared: SharedUploadCount): void {
+    if (this.#reachable) return
+    this.#reachable = true
+    shared.log.info('upload cap: counted in the shared store again')
+  }
+
+  /** DECISIONS 23 v2: the cap fails open to this process's count, as rate limits do. */
+  #storeFailed (shared: SharedUploadCount, err: unknown): void {
+    shared.metrics.uploadCapFailedOpen()
+    if (!this.#reachable) return
+    this.#reachable = false
+    shared.log.warn({ reason: (err as Error).message }, "upload cap: the shared store is unreachable; counting this gateway's uploads only")
   }
 
   /**
@@ -116,6 +246,10 @@ export class UploadShare {
     const first = this.#waiting.values().next()
     if (first.done !== true) first.value.admit()
   }
+}
+
+function tooMany (max: number): GatewayError {
+  return new GatewayError('TOO_MANY_UPLOADS', `at most ${max} uploads per user at once`, { headers: RETRY })
 }
 
 function busy (): GatewayError {
