@@ -17,6 +17,8 @@ import { isPartAFile } from '../shared/form-parts.js'
 import type { PortfolioStore } from './store.js'
 import { MemoryPortfolioStore } from './memory-store.js'
 import { RedisPortfolioStore } from './redis-store.js'
+import { traceRequests } from '../shared/tracing-spans.js'
+import type { Tracer } from '@opentelemetry/api'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
 
@@ -34,6 +36,8 @@ export interface EngineOptions {
    * the gateway the engine never drains on its own, so this is left out.
    */
   lifecycle?: EngineLifecycle
+  /** A server span per request, under the caller's traceparent (DECISIONS 29); unset: no tracing hooks at all. */
+  tracer?: Tracer
 }
 
 export interface EngineLifecycle {
@@ -122,6 +126,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     const error = new EngineError('NOT_FOUND', `route ${request.method} ${request.url.split('?')[0] ?? ''} not found`)
     return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
   })
+
+  if (opts.tracer !== undefined) traceRequests(app, opts.tracer)
 
   const lifecycle = opts.lifecycle ?? { draining: false }
   // DECISIONS 25: while draining, each answer ends its connection, so a

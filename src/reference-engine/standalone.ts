@@ -8,6 +8,9 @@ import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from '../shared/drain.js'
 import { buildEngine } from './engine.js'
 import { EngineEnvError, loadEngineEnv, type EngineSettings } from './engine-env.js'
+import { OtelEnv } from '../../schemas/env.js'
+import { readEnv } from '../shared/env.js'
+import { tracingSettingsOf } from '../shared/tracing-settings.js'
 
 let settings: EngineSettings
 try {
@@ -18,11 +21,21 @@ try {
   process.exit(1)
 }
 
+// DECISIONS 29: the gateway's OTEL_* variables, as the engine (service portfolio-engine); unset endpoint: no SDK loaded.
+const otel = readEnv(OtelEnv, process.env)
+const traced = otel.ok ? tracingSettingsOf(otel.value, 'portfolio-engine') : { ok: false as const, message: `${otel.name} is invalid: ${otel.problem}; expected ${otel.expected}` }
+if (!traced.ok) {
+  process.stderr.write(`portfolio-engine: ${traced.message}\n`)
+  process.exit(1)
+}
+const tracing = traced.value === undefined ? undefined : (await import('../shared/tracing-sdk.js')).startTracing(traced.value)
+
 const lifecycle = { draining: false }
 const engine = await buildEngine({
   imageDir: settings.imageDir,
   logger: { level: 'info' },
   lifecycle,
+  ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
   // Issue 19 item 2: engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
   ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
 })
@@ -45,6 +58,7 @@ closeWithGrace({ delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT
     engine.log.info('stopped accepting connections')
   }
   await engine.close()
+  await tracing?.shutdown(2_000)
   engine.log.info('closed')
 })
 

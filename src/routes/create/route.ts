@@ -3,7 +3,7 @@
  * The parsing and checks are in CreateUpload; this is the wiring.
  */
 import fastifyMultipart from '@fastify/multipart'
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { IncomingMessage } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
@@ -32,6 +32,8 @@ export interface CreatePortfolioOptions {
   uploads: UploadShareOptions
   /** The minimum-rate rule; tests shorten it. */
   minRate?: MinRateOptions
+  /** Told when a create got its upload connection, and since when it asked (tracing, DECISIONS 29). */
+  uploadWaited?: (request: FastifyRequest, askedAt: number) => void
 }
 
 export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
@@ -80,6 +82,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             // DECISIONS 23: an upload connection first, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
             const asked = performance.now()
             const release = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            opts.uploadWaited?.(request, asked)
             try {
               clock.queued(Math.max(1, opts.responseTimeoutMs - (performance.now() - asked)))
               answer = await opts.engine.call({
