@@ -32,15 +32,15 @@ export interface TracedPair {
   engineOrigin: string
 }
 
-/** Sink, traced engine, traced gateway; `env` adds OTEL_* settings (sampler etc.) for both. */
-export async function tracedPair (t: Test, env: Record<string, string> = {}, opts: BuildOptions = {}): Promise<TracedPair> {
+/** Sink, traced engine, traced gateway; `env` adds OTEL_* settings (sampler etc.) for both; `upstreams` makes UPSTREAM_URL's list from the engine's origin. */
+export async function tracedPair (t: Test, env: Record<string, string> = {}, opts: BuildOptions = {}, upstreams?: (origin: string) => string[]): Promise<TracedPair> {
   const sink = await startOtlpSink()
   t.teardown(async () => { await sink.close() })
   const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, ...env }
   const engineTracing = tracingFrom(t, otel, 'portfolio-engine')
   const engine = await startEngine(t, { tracer: engineTracing.tracer })
   const gatewayTracing = tracingFrom(t, otel, 'portfolio-gateway')
-  const gateway = await build(t, { upstreamUrl: engine.origin, ...opts, env: { ...otel, ...opts.env }, tracing: gatewayTracing })
+  const gateway = await build(t, { upstreamUrl: engine.origin, ...opts, ...(upstreams === undefined ? {} : { upstreamUrls: upstreams(engine.origin) }), env: { ...otel, ...opts.env }, tracing: gatewayTracing })
   return { sink, gateway, gatewayTracing, engineOrigin: engine.origin }
 }
 
