@@ -11,6 +11,8 @@
  * (opentelemetry/proto/trace/v1/trace.proto, common/v1, resource/v1), not
  * taken from the exporter: it checks what the exporter actually sends.
  */
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { pathToFileURL } from 'node:url'
@@ -201,6 +203,24 @@ export async function startOtlpSink (opts: { keep?: boolean, mode?: SinkMode, po
   sink.port = (server.address() as AddressInfo).port
   sink.url = `http://127.0.0.1:${sink.port}`
   return sink
+}
+
+/**
+ * The sink as a process of its own (the bench's collector: its work must not
+ * share the load generator's CPU time). Stopped when this process exits.
+ */
+export async function startOtlpSinkProcess (): Promise<{ url: string, stop: () => void }> {
+  const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '0'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const stop = (): void => { if (child.exitCode === null) child.kill('SIGTERM') }
+  process.once('exit', stop)
+  let text = ''
+  for await (const chunk of child.stdout) {
+    text += String(chunk)
+    const port = /otlp sink listening on (\d+)/.exec(text)?.[1]
+    if (port !== undefined) return { url: `http://127.0.0.1:${port}`, stop }
+  }
+  await once(child, 'exit')
+  throw new Error(`the OTLP sink did not start: ${text}`)
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

@@ -11,7 +11,8 @@
  * Bounds: at most QUEUE_MAX finished spans wait or travel at once (queued,
  * plus those in an export not yet answered); a span past that is dropped at
  * once, and so is every span of a batch the collector refused, could not be
- * reached for, or did not answer within EXPORT_TIMEOUT_MS. Each drop is
+ * reached for, or did not answer within EXPORT_TIMEOUT_MS, and of the batches
+ * that follow such a failure while the exporter backs off. Each drop is
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
@@ -152,17 +153,42 @@ class BoundedSpanProcessor implements SpanProcessor {
   async shutdown (): Promise<void> { await this.inner.shutdown() }
 }
 
-/** Counts each batch out of `pending` when the exporter answers, and as dropped when it failed. */
+/** After a failed export, batches are dropped without an attempt for this long, doubling up to BACKOFF_MAX_MS. */
+export const BACKOFF_MIN_MS = 1_000
+export const BACKOFF_MAX_MS = 30_000
+
+/**
+ * Counts each batch out of `pending` when the exporter answers, and as
+ * dropped when it failed. After a failure the collector is left alone for a
+ * while (1 s, doubling to 30 s, reset by a success): batches in that time are
+ * dropped at once, so a dead collector costs no encoding, no connection
+ * attempts and no retries while it stays dead.
+ */
 class CountingExporter implements SpanExporter {
+  #backoffMs = 0
+  #resumeAt = 0
+
   constructor (readonly inner: SpanExporter, readonly state: Pending) {}
 
   export (spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    if (this.#backoffMs !== 0 && performance.now() < this.#resumeAt) {
+      this.state.pending -= spans.length
+      this.state.onDropped(spans.length)
+      done({ code: ExportResultCode.FAILED })
+      return
+    }
     let answered = false
     this.inner.export(spans, (result) => {
       if (answered) return
       answered = true
       this.state.pending -= spans.length
-      if (result.code !== ExportResultCode.SUCCESS) this.state.onDropped(spans.length)
+      if (result.code === ExportResultCode.SUCCESS) {
+        this.#backoffMs = 0
+      } else {
+        this.state.onDropped(spans.length)
+        this.#backoffMs = Math.min(BACKOFF_MAX_MS, this.#backoffMs === 0 ? BACKOFF_MIN_MS : this.#backoffMs * 2)
+        this.#resumeAt = performance.now() + this.#backoffMs
+      }
       done(result)
     })
   }
