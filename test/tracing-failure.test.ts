@@ -5,9 +5,9 @@
  * gateway_trace_spans_dropped_total.
  *
  * The latency comparison runs the untraced and the traced gateway (the
- * default sampler, as in production) in alternating rounds against one
- * engine, and compares the medians of the rounds' p99: a busy machine slows
- * both alike. A burst of requests whose client sampled them then fills the
+ * default sampler, as in production) side by side against one engine, each
+ * client connection sending to both in turn, and compares the medians of the
+ * rounds' p99: a busy machine slows both alike. A burst of requests whose client sampled them then fills the
  * export queue, to show its bound and the count.
  */
 import t from 'tap'
@@ -26,19 +26,31 @@ const CONCURRENCY = 8
 
 /** `count` pings through `pool`, CONCURRENCY at a time; the latencies in ms. */
 async function round (pool: Pool, count: number, extra: Record<string, string> = {}): Promise<number[]> {
+  return (await pairedRound([pool], count, extra))[0]!
+}
+
+/**
+ * `count` pings to each pool, CONCURRENCY workers each sending to every pool
+ * in turn (half of them starting with the other): the pools see the same
+ * machine at the same moments, so a busy neighbour slows them alike.
+ */
+async function pairedRound (pools: readonly Pool[], count: number, extra: Record<string, string> = {}): Promise<number[][]> {
   const headers = { ...bearer(), ...extra }
-  const latencies: number[] = []
+  const latencies: number[][] = pools.map(() => [])
   let left = count
-  const worker = async (): Promise<void> => {
+  const worker = async (w: number): Promise<void> => {
     while (left-- > 0) {
-      const started = performance.now()
-      const res = await pool.request({ method: 'GET', path: '/api/portfolio/ping', headers })
-      await res.body.dump()
-      if (res.statusCode !== 200) throw new Error(`ping answered ${res.statusCode}`)
-      latencies.push(performance.now() - started)
+      for (let k = 0; k < pools.length; k++) {
+        const which = (k + w) % pools.length
+        const started = performance.now()
+        const res = await pools[which]!.request({ method: 'GET', path: '/api/portfolio/ping', headers })
+        await res.body.dump()
+        if (res.statusCode !== 200) throw new Error(`ping answered ${res.statusCode}`)
+        latencies[which]!.push(performance.now() - started)
+      }
     }
   }
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker))
+  await Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => worker(w)))
   return latencies
 }
 
@@ -67,16 +79,15 @@ for (const collector of ['hanging', 'down'] as const) {
     const pools = [new Pool(plain.url, { connections: CONCURRENCY }), new Pool(traced.url, { connections: CONCURRENCY })] as const
     t.teardown(async () => { await Promise.all(pools.map(async (p) => await p.close())) })
 
-    // Warm both, in turns: connections, the JIT, the engine's pool (the first rounds of a process are its slowest).
-    for (let i = 0; i < 3; i++) for (const pool of pools) await round(pool, 200)
+    // Warm both: connections, the JIT, the engine's pool (the first rounds of a process are its slowest).
+    await pairedRound(pools, 500)
     const p99s: [number[], number[]] = [[], []]
     let maxPending = 0
     for (let r = 0; r < ROUNDS; r++) {
-      // Alternate which goes first, so neither always runs on the warmer machine.
-      for (const which of r % 2 === 0 ? [0, 1] as const : [1, 0] as const) {
-        p99s[which].push(p99(await round(pools[which], PER_ROUND)))
-        maxPending = Math.max(maxPending, tracing.pending)
-      }
+      const [untracedRound, tracedRound] = await pairedRound(pools, PER_ROUND)
+      p99s[0].push(p99(untracedRound!))
+      p99s[1].push(p99(tracedRound!))
+      maxPending = Math.max(maxPending, tracing.pending)
     }
     const [untraced, withTracing] = [median(p99s[0]), median(p99s[1])]
     t.comment(`p99 medians over ${ROUNDS} rounds of ${PER_ROUND}: untraced ${untraced.toFixed(2)} ms, traced to a ${collector} collector ${withTracing.toFixed(2)} ms`)
