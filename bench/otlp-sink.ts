@@ -217,7 +217,11 @@ export async function startOtlpSinkProcess (): Promise<{ url: string, stop: () =
   for await (const chunk of child.stdout) {
     text += String(chunk)
     const port = /otlp sink listening on (\d+)/.exec(text)?.[1]
-    if (port !== undefined) return { url: `http://127.0.0.1:${port}`, stop }
+    if (port !== undefined) {
+      // The sink never keeps the harness alive: it is stopped when the harness exits.
+      child.unref()
+      return { url: `http://127.0.0.1:${port}`, stop }
+    }
   }
   await once(child, 'exit')
   throw new Error(`the OTLP sink did not start: ${text}`)
