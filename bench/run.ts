@@ -18,6 +18,7 @@ import { openLoop } from './open-loop.js'
 import { detectFeatures, whyUnavailable, type Missing } from './features.js'
 import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
+import { startOtlpSinkProcess } from './otlp-sink.js'
 import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
@@ -282,7 +283,15 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
   // Metrics on a port of its own, never the default 9464 another process may hold.
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
   if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
+  if (spec.traceRatio !== undefined) Object.assign(env, await otlpSinkEnv(spec.traceRatio))
   return env
+}
+
+/** The traced scenarios' collector: one sink process for the run, started when first needed. */
+let otlpSink: Promise<{ url: string }> | undefined
+async function otlpSinkEnv (ratio: number): Promise<Record<string, string>> {
+  const { url } = await (otlpSink ??= startOtlpSinkProcess())
+  return { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: String(ratio) }
 }
 
 const KEY_SET_ISSUER = 'https://bench-issuer.invalid'

@@ -14,7 +14,7 @@ import { createForm, pngImage, updateBody } from './payloads.js'
 export type TargetName = 'mock' | 'nginx' | GatewayName
 
 export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' | 'gateway-redis-cluster' |
-  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis' | 'gateway-2-engines'
+  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis' | 'gateway-2-engines' | 'gateway-prod-traced' | 'gateway-prod-traced-all'
 
 /** How one gateway process is configured. Everything not named is off (processes.ts BARE_GATEWAY_ENV). */
 export interface GatewaySpec {
@@ -30,6 +30,8 @@ export interface GatewaySpec {
   needs: Feature[]
   /** Engine endpoints (DECISIONS 24): 2 starts a second mock and lists both in UPSTREAM_URL. */
   engines?: 1 | 2
+  /** OTLP traces to a sink that discards (bench/otlp-sink.ts), this share of requests sampled (traceidratio: the client's sampled flag aside). */
+  traceRatio?: number
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
@@ -46,7 +48,10 @@ export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
   'gateway-metrics': { ...BARE, metrics: true, needs: ['metrics'] },
   'gateway-prod': PRODUCTION,
   'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] },
-  'gateway-2-engines': { ...BARE, engines: 2 }
+  'gateway-2-engines': { ...BARE, engines: 2 },
+  // DECISIONS 29: everything on, plus traces at the default 1% and at 100%.
+  'gateway-prod-traced': { ...PRODUCTION, traceRatio: 0.01 },
+  'gateway-prod-traced-all': { ...PRODUCTION, traceRatio: 1 }
 }
 
 export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx'
@@ -187,6 +192,9 @@ export const SCENARIOS: readonly Scenario[] = [
     needs: ['idempotency'],
     body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' })
   },
+  // Traces (DECISIONS 29): prod-ping plus an OTLP export to a sink process, at 1% and at 100% of requests.
+  { name: 'prod-ping-traced', description: 'everything on: ping, traces at 1% to an OTLP sink', target: 'gateway-prod-traced', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
+  { name: 'prod-ping-traced-all', description: 'everything on: ping, every request traced to an OTLP sink', target: 'gateway-prod-traced-all', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
   // Issue 11 item 1: everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
   ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): Scenario[] => {
     const prefix = target === 'gateway-prod' ? 'prod' : 'prod-redis'

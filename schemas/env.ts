@@ -8,7 +8,23 @@ import { Type, type Static } from '@sinclair/typebox'
 const Integer = (min: number, max: number, description: string, dflt: number) =>
   Type.Integer({ minimum: min, maximum: max, default: dflt, description })
 
+/**
+ * OpenTelemetry's standard variables (DECISIONS 29), read by the gateway and
+ * the standalone engine alike. Unset endpoint: no tracing at all.
+ */
+export const OtelEnv = Type.Object({
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'base URL of an OTLP/HTTP collector, e.g. http://jaeger:4318 (traces go to its /v1/traces); unset: no traces' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'full URL of an OTLP/HTTP traces endpoint, e.g. http://jaeger:4318/v1/traces (wins over OTEL_EXPORTER_OTLP_ENDPOINT)' })),
+  OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(Type.String({ minLength: 1, description: 'headers for the collector, comma-separated key=value (values percent-encoded), e.g. authorization=Bearer%20abc' })),
+  OTEL_SERVICE_NAME: Type.Optional(Type.String({ pattern: '^\\S.{0,254}$', description: 'service.name of the spans, up to 255 characters; default portfolio-gateway (portfolio-engine for the engine)' })),
+  OTEL_RESOURCE_ATTRIBUTES: Type.Optional(Type.String({ minLength: 1, description: 'resource attributes, comma-separated key=value (values percent-encoded), e.g. deployment.environment.name=prod' })),
+  OTEL_TRACES_SAMPLER: Type.Union(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'].map((s) => Type.Literal(s)), { default: 'parentbased_traceidratio', description: 'the sampler' }),
+  OTEL_TRACES_SAMPLER_ARG: Type.Optional(Type.String({ pattern: '^(0(\\.\\d+)?|1(\\.0*)?|\\.\\d+)$', description: 'the traceidratio samplers\' ratio, a number from 0 to 1, e.g. 0.01 (default)' }))
+})
+export type OtelEnv = Static<typeof OtelEnv>
+
 export const Env = Type.Object({
+  ...OtelEnv.properties,
   NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: "development, production or test; production refuses to start without a JWT key or UPSTREAM_URL" }),
   PORT: Integer(0, 65535, 'listen port', 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'listen address' }),

@@ -25,6 +25,8 @@ import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
 import { installTraceContext, tracingChildLogger } from './observability/trace-context.js'
+import { installTracing, traceUploadWait } from './observability/tracing.js'
+import type { Tracing } from './shared/tracing-sdk.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
 
@@ -41,6 +43,8 @@ export interface AppDeps {
   keySet?: AuthOptions['keySet']
   /** How long a connection answered early keeps reading (DECISIONS 21; tests shorten it). */
   linger?: LingerBounds
+  /** OTLP traces (DECISIONS 29), started by server.ts when an endpoint is set; absent: no tracing hook at all. */
+  tracing?: Tracing
 }
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
@@ -90,6 +94,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
   closeConnectionsWhenNeeded(app, lifecycle, linger)
   installTraceContext(app)
+  if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis' })
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
   // The level is fixed at start; a quieter level then costs no hook at all.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
@@ -131,7 +136,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       callTimeoutMs,
       // UPLOAD_MAX_CONNECTIONS is per engine endpoint; the set may grow or shrink with DNS.
       uploads: { ...config.uploads, endpoints: () => deps.engine.endpointCount(), shared: limits.uploadCount },
-      ...(deps.uploadMinRate === undefined ? {} : { minRate: deps.uploadMinRate })
+      ...(deps.uploadMinRate === undefined ? {} : { minRate: deps.uploadMinRate }),
+      ...(deps.tracing === undefined ? {} : { uploadWaited: traceUploadWait })
     })
   }, { prefix: '/api' })
 

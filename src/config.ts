@@ -7,6 +7,7 @@ import { isIP } from 'node:net'
 import { Env } from '../schemas/env.js'
 import { readEnv } from './shared/env.js'
 import { REDIS_SECRET_VARIABLES, redisConfigOf, type RedisConfig } from './limits/redis/config.js'
+import { tracingSettingsOf, type TracingSettings } from './shared/tracing-settings.js'
 
 export type { HostPort, RedisConfig } from './limits/redis/config.js'
 
@@ -64,6 +65,8 @@ export interface GatewayConfig {
   readonly trustProxy?: readonly string[]
   /** Fair uploads (DECISIONS 23). */
   readonly uploads: UploadsConfig
+  /** OTLP traces (DECISIONS 29); absent: no endpoint set, tracing off. */
+  readonly tracing?: TracingSettings
 }
 
 /** UPLOAD_MAX_PER_USER and UPLOAD_MAX_CONNECTIONS (per engine endpoint). */
@@ -94,7 +97,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
+    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name === 'OTEL_EXPORTER_OTLP_HEADERS' ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -116,6 +119,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
   const redis = redisConfigOf(parsed)
   if (!redis.ok) throw new ConfigError(redis.message)
+  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway')
+  if (!tracing.ok) throw new ConfigError(tracing.message)
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -139,7 +144,8 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     uploads: Object.freeze({
       maxPerUser: parsed.UPLOAD_MAX_PER_USER,
       maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
-    })
+    }),
+    ...(tracing.value === undefined ? {} : { tracing: tracing.value })
   })
 }
 

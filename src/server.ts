@@ -46,12 +46,20 @@ const logger = {
   redact: { paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
 }
 
+// DECISIONS 29: traces only when an OTLP endpoint is set; otherwise the SDK is not even loaded.
+const sdk = config.tracing === undefined ? undefined : await import('./shared/tracing-sdk.js')
+const tracing = config.tracing === undefined ? undefined : sdk!.startTracing(config.tracing)
+/** The embedded engine, traced too when tracing is on, as its own service (its spans nest under the gateway's tries). */
+const engineTracing = config.tracing === undefined || config.upstreamUrl !== undefined ? undefined : sdk!.startTracing({ ...config.tracing, serviceName: 'portfolio-engine' })
+/** How long the last spans get to leave on shutdown: a dead collector never holds the exit up longer. */
+const TRACE_FLUSH_MS = 2_000
+
 // No UPSTREAM_URL: run the reference engine in this process, on loopback only,
 // with an image folder of its own that goes when the process does.
 const imageDir = config.upstreamUrl === undefined ? await mkdtemp(join(tmpdir(), 'portfolio-gateway-engine-')) : undefined
 const embedded = imageDir === undefined
   ? undefined
-  : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' } })
+  : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' }, ...(engineTracing === undefined ? {} : { tracer: engineTracing.tracer }) })
 const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host: '127.0.0.1' })
 
 // DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its
@@ -59,7 +67,7 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs })
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
-const app = await buildApp(config, { engine, lifecycle, logger })
+const app = await buildApp(config, { engine, lifecycle, logger, ...(tracing === undefined ? {} : { tracing }) })
 
 // DECISIONS 18: metrics on a listener of their own, never the public port; a busy port stops start-up.
 let metricsServer: MetricsServer | undefined
@@ -93,6 +101,7 @@ closeWithGrace({ delay: GATEWAY_DRAIN.exitDeadlineMs }, async ({ signal, err }) 
   await app.close()
   await metricsServer?.close()
   await embedded?.close()
+  await Promise.all([tracing?.shutdown(TRACE_FLUSH_MS), engineTracing?.shutdown(TRACE_FLUSH_MS)])
   if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
   app.log.info('closed')
   await flushLog()
@@ -101,7 +110,9 @@ closeWithGrace({ delay: GATEWAY_DRAIN.exitDeadlineMs }, async ({ signal, err }) 
 await app.listen({ port: config.port, host: config.host })
 app.log.info({
   upstream: embedded === undefined ? (config.upstreamUrls ?? [upstreamUrl]).join(',') : `embedded reference engine at ${upstreamUrl}`,
-  metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`
+  metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`,
+  // The collector's URL without credentials; OTEL_EXPORTER_OTLP_HEADERS is never logged.
+  traces: config.tracing === undefined ? 'off' : `${withoutUserInfo(config.tracing.url)} (${config.tracing.sampler}${config.tracing.sampler.endsWith('traceidratio') ? ` ${config.tracing.ratio}` : ''})`
 }, 'gateway ready')
 
 if (config.jwt.generated) {
@@ -117,4 +128,11 @@ if (config.jwt.generated) {
     'Set JWT_SECRET to keep tokens across restarts; `npm run token -- --sub alice` then prints more.',
     ''
   ].join('\n'))
+}
+
+function withoutUserInfo (url: string): string {
+  const u = new URL(url)
+  u.username = ''
+  u.password = ''
+  return u.href
 }

@@ -19,6 +19,7 @@ import type { EngineResponse } from '../engine-client/client.js'
 import { sendEngineJson } from '../engine-client/answers.js'
 import type { IdempotencyRecord, LimitStore } from './store.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
+import { endStoreSpan, startStoreSpan } from '../observability/tracing.js'
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key'
 export const REPLAYED_HEADER = 'idempotent-replayed'
@@ -118,9 +119,12 @@ export class Idempotency {
     // the record is still this claim (a late one never touches a newer claim's record).
     const owner = randomBytes(16).toString('base64url')
     let held
+    const claimSpan = startStoreSpan(request, 'claim')
     try {
       held = await store.claim(subject, key, owner, pendingTtlMs)
+      endStoreSpan(claimSpan)
     } catch (err) {
+      endStoreSpan(claimSpan, err)
       this.#opts.metrics.idempotencyShortCut('store_unavailable')
       throw storeUnavailable(request, err)
     }
@@ -129,21 +133,29 @@ export class Idempotency {
       claim: {
         complete: async (fingerprint, answer) => {
           const record: IdempotencyRecord = { state: 'done', fingerprint, status: answer.status, contentType: answer.contentType, body: answer.body.toString('base64') }
+          // The store's write and, with replicas, its WAIT for one (DECISIONS 26).
+          const span = startStoreSpan(request, 'complete')
           try {
-            if (!await store.complete(subject, key, owner, record, ttlS * 1000)) {
+            const stored = await store.complete(subject, key, owner, record, ttlS * 1000)
+            endStoreSpan(span)
+            if (!stored) {
               // The claim expired or was evicted, and maybe another request holds the key now: its record stays.
               request.log.warn('idempotency record not stored: the claim was no longer held')
             }
           } catch (err) {
+            endStoreSpan(span, err)
             // The engine has answered; the client gets it. A retry meets the
             // pending claim (409) until it expires, and the engine deduplicates.
             request.log.warn({ err: { message: (err as Error).message } }, 'idempotency record not stored')
           }
         },
         release: async () => {
+          const span = startStoreSpan(request, 'release')
           try {
             await store.release(subject, key, owner)
+            endStoreSpan(span)
           } catch (err) {
+            endStoreSpan(span, err)
             request.log.warn({ err: { message: (err as Error).message } }, 'idempotency claim not released')
           }
         }

@@ -146,6 +146,12 @@ export class GatewayMetrics {
     registers: [this.registry]
   })
 
+  readonly traceSpansDropped = new Counter({
+    name: 'gateway_trace_spans_dropped_total',
+    help: 'Finished spans never exported (DECISIONS 29): the export queue was full, or the collector refused, could not be reached or did not answer in time',
+    registers: [this.registry]
+  })
+
   constructor (opts: MetricsOptions = {}) {
     const metrics = this
     new Gauge({
@@ -193,6 +199,7 @@ export class GatewayMetrics {
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
     for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
     this.engineRetryBudgetExhausted.inc(0)
+    this.traceSpansDropped.inc(0)
   }
 
   /** Per endpoint (host:port), per call, per outcome: one Map read and two property reads per call. */
@@ -283,6 +290,11 @@ export class GatewayMetrics {
   /** An idempotency record went out without a replica's acknowledgement (DECISIONS 26). */
   redisReplicationMissed (reason: 'missed' | 'unreplicated'): void {
     this.redisReplicationLag.inc({ reason })
+  }
+
+  /** Spans dropped by the bounded trace export (src/shared/tracing-sdk.ts). */
+  spansDropped (count: number): void {
+    this.traceSpansDropped.inc(count)
   }
 
   /** The Prometheus text exposition of every metric. */

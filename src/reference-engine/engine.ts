@@ -18,6 +18,8 @@ import type { PortfolioStore } from './store.js'
 import { MemoryPortfolioStore } from './memory-store.js'
 import { RedisPortfolioStore } from './redis-store.js'
 import type { EngineMetrics } from './metrics.js'
+import { traceRequests } from '../shared/tracing-spans.js'
+import type { Tracer } from '@opentelemetry/api'
 // Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
 import type {} from '../shared/route-config.js'
 
@@ -39,6 +41,8 @@ export interface EngineOptions {
   lifecycle?: EngineLifecycle
   /** Count requests, store state and drain state here (the standalone engine's ENGINE_METRICS_PORT); unset: no metrics. */
   metrics?: EngineMetrics
+  /** A server span per request, under the caller's traceparent (DECISIONS 29); unset: no tracing hooks at all. */
+  tracer?: Tracer
 }
 
 export interface EngineLifecycle {
@@ -128,6 +132,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     const error = new EngineError('NOT_FOUND', `route ${request.method} ${request.url.split('?')[0] ?? ''} not found`)
     return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
   })
+
+  if (opts.tracer !== undefined) traceRequests(app, opts.tracer)
 
   const lifecycle = opts.lifecycle ?? { draining: false }
   opts.metrics?.instrument(app, { store, storeKind: opts.redisUrl === undefined ? 'memory' : 'redis', lifecycle })

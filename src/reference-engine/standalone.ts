@@ -10,6 +10,9 @@ import { stopAccepting } from '../shared/drain.js'
 import { buildEngine } from './engine.js'
 import { DRAIN_IDLE_GRACE_MS, EngineEnvError, IN_FLIGHT_GRACE_MS, loadEngineEnv, type EngineSettings } from './engine-env.js'
 import { EngineMetrics } from './metrics.js'
+import { OtelEnv } from '../../schemas/env.js'
+import { readEnv } from '../shared/env.js'
+import { tracingSettingsOf } from '../shared/tracing-settings.js'
 
 let settings: EngineSettings
 try {
@@ -20,6 +23,15 @@ try {
   process.exit(1)
 }
 
+// DECISIONS 29: the gateway's OTEL_* variables, as the engine (service portfolio-engine); unset endpoint: no SDK loaded.
+const otel = readEnv(OtelEnv, process.env)
+const traced = otel.ok ? tracingSettingsOf(otel.value, 'portfolio-engine') : { ok: false as const, message: `${otel.name} is invalid: ${otel.problem}; expected ${otel.expected}` }
+if (!traced.ok) {
+  process.stderr.write(`portfolio-engine: ${traced.message}\n`)
+  process.exit(1)
+}
+const tracing = traced.value === undefined ? undefined : (await import('../shared/tracing-sdk.js')).startTracing(traced.value)
+
 const lifecycle = { draining: false }
 let metricsServer: Server | undefined
 const metrics = settings.metricsPort === undefined ? undefined : new EngineMetrics()
@@ -29,6 +41,7 @@ const engine = await buildEngine({
   logger: { level: 'info' },
   lifecycle,
   idempotencyTtlMs: settings.idempotencyTtlS * 1000,
+  ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
   // Issue 19 item 2: engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
   ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
 })
@@ -49,6 +62,7 @@ closeWithGrace({ delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT
   // Last, so a scrape during the drain still sees it.
   metricsServer?.close()
   metricsServer?.closeAllConnections()
+  await tracing?.shutdown(2_000)
   engine.log.info('closed')
 })
 

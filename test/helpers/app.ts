@@ -33,6 +33,8 @@ export interface BuildOptions {
   upstreamUrls?: readonly string[]
   /** Cluster settings for the test: shorter health checks, an injected DNS lookup, fixed randomness. */
   cluster?: Partial<Pick<EnginePoolOptions, 'health' | 'lookup' | 'resolveIntervalMs' | 'random' | 'tryTimeoutMs'>>
+  /** OTLP traces (DECISIONS 29): a provider the test started (src/shared/tracing-sdk.ts). */
+  tracing?: AppDeps['tracing']
 }
 
 export interface Built {
@@ -58,7 +60,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     ...(opts.uploadMinRate === undefined ? {} : { uploadMinRate: opts.uploadMinRate }),
     ...(opts.logger === undefined ? {} : { logger: opts.logger }),
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
-    ...(opts.linger === undefined ? {} : { linger: opts.linger })
+    ...(opts.linger === undefined ? {} : { linger: opts.linger }),
+    ...(opts.tracing === undefined ? {} : { tracing: opts.tracing })
   })
   t.teardown(async () => {
     await app.close() // closes the engine pool too

@@ -3,7 +3,7 @@
  * The parsing and checks are in CreateUpload; this is the wiring.
  */
 import fastifyMultipart from '@fastify/multipart'
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import type { IncomingMessage } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
@@ -33,6 +33,8 @@ export interface CreatePortfolioOptions {
   uploads: UploadShareOptions
   /** The minimum-rate rule; tests shorten it. */
   minRate?: MinRateOptions
+  /** Told when a create got its upload connection, and since when it asked (tracing, DECISIONS 29). */
+  uploadWaited?: (request: FastifyRequest, askedAt: number) => void
 }
 
 export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
@@ -83,6 +85,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           const asked = performance.now()
           if (invites) {
             connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            opts.uploadWaited?.(request, asked)
             invite()
           }
           const image = await form.readUntilImage()
@@ -98,7 +101,10 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             connection?.()
             answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
           } else {
-            if (connection === undefined) connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            if (connection === undefined) {
+              connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+              opts.uploadWaited?.(request, asked)
+            }
             try {
               clock.queued(Math.max(1, opts.responseTimeoutMs - (invites ? 0 : performance.now() - asked)))
               answer = await opts.engine.call({

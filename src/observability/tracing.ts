@@ -1,0 +1,195 @@
+/**
+ * The gateway's spans (DECISIONS 29), installed only when an OTLP endpoint is
+ * configured: with tracing off, no hook, no decorator, no observer exists.
+ *
+ *   server span   `{method} {route}`, one per request, continuing the client's traceparent
+ *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
+ *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
+ *   └─ internal span `upload connection wait`, a create's turn for an upload connection
+ *
+ * Attributes are the OpenTelemetry semantic conventions' where one exists,
+ * `portfolio.*` where none does. Never a token, a subject, a key or a body:
+ * nothing here reads the Authorization header, `request.userId` or a payload.
+ *
+ * Cost: an unsampled request makes one non-recording span (the sampler's
+ * decision) and nothing else; the engine and store hooks see no trace on it
+ * and return at once.
+ */
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type Tracer } from '@opentelemetry/api'
+import { parseTraceParent } from '@opentelemetry/core'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import {
+  ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME, ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_HEADER, ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
+} from '@opentelemetry/semantic-conventions'
+import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
+import type { Tracing } from '../shared/tracing-sdk.js'
+import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
+import { toGatewayError } from '../http/error-handler.js'
+import type { EngineCallName, EngineOutcome } from './metrics.js'
+
+/** A sampled request's trace: its server span and what its children need. */
+export interface RequestTrace {
+  readonly span: Span
+  readonly tracer: Tracer
+  readonly context: Context
+  /** 'redis' or 'memory': the idempotency store's kind. */
+  readonly store: 'redis' | 'memory'
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set only on a sampled request while tracing is on (src/observability/tracing.ts). */
+    trace: RequestTrace | undefined
+  }
+}
+
+/** Names of this gateway's own attributes (no semantic convention exists for them). */
+export const ATTR = {
+  attempt: 'portfolio.engine.attempt',
+  retryReason: 'portfolio.engine.retry_reason',
+  outcome: 'portfolio.engine.outcome',
+  call: 'portfolio.engine.call',
+  uploadWaitMs: 'portfolio.upload.wait_ms'
+} as const
+
+const REQUEST_ID_ATTR = ATTR_HTTP_REQUEST_HEADER(REQUEST_ID_HEADER)
+
+/**
+ * The per-try observer of the engine client (src/engine-client/client.ts,
+ * EngineTryObserver), written structurally so this module compiles against a
+ * client with or without it.
+ */
+export interface TryInfo {
+  call: EngineCallName
+  request: { method: string, path: string, traceparent?: string }
+  endpoint: string
+  attempt: number
+  retryReason: string | undefined
+}
+export interface TrySpan {
+  traceparent?: string
+  end: (outcome: EngineOutcome, statusCode: number | undefined) => void
+}
+interface TryObservable { observeTries?: (observer: { startTry: (info: TryInfo) => TrySpan | undefined }) => void }
+
+export interface TracingInstallOptions {
+  /** The idempotency store's kind, for db.system.name. */
+  store: 'redis' | 'memory'
+}
+
+/**
+ * The server span's hooks, right after installTraceContext; the engine
+ * client's per-try spans; dropped spans counted in gateway_trace_spans_dropped_total.
+ */
+export function installTracing (app: FastifyInstance, tracing: Tracing, engine: object, opts: TracingInstallOptions): void {
+  const { tracer } = tracing
+  tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
+  app.decorateRequest('trace', undefined)
+
+  app.addHook('onRequest', (request, _reply, done) => {
+    const parent = remoteParent(request.headers.traceparent)
+    // A trace the gateway starts keeps the id its log lines already carry (trace-context.ts).
+    if (parent === ROOT_CONTEXT) tracing.nextTraceId = request.traceparent.slice(3, 35)
+    const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
+    tracing.nextTraceId = undefined
+    if (!span.isRecording()) return done()
+    span.setAttribute(REQUEST_ID_ATTR, [request.id])
+    request.trace = { span, tracer, context: trace.setSpan(ROOT_CONTEXT, span), store: opts.store }
+    // The engine-bound header carries this span's id and its sampled flag.
+    Object.defineProperty(request, 'traceparent', { value: traceparentOf(span), writable: true, configurable: true, enumerable: true })
+    done()
+  })
+  app.addHook('onError', (request, _reply, error, done) => {
+    request.trace?.span.setAttribute(ATTR_ERROR_TYPE, toGatewayError(error, request).code)
+    done()
+  })
+  app.addHook('onResponse', (request, reply, done) => {
+    const t = request.trace
+    if (t !== undefined && t.span.isRecording()) endServerSpan(t.span, reply.statusCode)
+    done()
+  })
+  // The client went away before the answer: the span still ends, and says so.
+  app.addHook('onRequestAbort', (request, done) => {
+    const t = request.trace
+    if (t !== undefined && t.span.isRecording()) {
+      t.span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
+      t.span.end()
+    }
+    done()
+  })
+
+  ;(engine as TryObservable).observeTries?.({ startTry: (info) => startTrySpan(tracer, info) })
+}
+
+/** A client span for one engine try, under the server span the try's traceparent names; none for an unsampled request. */
+export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefined {
+  const header = info.request.traceparent
+  // "00-<trace id>-<span id>-<flags>": only a sampled request gets try spans.
+  if (header === undefined || (header.charCodeAt(54) & 1) === 0) return undefined
+  const parent = parseTraceParent(header)
+  if (parent === null) return undefined
+  const { host, port } = hostPort(info.endpoint)
+  const span = tracer.startSpan(`${info.request.method} ${info.request.path}`, {
+    kind: SpanKind.CLIENT,
+    attributes: {
+      [ATTR_HTTP_REQUEST_METHOD]: info.request.method,
+      [ATTR_URL_PATH]: info.request.path,
+      [ATTR_SERVER_ADDRESS]: host,
+      ...(port === undefined ? {} : { [ATTR_SERVER_PORT]: port }),
+      [ATTR.call]: info.call,
+      [ATTR.attempt]: info.attempt,
+      ...(info.attempt > 1 ? { [ATTR_HTTP_REQUEST_RESEND_COUNT]: info.attempt - 1 } : {}),
+      ...(info.retryReason === undefined ? {} : { [ATTR.retryReason]: info.retryReason })
+    }
+  }, trace.setSpanContext(ROOT_CONTEXT, parent))
+  if (!span.isRecording()) return undefined
+  return {
+    traceparent: traceparentOf(span),
+    end: (outcome, statusCode) => {
+      if (statusCode !== undefined && statusCode > 0) span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode)
+      span.setAttribute(ATTR.outcome, outcome)
+      if (outcome !== 'ok') {
+        span.setAttribute(ATTR_ERROR_TYPE, outcome === 'engine_error' ? String(statusCode) : outcome)
+        if (outcome !== 'engine_error' || (statusCode ?? 500) >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
+      }
+      span.end()
+    }
+  }
+}
+
+/** "host:port" or "[v6]:port", as the metrics' endpoint label. */
+function hostPort (endpoint: string): { host: string, port: number | undefined } {
+  const colon = endpoint.lastIndexOf(':')
+  if (colon === -1 || endpoint.endsWith(']')) return { host: endpoint, port: undefined }
+  const host = endpoint.slice(0, colon)
+  return { host: host.startsWith('[') ? host.slice(1, -1) : host, port: Number(endpoint.slice(colon + 1)) }
+}
+
+/** A span for one operation of a keyed request's idempotency store (DECISIONS 16); undefined unless the request is sampled. */
+export function startStoreSpan (request: FastifyRequest, operation: 'claim' | 'complete' | 'release'): Span | undefined {
+  const t = request.trace
+  if (t === undefined) return undefined
+  return t.tracer.startSpan(`idempotency ${operation}`, {
+    kind: t.store === 'redis' ? SpanKind.CLIENT : SpanKind.INTERNAL,
+    attributes: { [ATTR_DB_SYSTEM_NAME]: t.store === 'redis' ? 'redis' : 'memory', [ATTR_DB_OPERATION_NAME]: operation }
+  }, t.context)
+}
+
+/** End a store span; a failure gets its error type (the class name: a message may quote a key). */
+export function endStoreSpan (span: Span | undefined, err?: unknown): void {
+  if (span === undefined) return
+  if (err !== undefined) {
+    span.setAttribute(ATTR_ERROR_TYPE, err instanceof Error ? err.name : 'error')
+    span.setStatus({ code: SpanStatusCode.ERROR })
+  }
+  span.end()
+}
+
+/** The time a create waited for an upload connection (DECISIONS 23), from `askedAt` (performance.now()) to now. */
+export function traceUploadWait (request: FastifyRequest, askedAt: number): void {
+  const t = request.trace
+  if (t === undefined) return
+  const span = t.tracer.startSpan('upload connection wait', { startTime: askedAt, attributes: { [ATTR.uploadWaitMs]: performance.now() - askedAt } }, t.context)
+  span.end()
+}

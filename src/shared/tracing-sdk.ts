@@ -1,0 +1,204 @@
+/**
+ * The OpenTelemetry SDK for one process (DECISIONS 29): a tracer provider
+ * that exports over OTLP/HTTP (protobuf), bounded and lossy by design.
+ *
+ * Nothing is registered globally: no global tracer provider, no context
+ * manager (AsyncLocalStorage), no propagator. Callers hand the parent context
+ * to each span themselves, so a request pays for the spans it makes and
+ * nothing else. The gateway and the standalone engine import this module only
+ * when an endpoint is configured.
+ *
+ * Bounds: at most QUEUE_MAX finished spans wait or travel at once (queued,
+ * plus those in an export not yet answered); a span past that is dropped at
+ * once, and so is every span of a batch the collector refused, could not be
+ * reached for, or did not answer within EXPORT_TIMEOUT_MS, and of the batches
+ * that follow such a failure while the exporter backs off. Each drop is
+ * counted (`onDropped`). A dead or hanging collector therefore costs a
+ * request nothing but a counter increment, and memory stays bounded.
+ */
+import type { Context, Tracer } from '@opentelemetry/api'
+import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
+import { resourceFromAttributes } from '@opentelemetry/resources'
+import {
+  AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, TraceIdRatioBasedSampler,
+  type IdGenerator, type ReadableSpan, type Sampler, type SpanExporter, type SpanProcessor, type Span as SdkSpan
+} from '@opentelemetry/sdk-trace-base'
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
+import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
+import type { TracingSettings } from './tracing-settings.js'
+
+/** Finished spans held at most (queued or in an unanswered export). */
+export const QUEUE_MAX = 2048
+/** Spans per OTLP request. */
+export const BATCH_MAX = 512
+/** How long finished spans gather before an export. */
+export const EXPORT_DELAY_MS = 1_000
+/** One export, retries included, is given up after this (its spans are dropped and counted). */
+export const EXPORT_TIMEOUT_MS = 5_000
+
+export interface Tracing {
+  readonly tracer: Tracer
+  /** Told how many spans were dropped, each time some are (the gateway counts them in a metric). */
+  onDropped: (count: number) => void
+  /**
+   * The trace id of the next span started without a parent, instead of a
+   * random one: the gateway sets it to the id its log lines already carry.
+   */
+  nextTraceId: string | undefined
+  /** Spans finished and not yet exported or dropped (tests). */
+  readonly pending: number
+  /** Export what is queued, within `timeoutMs`, then stop; spans still queued then are dropped. */
+  shutdown: (timeoutMs: number) => Promise<void>
+}
+
+export interface TracingTuning {
+  queueMax?: number
+  exportDelayMs?: number
+  exportTimeoutMs?: number
+}
+
+/** The provider for `settings`: an exporter, a bounded batch processor, the sampler. */
+export function startTracing (settings: TracingSettings, tuning: TracingTuning = {}): Tracing {
+  const queueMax = tuning.queueMax ?? QUEUE_MAX
+  const exportTimeoutMs = tuning.exportTimeoutMs ?? EXPORT_TIMEOUT_MS
+  const state = { pending: 0, onDropped: (_count: number): void => {} }
+  const exporter = new CountingExporter(new OTLPTraceExporter({
+    url: settings.url,
+    headers: { ...settings.headers },
+    timeoutMillis: exportTimeoutMs,
+    // One export at a time leaves the batch processor; the rest are retries and flushes.
+    concurrencyLimit: 4
+  }), state)
+  const batches = new BatchSpanProcessor(exporter, {
+    maxQueueSize: queueMax,
+    maxExportBatchSize: Math.min(BATCH_MAX, queueMax),
+    scheduledDelayMillis: tuning.exportDelayMs ?? EXPORT_DELAY_MS,
+    // Past the exporter's own timeout, so the exporter answers first and its spans are counted.
+    exportTimeoutMillis: exportTimeoutMs + 1_000
+  })
+  const ids = new GivenTraceIds()
+  const provider = new BasicTracerProvider({
+    idGenerator: ids,
+    resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
+    sampler: samplerOf(settings),
+    spanProcessors: [new BoundedSpanProcessor(batches, queueMax, state)]
+  })
+  const tracer = provider.getTracer('portfolio-gateway')
+  return {
+    tracer,
+    get onDropped () { return state.onDropped },
+    set onDropped (fn) { state.onDropped = fn },
+    get nextTraceId () { return ids.next },
+    set nextTraceId (id) { ids.next = id },
+    get pending () { return state.pending },
+    shutdown: async (timeoutMs) => {
+      let timer: NodeJS.Timeout | undefined
+      const bound = new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs) })
+      try {
+        await Promise.race([provider.shutdown().catch(() => {}), bound])
+      } finally {
+        clearTimeout(timer)
+      }
+    }
+  }
+}
+
+/** Random ids, except a trace id given beforehand (taken once). */
+class GivenTraceIds implements IdGenerator {
+  next: string | undefined = undefined
+  readonly #random = new RandomIdGenerator()
+
+  generateTraceId (): string {
+    const given = this.next
+    this.next = undefined
+    return given ?? this.#random.generateTraceId()
+  }
+
+  generateSpanId (): string {
+    return this.#random.generateSpanId()
+  }
+}
+
+function samplerOf (settings: TracingSettings): Sampler {
+  const ratio = new TraceIdRatioBasedSampler(settings.ratio)
+  switch (settings.sampler) {
+    case 'always_on': return new AlwaysOnSampler()
+    case 'always_off': return new AlwaysOffSampler()
+    case 'traceidratio': return ratio
+    case 'parentbased_always_on': return new ParentBasedSampler({ root: new AlwaysOnSampler() })
+    case 'parentbased_always_off': return new ParentBasedSampler({ root: new AlwaysOffSampler() })
+    case 'parentbased_traceidratio': return new ParentBasedSampler({ root: ratio })
+  }
+}
+
+interface Pending { pending: number, onDropped: (count: number) => void }
+
+/** The gate in front of the batch processor: past `max` spans held, a span is dropped and counted. */
+class BoundedSpanProcessor implements SpanProcessor {
+  constructor (readonly inner: SpanProcessor, readonly max: number, readonly state: Pending) {}
+
+  onStart (_span: SdkSpan, _parent: Context): void {}
+
+  onEnd (span: ReadableSpan): void {
+    if ((span.spanContext().traceFlags & 1) === 0) return
+    if (this.state.pending >= this.max) {
+      this.state.onDropped(1)
+      return
+    }
+    this.state.pending++
+    this.inner.onEnd(span)
+  }
+
+  async forceFlush (): Promise<void> { await this.inner.forceFlush() }
+  async shutdown (): Promise<void> { await this.inner.shutdown() }
+}
+
+/** After a failed export, batches are dropped without an attempt for this long, doubling up to BACKOFF_MAX_MS. */
+export const BACKOFF_MIN_MS = 1_000
+export const BACKOFF_MAX_MS = 30_000
+
+/**
+ * Counts each batch out of `pending` when the exporter answers, and as
+ * dropped when it failed. After a failure the collector is left alone for a
+ * while (1 s, doubling to 30 s, reset by a success): batches in that time are
+ * dropped at once, so a dead collector costs no encoding, no connection
+ * attempts and no retries while it stays dead.
+ */
+class CountingExporter implements SpanExporter {
+  #backoffMs = 0
+  #resumeAt = 0
+
+  constructor (readonly inner: SpanExporter, readonly state: Pending) {}
+
+  export (spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    if (this.#backoffMs !== 0 && performance.now() < this.#resumeAt) {
+      this.state.pending -= spans.length
+      this.state.onDropped(spans.length)
+      done({ code: ExportResultCode.FAILED })
+      return
+    }
+    let answered = false
+    this.inner.export(spans, (result) => {
+      if (answered) return
+      answered = true
+      this.state.pending -= spans.length
+      if (result.code === ExportResultCode.SUCCESS) {
+        this.#backoffMs = 0
+      } else {
+        this.state.onDropped(spans.length)
+        this.#backoffMs = Math.min(BACKOFF_MAX_MS, this.#backoffMs === 0 ? BACKOFF_MIN_MS : this.#backoffMs * 2)
+        this.#resumeAt = performance.now() + this.#backoffMs
+      }
+      done(result)
+    })
+  }
+
+  async shutdown (): Promise<void> {
+    // Spans still held when the exporter stops never leave: counted as dropped.
+    if (this.state.pending > 0) this.state.onDropped(this.state.pending)
+    this.state.pending = 0
+    await this.inner.shutdown()
+  }
+
+  async forceFlush (): Promise<void> { await this.inner.forceFlush?.() }
+}

@@ -1,0 +1,89 @@
+/**
+ * OpenTelemetry's standard variables (DECISIONS 29) -> tracing settings, for
+ * the gateway (src/config.ts) and the standalone engine alike. Pure: nothing
+ * here loads the SDK, so a process without an endpoint pays nothing for it.
+ */
+import type { OtelEnv } from '../../schemas/env.js'
+
+export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio'
+
+export interface TracingSettings {
+  /** The OTLP/HTTP traces URL (…/v1/traces). */
+  readonly url: string
+  /** For the collector only; a secret: never logged, never quoted in an error. */
+  readonly headers: Readonly<Record<string, string>>
+  readonly serviceName: string
+  readonly resourceAttributes: Readonly<Record<string, string>>
+  readonly sampler: SamplerName
+  /** The traceidratio samplers' ratio, 0 to 1. */
+  readonly ratio: number
+}
+
+export type TracingSettingsResult =
+  | { readonly ok: true, readonly value: TracingSettings | undefined }
+  | { readonly ok: false, readonly message: string }
+
+/** DECISIONS 29: 1% of new traces; a parent's decision is followed. */
+export const DEFAULT_SAMPLING_RATIO = 0.01
+
+/** An HTTP header name (RFC 9110 token). */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+/**
+ * The settings, or undefined when neither endpoint variable is set (tracing
+ * off). `env` has been checked against OtelEnv already; this reads what a
+ * schema cannot: the key=value lists.
+ */
+export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string): TracingSettingsResult {
+  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined ? undefined : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`)
+  if (url === undefined) return { ok: true, value: undefined }
+  const endpointName = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? 'OTEL_EXPORTER_OTLP_ENDPOINT' : 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'
+  if (!URL.canParse(url)) return { ok: false, message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318` }
+
+  const headers = keyValues(env.OTEL_EXPORTER_OTLP_HEADERS)
+  if (!headers.ok) {
+    // The values are credentials: the message names the entry by position only.
+    return { ok: false, message: `OTEL_EXPORTER_OTLP_HEADERS is invalid: entry ${headers.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+  }
+  const badHeader = Object.keys(headers.value).findIndex((name) => !TOKEN.test(name))
+  if (badHeader !== -1) {
+    return { ok: false, message: `OTEL_EXPORTER_OTLP_HEADERS is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+  }
+  const resource = keyValues(env.OTEL_RESOURCE_ATTRIBUTES)
+  if (!resource.ok) {
+    return { ok: false, message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production` }
+  }
+  const ratio = env.OTEL_TRACES_SAMPLER_ARG === undefined ? DEFAULT_SAMPLING_RATIO : Number(env.OTEL_TRACES_SAMPLER_ARG)
+  // The OpenTelemetry specification: OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
+  const serviceName = env.OTEL_SERVICE_NAME ?? resource.value['service.name'] ?? defaultServiceName
+  return {
+    ok: true,
+    value: Object.freeze({
+      url,
+      headers: Object.freeze(headers.value),
+      serviceName,
+      resourceAttributes: Object.freeze(resource.value),
+      sampler: env.OTEL_TRACES_SAMPLER as SamplerName,
+      ratio
+    })
+  }
+}
+
+/** The W3C Baggage-like list the OpenTelemetry specification uses for both variables. */
+function keyValues (text: string | undefined): { ok: true, value: Record<string, string> } | { ok: false, entry: number } {
+  const value: Record<string, string> = {}
+  if (text === undefined) return { ok: true, value }
+  const entries = text.split(',')
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i]!
+    const eq = entry.indexOf('=')
+    const key = eq === -1 ? '' : entry.slice(0, eq).trim()
+    if (key === '') return { ok: false, entry: i + 1 }
+    try {
+      value[key] = decodeURIComponent(entry.slice(eq + 1).trim())
+    } catch {
+      return { ok: false, entry: i + 1 }
+    }
+  }
+  return { ok: true, value }
+}

@@ -1,0 +1,108 @@
+/**
+ * A dead or hanging collector (DECISIONS 29): export is bounded and lossy, so
+ * requests are unaffected, the spans waiting for export never pass the queue's
+ * bound, and every span that could not leave is counted in
+ * gateway_trace_spans_dropped_total.
+ *
+ * The latency comparison runs the untraced and the traced gateway (the
+ * default sampler, as in production) side by side against one engine, each
+ * client connection sending to both in turn, and compares the medians of the
+ * rounds' p99: a busy machine slows both alike. A burst of requests whose
+ * client sampled them then fills the export queue, to show its bound and the count.
+ */
+import type { Test } from 'tap'
+import { Pool } from 'undici'
+import { bearer, build } from './app.js'
+import { startEngine } from './engine.js'
+import { tracingFrom } from './tracing.js'
+import { startOtlpSink } from '../../bench/otlp-sink.js'
+import { freePort } from './processes.js'
+
+const QUEUE_MAX = 64
+const ROUNDS = 7
+const BURST = 600
+const PER_ROUND = 250
+const CONCURRENCY = 8
+
+/** `count` pings through `pool`, CONCURRENCY at a time; the latencies in ms. */
+async function round (pool: Pool, count: number, extra: Record<string, string> = {}): Promise<number[]> {
+  return (await pairedRound([pool], count, extra))[0]!
+}
+
+/**
+ * `count` pings to each pool, CONCURRENCY workers each sending to every pool
+ * in turn (half of them starting with the other): the pools see the same
+ * machine at the same moments, so a busy neighbour slows them alike.
+ */
+async function pairedRound (pools: readonly Pool[], count: number, extra: Record<string, string> = {}): Promise<number[][]> {
+  const headers = { ...bearer(), ...extra }
+  const latencies: number[][] = pools.map(() => [])
+  let left = count
+  const worker = async (w: number): Promise<void> => {
+    while (left-- > 0) {
+      for (let k = 0; k < pools.length; k++) {
+        const which = (k + w) % pools.length
+        const started = performance.now()
+        const res = await pools[which]!.request({ method: 'GET', path: '/api/portfolio/ping', headers })
+        await res.body.dump()
+        if (res.statusCode !== 200) throw new Error(`ping answered ${res.statusCode}`)
+        latencies[which]!.push(performance.now() - started)
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => worker(w)))
+  return latencies
+}
+
+const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1]!
+const median = (values: number[]): number => { const s = [...values].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]! }
+
+function droppedOf (scrape: string): number {
+  return Number(/^gateway_trace_spans_dropped_total (\d+)/m.exec(scrape)?.[1] ?? NaN)
+}
+
+export async function collectorFailure (t: Test, collector: 'down' | 'hanging'): Promise<void> {
+  let endpoint: string
+  if (collector === 'down') {
+    endpoint = `http://127.0.0.1:${await freePort()}`
+  } else {
+    const sink = await startOtlpSink({ mode: 'hang' })
+    t.teardown(async () => { await sink.close() })
+    endpoint = sink.url
+  }
+  const engine = await startEngine(t)
+  const env = { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }
+  const tracing = tracingFrom(t, env, 'portfolio-gateway', { queueMax: QUEUE_MAX, exportDelayMs: 20, exportTimeoutMs: 300 })
+  const plain = await build(t, { upstreamUrl: engine.origin, env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000' } })
+  const traced = await build(t, { upstreamUrl: engine.origin, env: { ...env, RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000' }, tracing })
+  const pools = [new Pool(plain.url, { connections: CONCURRENCY }), new Pool(traced.url, { connections: CONCURRENCY })] as const
+  t.teardown(async () => { await Promise.all(pools.map(async (p) => await p.close())) })
+
+  // Warm both: connections, the JIT, the engine's pool (the first rounds of a process are its slowest).
+  await pairedRound(pools, 300)
+  const p99s: [number[], number[]] = [[], []]
+  let maxPending = 0
+  for (let r = 0; r < ROUNDS; r++) {
+    const [untracedRound, tracedRound] = await pairedRound(pools, PER_ROUND)
+    p99s[0].push(p99(untracedRound!))
+    p99s[1].push(p99(tracedRound!))
+    maxPending = Math.max(maxPending, tracing.pending)
+  }
+  const [untraced, withTracing] = [median(p99s[0]), median(p99s[1])]
+  t.comment(`p99 medians over ${ROUNDS} rounds of ${PER_ROUND}: untraced ${untraced.toFixed(2)} ms, traced to a ${collector} collector ${withTracing.toFixed(2)} ms`)
+  t.ok(withTracing <= untraced * 1.10, `traced p99 ${withTracing.toFixed(2)} ms within 10% of untraced ${untraced.toFixed(2)} ms`)
+
+  // The burst: every request sampled by its client's traceparent.
+  const sampled = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
+  for (let i = 0; i < BURST / 100; i++) {
+    await round(pools[1], 100, sampled)
+    maxPending = Math.max(maxPending, tracing.pending)
+  }
+  t.ok(maxPending <= QUEUE_MAX, `spans held never passed the bound (${maxPending} <= ${QUEUE_MAX})`)
+  const requests = BURST
+  // Every span ended either waits (pending) or was dropped: none was exported (the latency rounds' 1% add a few).
+  const dropped = droppedOf((await traced.app.metrics.scrape()).body)
+  t.ok(dropped + tracing.pending >= requests, `every span is dropped or waiting (${dropped} dropped + ${tracing.pending} waiting, ${requests} requests)`)
+  t.ok(dropped >= requests - QUEUE_MAX, 'the drops are counted')
+  t.equal(droppedOf((await plain.app.metrics.scrape()).body), 0, 'the untraced gateway has the series at 0')
+}
