@@ -6,10 +6,10 @@ import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto'
 import { isIP } from 'node:net'
 import { Env } from '../schemas/env.js'
 import { readEnv } from './shared/env.js'
-import { REDIS_SECRET_VARIABLES, redisConfigOf, type RedisConfig } from './limits/redis/config.js'
+import { REDIS_SECRET_VARIABLES, redisConfigOf, type RedisConfig } from './redis-config.js'
 import { tracingSettingsOf, type TracingSettings } from './shared/tracing-settings.js'
 
-export type { HostPort, RedisConfig } from './limits/redis/config.js'
+export type { HostPort, RedisConfig } from './redis-config.js'
 
 export type JwtAlgorithm = 'HS256' | 'RS256' | 'ES256'
 

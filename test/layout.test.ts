@@ -24,7 +24,7 @@ const ROOT = path.resolve(import.meta.dirname, '..')
 const LAYERS: ReadonlyArray<readonly string[]> = [
   ['schemas'],
   ['src/shared'],
-  ['src/config.ts'],
+  ['src/config.ts', 'src/redis-config.ts', 'src/drain-timeline.ts'],
   ['src/http', 'src/observability'],
   ['src/auth', 'src/limits', 'src/engine-client'],
   ['src/routes'],

@@ -41,15 +41,7 @@ export interface EngineResponse {
   body: Buffer
 }
 
-/** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
-export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint: string) => void
-
-/** The cluster's rarer events, for their counters (gateway_engine_*). */
-export interface ClusterObserver {
-  ejected: (endpoint: string) => void
-  retried: (call: EngineCallName, reason: RetryReason) => void
-  budgetExhausted: () => void
-}
+export type { ClusterObserver, EngineCallObserver } from '../observability/metrics.js'
 
 /** One try of a call, as a tracer sees it when the try starts. */
 export interface EngineTryInfo {

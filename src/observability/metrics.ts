@@ -37,6 +37,29 @@ export interface EnginePoolState {
   running: number
 }
 
+/** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
+export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint: string) => void
+
+/** The cluster's rarer events, for their counters (gateway_engine_*). */
+export interface ClusterObserver {
+  ejected: (endpoint: string) => void
+  retried: (call: EngineCallName, reason: string) => void
+  budgetExhausted: () => void
+}
+
+/**
+ * What the metrics read from the engine client and hear from it. The engine
+ * client sits in a layer above this one, so the metrics name only what they
+ * use, and the client satisfies it as it is.
+ */
+export interface EngineMetricsSource {
+  poolState: () => EnginePoolState
+  endpointStates: () => Array<{ endpoint: string, up: boolean }>
+  observe: (observer: EngineCallObserver) => void
+  observeCluster: (observer: ClusterObserver) => void
+  observeRemovals: (observer: (endpoint: string) => void) => void
+}
+
 export interface MetricsOptions {
   /** Read at each scrape; absent when there is no engine pool to watch. */
   enginePool?: () => EnginePoolState

@@ -7,8 +7,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { toGatewayError } from '../http/error-handler.js'
 import type { GatewayError } from '../http/errors.js'
-import type { EngineClient } from '../engine-client/client.js'
-import { GatewayMetrics, STATUS_CLASSES, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
+import { GatewayMetrics, STATUS_CLASSES, type EngineMetricsSource, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
 import type { CounterSeries, HistogramSeries } from './series.js'
 
 /** Methods Node's parser accepts are many; an unmatched one outside these is labelled "other". */
@@ -113,7 +112,7 @@ declare module 'fastify' {
  * hooks. With metrics off the request path pays nothing; the features' rare
  * counters (shed, replays, key-set fetches) stay, as plain increments.
  */
-export function installMetrics (app: FastifyInstance, engine: EngineClient, opts: { perRequest: boolean }): GatewayMetrics {
+export function installMetrics (app: FastifyInstance, engine: EngineMetricsSource, opts: { perRequest: boolean }): GatewayMetrics {
   const metrics = new GatewayMetrics({ enginePool: () => engine.poolState(), engineEndpoints: () => engine.endpointStates() })
   // The cluster's events are rare (ejections, retries): counted whether or not anything scrapes.
   engine.observeCluster({

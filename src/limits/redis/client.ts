@@ -44,7 +44,7 @@
  * retried counter script would count twice.
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
-import type { RedisConfig } from './config.js'
+import type { RedisConfig } from '../../redis-config.js'
 
 export type RedisClient = Redis | Cluster
 
