@@ -244,3 +244,29 @@ t.test('a create whose client hangs up after its image head while it waits for a
   t.equal(engine.stats.cut, 0)
   t.equal(await calls(app, 'create', 'client_aborted', engine.endpoint), 1, 'counted as the client\'s')
 })
+
+t.test('a whole create whose client hangs up while it waits for an engine connection leaves the queue', async (t) => {
+  const engine = await saturated(t, 1)
+  const { app, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
+  const held = request(`${url}/api/portfolio/ping`, { headers: bearer() })
+  t.ok(await eventually(() => engine.stats.started === 1, 5_000), 'the one engine connection holds a ping')
+
+  // The whole form, sent: the request is complete when its client leaves.
+  const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(16 * 1024))])
+  const socket = await rawClient(t, url, Buffer.concat([
+    Buffer.from(`POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ncontent-length: ${body.length}\r\n\r\n`),
+    body
+  ]))
+  t.ok(await eventually(() => client.poolState().queued === 1, 5_000), 'the create waits for the connection')
+  socket.destroy()
+  t.ok(await eventually(() => client.poolState().queued === 0, 3_000), 'gone with its client: no longer queued')
+
+  engine.release()
+  t.equal((await held).statusCode, 200)
+  const next = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
+  t.equal(next.statusCode, 200)
+  await next.body.text()
+  t.equal(engine.stats.started, 2, 'the abandoned create never reached the engine')
+  t.equal(engine.stats.connections, 1, 'and cost no connection')
+  t.equal(await calls(app, 'create', 'client_aborted', engine.endpoint), 1, 'counted as the client\'s')
+})
