@@ -105,6 +105,7 @@ export class Call implements AttemptOwner {
   #lastAttempt: Attempt | undefined = undefined
   #settled = false
   readonly #onAbort: (() => void) | undefined
+  readonly #onLeave: (() => void) | undefined
 
   constructor (readonly ctx: ClusterContext, readonly req: EngineRequest, readonly resolve: (answer: EngineResponse) => void, readonly reject: (err: GatewayError) => void) {
     this.name = CALL_NAMES[req.path] ?? 'other'
@@ -129,10 +130,28 @@ export class Call implements AttemptOwner {
     } else {
       this.#onAbort = undefined
     }
+    const leave = req.abandonIfQueued
+    if (leave !== undefined) {
+      this.#onLeave = () => { this.#leave(abortError(leave.reason)) }
+      leave.addEventListener('abort', this.#onLeave, { once: true })
+    } else {
+      this.#onLeave = undefined
+    }
+  }
+
+  /** The client went away (abandonIfQueued): stop, unless a try is already being written to the engine. */
+  #leave (err: Error): void {
+    if (this.#attempt !== undefined && this.#attempt.sent && this.#jitter === undefined) return
+    this.#stop(err)
   }
 
   start (): void {
     this.ctx.budget.calls++
+    const leave = this.req.abandonIfQueued
+    if (leave?.aborted === true) {
+      this.#finish(upstreamError(abortError(leave.reason)), undefined, true)
+      return
+    }
     const endpoint = this.ctx.balancer.pick(this.ctx.set.list, undefined)
     // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout (DECISIONS 24).
     if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined, false)
@@ -220,7 +239,8 @@ export class Call implements AttemptOwner {
       else ctx.health.succeeded(endpoint)
     }
     attempt.span?.end(outcomeOf(err, attempt.status, attempt.contentType, clientAborted), attempt.status === 0 ? undefined : attempt.status)
-    if (stopped === undefined && !clientAborted) {
+    // A client gone while this try was being written takes no retry (abandonIfQueued).
+    if (stopped === undefined && !clientAborted && req.abandonIfQueued?.aborted !== true) {
       const reason = retryReason(req.method, attempt.sent, err, attempt.tryTimedOut, req.path, attempt.status, attempt.contentType)
       if (reason !== undefined && this.#retry(reason, endpoint, err, attempt)) return
     }
@@ -279,6 +299,7 @@ export class Call implements AttemptOwner {
       ctx.budget.retries--
     }
     if (this.#onAbort !== undefined) req.signal!.removeEventListener('abort', this.#onAbort)
+    if (this.#onLeave !== undefined) req.abandonIfQueued!.removeEventListener('abort', this.#onLeave)
     const status = attempt?.status ?? 0
     const contentType = attempt?.contentType ?? ''
     ctx.observer?.(this.name, outcomeOf(err, status, contentType, clientAborted), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)

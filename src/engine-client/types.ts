@@ -25,6 +25,15 @@ export interface EngineRequest {
    * the engine (DECISIONS 23 v2).
    */
   signal?: AbortSignal
+  /**
+   * The client went away: gives the call up (as `signal` does, counted as
+   * `client_aborted`) only while none of its tries has begun writing to the
+   * engine: waiting in a pool queue, connecting, or waiting to retry. A try
+   * already being written goes on to its end and the call takes no retry
+   * after it: cutting it off would leave the outcome of a POST unknown (an
+   * update replaces positions whole), and costs the socket.
+   */
+  abandonIfQueued?: AbortSignal
   /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
   responseTimeoutMs?: number
   /** Called once the engine's response headers are in (e.g. to stop an upload clock). */

@@ -8,6 +8,7 @@ import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
+import { watchClientGone } from '../http/client-gone.js'
 import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../limits/idempotency.js'
@@ -28,9 +29,16 @@ export interface PortfolioRouteOptions {
 
 export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency }) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
+  // A client that hangs up takes its call out of the queue for an engine connection; a call
+  // already being written to the engine goes on (abandonIfQueued): an update's outcome stays known.
   app.get('/ping', async function pingPortfolio (request, reply) {
-    const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', ...callerOf(request) })
-    return sendEnginePong(reply, answer)
+    const gone = watchClientGone(reply)
+    try {
+      const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', ...callerOf(request), abandonIfQueued: gone.signal })
+      return sendEnginePong(reply, answer)
+    } finally {
+      gone.done()
+    }
   })
 
   app.post<{ Body: UpdatePortfolioBody }>('/update', {
@@ -47,16 +55,22 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
     const answer = await idempotency.run(request, reply, key, {
       fingerprint: () => fingerprintOf('update', body),
       call: async () => {
-        const answer = await engine.call({
-          method: 'POST',
-          path: '/api/portfolio/update',
-          ...callerOf(request),
-          contentType: 'application/json',
-          ...(key === undefined ? {} : { idempotencyKey: key }),
-          body
-        })
-        assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
-        return answer
+        const gone = watchClientGone(reply)
+        try {
+          const answer = await engine.call({
+            method: 'POST',
+            path: '/api/portfolio/update',
+            ...callerOf(request),
+            contentType: 'application/json',
+            ...(key === undefined ? {} : { idempotencyKey: key }),
+            body,
+            abandonIfQueued: gone.signal
+          })
+          assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
+          return answer
+        } finally {
+          gone.done()
+        }
       }
     })
     return answer === undefined ? reply : sendEngineJson(reply, answer)

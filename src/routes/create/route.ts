@@ -11,6 +11,7 @@ import { CreateUpload } from './upload.js'
 import { callerOf, type EngineClient } from '../../engine-client/client.js'
 import { GatewayError, validationError } from '../../http/errors.js'
 import { awaitingContinue, writeContinue } from '../../http/front.js'
+import { watchClientGone } from '../../http/client-gone.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
@@ -54,6 +55,9 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     // A client that leaves mid-upload abandons the engine request too (DECISIONS 22).
     const onClientGone = (): void => { if (!request.raw.complete) clock.abort(clientWentAway()) }
     request.raw.once('close', onClientGone)
+    // A client gone once its whole form is in (the above cannot tell) still takes its call out of the
+    // queue for an engine connection; a call already being written goes on (abandonIfQueued).
+    const gone = watchClientGone(reply)
     // Expect: 100-continue: the body is invited only once the create will really stream (DECISIONS 21 v4).
     const invites = awaitingContinue(request.raw)
     let connection: (() => void) | undefined
@@ -94,7 +98,8 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             path: '/api/portfolio/create',
             ...callerOf(request),
             contentType: form.writer.contentType,
-            ...(key === undefined ? {} : { idempotencyKey: key })
+            ...(key === undefined ? {} : { idempotencyKey: key }),
+            abandonIfQueued: gone.signal
           }
           let answer
           if (image === undefined) {
@@ -141,6 +146,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       connection?.()
       clock.stop()
       request.raw.off('close', onClientGone)
+      gone.done()
     }
   })
 }
