@@ -24,7 +24,8 @@ import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
-import { installTraceContext, tracingChildLogger } from './observability/trace-context.js'
+import { installTraceContext, traceIdOf } from './observability/trace-context.js'
+import { requestLoggerFactory } from './observability/request-logger.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
 
@@ -55,8 +56,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     requestIdHeader: false,
     // One access line per request (onResponse below) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
-    // Each request's logger carries traceId beside reqId (W3C trace context).
-    childLoggerFactory: tracingChildLogger,
+    // Each request's logger carries traceId beside reqId (W3C trace context), and costs nothing until it writes.
+    childLoggerFactory: requestLoggerFactory,
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
@@ -91,10 +92,12 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   closeConnectionsWhenNeeded(app, lifecycle, linger)
   installTraceContext(app)
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
-  // The level is fixed at start; a quieter level then costs no hook at all.
+  // The level is fixed at start; a quieter level then costs no hook at all. The access line is one
+  // object of a fixed shape, with the request's bindings first, written by the app's logger: no child logger.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
+    const log = app.log
     app.addHook('onResponse', (request, reply, done) => {
-      request.log.info({ method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      log.info({ reqId: request.id, traceId: traceIdOf(request.raw), method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
       done()
     })
   }
