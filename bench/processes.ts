@@ -175,6 +175,8 @@ export interface GatewayOptions {
   label?: string
   /** Node flags, e.g. `--cpu-prof --cpu-prof-dir=DIR`. */
   nodeArgs?: string[]
+  /** The gateway's entry point; default GATEWAY_SCRIPT (this build's). */
+  script?: string
 }
 
 /** Gateway settings that must come from the harness alone, never from the operator's shell. */
@@ -206,7 +208,7 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), GATEWAY_SCRIPT], env, stdout)
+  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
   if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`

@@ -50,6 +50,28 @@ const LATENCY_MULTIPLES = [0.5, 0.9] as const
 const LATENCY = 'latency'
 const LATENCY_PAIR = ['bare-ping', 'prod-ping'] as const
 const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION, LATENCY]
+const BEFORE = '@before'
+
+/**
+ * --compare: each gateway scenario again on another build (its gateway
+ * configurations named <gateway>@before, run from that build's dist/), so
+ * one run's rounds interleave the two builds.
+ */
+function withTwins (scenarios: readonly Scenario[], compare: string | undefined): Scenario[] {
+  if (compare === undefined) return [...scenarios]
+  const twins = scenarios.filter((s) => isGateway(s.target)).map((s): Scenario => {
+    const target = `${s.target}${BEFORE}`
+    GATEWAYS[target] = { ...gatewaySpec(s.target), script: path.join(compare, 'src', 'server.js') }
+    return {
+      ...s,
+      name: `${s.name}${BEFORE}`,
+      description: `${s.description} (${compare})`,
+      target,
+      ...(s.cost === undefined ? {} : { cost: { ...s.cost, feature: `${s.cost.feature} (before)`, ...(s.cost.adds === undefined ? {} : { adds: `${s.cost.adds}${BEFORE}` }) } })
+    }
+  })
+  return [...scenarios, ...twins]
+}
 
 const HELP = `usage: node dist/bench/run.js [options]
   --duration S      seconds per scenario per round (default 10)
@@ -71,6 +93,8 @@ const HELP = `usage: node dist/bench/run.js [options]
                     SHED_EVENT_LOOP_DELAY_MS=50,UPSTREAM_MAX_QUEUE=32 (to try a shedding setting)
   --profile DIR     run every gateway and the bare proxy under \`node --cpu-prof\` and write their
                     profiles to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
+  --compare DIST    also run every selected gateway scenario on another build's dist/ (e.g. of an older
+                    commit), as <name>@before, interleaved in the same rounds: a before/after table in one run
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
                     create-10mib only when named in --only)
   --token JWT       bearer token for --target (default: minted from $JWT_SECRET)
@@ -87,6 +111,8 @@ interface Options {
   markdown?: string
   costChart?: string
   profile?: string
+  /** Another build's dist/ whose gateway runs the `@before` twins. */
+  compare?: string
   prodEnv: Record<string, string>
   saturationConnections: number
   target?: string
@@ -107,6 +133,7 @@ function parseOptions (argv: string[]): Options {
       markdown: { type: 'string' },
       'cost-chart': { type: 'string' },
       profile: { type: 'string' },
+      compare: { type: 'string' },
       'prod-env': { type: 'string' },
       'saturation-connections': { type: 'string', default: '1000' },
       target: { type: 'string' },
@@ -124,7 +151,7 @@ function parseOptions (argv: string[]): Options {
     return n
   }
   const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
-  const unknown = only.filter((name) => !KNOWN.includes(name))
+  const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@before$/, '')))
   if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
   return {
     duration: number('duration', values.duration, 0.1, false),
@@ -143,6 +170,7 @@ function parseOptions (argv: string[]): Options {
     ...(values.markdown === undefined ? {} : { markdown: values.markdown }),
     ...(values['cost-chart'] === undefined ? {} : { costChart: values['cost-chart'] }),
     ...(values.profile === undefined ? {} : { profile: path.resolve(values.profile) }),
+    ...(values.compare === undefined ? {} : { compare: path.resolve(values.compare) }),
     ...(values.target === undefined ? {} : { target: values.target.replace(/\/$/, '') }),
     ...(values.token === undefined ? {} : { token: values.token })
   }
@@ -336,6 +364,7 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
   // Without the key-set feature the production profile falls back to HS256 (and says so in the report).
   const keySet = spec.auth === 'keyset' && context.keyServer !== null
   return await startGateway({
+    ...(spec.script === undefined ? {} : { script: spec.script }),
     upstreamUrl: spec.engines === 2 && context.secondUpstreamUrl !== undefined ? `${context.upstreamUrl},${context.secondUpstreamUrl}` : context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
@@ -408,7 +437,8 @@ async function main (): Promise<void> {
   const loadBefore = loadavg()[0] ?? Number.NaN
   const local = options.target === undefined
   const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
-  const selected = SCENARIOS.filter(wanted)
+  const all = withTwins(SCENARIOS, options.compare)
+  const selected = all.filter((s) => wanted(s) || (s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))))
   const wantSaturation = local && (options.only.length === 0 || options.only.includes(SATURATION))
   const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
   // The latency pair runs whenever both of its scenarios do (or when named).
@@ -587,7 +617,7 @@ async function main (): Promise<void> {
     keySetFetches,
     scenarios,
     ratios: ratios(scenarios),
-    costs: costTable(SCENARIOS, scenarios),
+    costs: costTable(all, scenarios),
     latency: latencyReport,
     saturation: saturationReport
   }

@@ -35,6 +35,8 @@ export interface GatewaySpec {
   everythingOn?: boolean
   /** More settings, applied after all of the above (e.g. a feature with no field here). */
   env?: Record<string, string>
+  /** Another build's gateway (run.ts --compare); default this build's dist/src/server.js. */
+  script?: string
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
