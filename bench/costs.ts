@@ -76,18 +76,18 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
       cpuUsPerRequest: null, ratio: null, share: null, goal: goals.length === 0 ? 'informational' : goals.join(', '), met: null, rounds: 0
     }
     const base = summaries[cost.base]
-    const skipped = summary.skipped ?? base?.skipped ?? (base === undefined ? `${cost.base} was not run` : undefined) ??
-      (cost.adds !== undefined && summaries[cost.adds] === undefined ? `${cost.adds} was not run` : summaries[cost.adds ?? '']?.skipped)
+    const skipped = summary.skipped ?? base?.skipped ?? (base === undefined ? `${cost.base} was not run` : undefined)
     if (skipped !== undefined) {
       rows.push({ ...row, skipped })
       continue
     }
     const own = perRound(summary)
     const bases = perRound(base)
-    const added = cost.adds === undefined ? [] : perRound(summaries[cost.adds])
+    // The share needs the scenario the feature is added to, run and not skipped.
+    const added = cost.adds === undefined || summaries[cost.adds]?.skipped !== undefined ? [] : perRound(summaries[cost.adds])
     const n = Math.min(own.length, bases.length)
     const ratio = round3(median(Array.from({ length: n }, (_, i) => own[i]! / bases[i]!)))
-    const share = cost.adds === undefined ? null : round3(median(Array.from({ length: Math.min(n, added.length) }, (_, i) => (own[i]! - added[i]!) / bases[i]!)))
+    const share = added.length === 0 ? null : round3(median(Array.from({ length: Math.min(n, added.length) }, (_, i) => (own[i]! - added[i]!) / bases[i]!)))
     const checks = [
       ...(cost.goal?.ratio === undefined || ratio === null ? [] : [ratio <= cost.goal.ratio]),
       ...(cost.goal?.share === undefined || share === null ? [] : [share <= cost.goal.share])

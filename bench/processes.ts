@@ -212,7 +212,8 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
-  await waitForOk(`${url}/health`, 20_000, launched, name)
+  // Generous: on a shared machine several gateways start at once, each compiling its modules.
+  await waitForOk(`${url}/health`, 60_000, launched, name)
   return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
 

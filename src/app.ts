@@ -24,7 +24,8 @@ import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
-import { installTraceContext, traceIdOf } from './observability/trace-context.js'
+import { installTraceContext } from './observability/trace-context.js'
+import { accessLog } from './observability/access-log.js'
 import { requestLoggerFactory } from './observability/request-logger.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
@@ -92,12 +93,12 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   closeConnectionsWhenNeeded(app, lifecycle, linger)
   installTraceContext(app)
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
-  // The level is fixed at start; a quieter level then costs no hook at all. The access line is one
-  // object of a fixed shape, with the request's bindings first, written by the app's logger: no child logger.
+  // The level is fixed at start; a quieter level then costs no hook at all. The access line has a
+  // fixed shape and goes straight to the log's destination: no child logger, no object walk.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
-    const log = app.log
+    const access = accessLog(app.log)
     app.addHook('onResponse', (request, reply, done) => {
-      log.info({ reqId: request.id, traceId: traceIdOf(request.raw), method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      access(request, reply)
       done()
     })
   }
