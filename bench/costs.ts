@@ -182,7 +182,7 @@ export function costMarkdown (input: MarkdownInput): string {
 export async function writeMarkdown (file: string, input: MarkdownInput): Promise<void> {
   const existing = await readFile(file, 'utf8').catch(() => '')
   const generated = `${BEGIN}\n${costMarkdown(input)}\n${END}`
-  const start = existing.indexOf(BEGIN.slice(0, 20))
+  const start = existing.indexOf('<!-- bench:begin')
   const end = existing.indexOf(END)
   const text = start >= 0 && end > start
     ? existing.slice(0, start) + generated + existing.slice(end + END.length)

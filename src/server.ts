@@ -10,7 +10,6 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from './shared/drain.js'
 import pino, { type DestinationStream } from 'pino'
-import { prettyFactory } from 'pino-pretty'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
@@ -45,7 +44,8 @@ const jsonDestination = (): DestinationStream & { flush: (cb: (err?: Error) => v
  * terminal (a pipe, a file, a log shipper), gets the JSON lines.
  */
 const readable = !config.production && process.stdout.isTTY
-const prettyLine = readable ? prettyFactory({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : undefined
+// Loaded only here: production and piped runs never pay for pino-pretty's modules at start.
+const prettyLine = readable ? (await import('pino-pretty')).prettyFactory({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : undefined
 const logDestination: DestinationStream = prettyLine !== undefined
   ? { write: (line: string) => { process.stdout.write(prettyLine(line)) } }
   : jsonDestination()

@@ -7,6 +7,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
+import { readFile } from 'node:fs/promises'
 import t, { type Test } from 'tap'
 import { ROOT } from './helpers/processes.js'
 import { client, gatewayUrl, lines, SERVER, start, WAIT_MS } from './helpers/gateway-process.js'
@@ -18,7 +19,8 @@ const ANSI = /\x1b\[[0-9;]*m/g
 
 /** dist/src/server.js under a pseudo-terminal with only PATH and `env`; its output with colours and CRs removed. */
 function startAtTerminal (t: Test, env: Record<string, string>): { out: () => string, waitFor: (pattern: RegExp) => Promise<void>, stop: () => Promise<void> } {
-  const proc = spawn(SCRIPT, ['-qfec', `${JSON.stringify(process.execPath)} ${JSON.stringify(SERVER)}`, '/dev/null'], {
+  // exec: the gateway is script's own child, so the test can stop it itself.
+  const proc = spawn(SCRIPT, ['-qfec', `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(SERVER)}`, '/dev/null'], {
     cwd: ROOT,
     env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
@@ -30,8 +32,12 @@ function startAtTerminal (t: Test, env: Record<string, string>): { out: () => st
   const out = (): string => raw.replace(ANSI, '').replace(/\r/g, '')
   const stop = async (): Promise<void> => {
     if (proc.exitCode === null && proc.signalCode === null) {
-      // script passes the terminal's hang-up to the gateway, which closes.
-      proc.kill('SIGTERM')
+      // The gateway first: once its terminal is gone it could only fail to write. script then exits.
+      const children = await readFile(`/proc/${proc.pid!}/task/${proc.pid!}/children`, 'utf8').catch(() => '')
+      for (const pid of children.split(' ').filter((p) => p !== '')) {
+        try { process.kill(Number(pid), 'SIGKILL') } catch { /* already gone */ }
+      }
+      proc.kill('SIGKILL')
       await exited
     }
   }
