@@ -170,7 +170,7 @@ export function costMarkdown (input: MarkdownInput): string {
   else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
   else {
     out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
-      `of \`${latency.capacityFrom}\`'s measured capacity (${latency.capacityRps} req/s, best closed-loop round); both targets get the same offered load.`, '',
+      `of \`${latency.capacityFrom}\`'s measured capacity (${latency.capacityRps} req/s, the median closed-loop round); both targets get the same offered load.`, '',
     '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')
     for (const p of latency.points) out.push(`| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`)
     out.push('', `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`)
