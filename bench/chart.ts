@@ -5,6 +5,7 @@
  * create), with the 5% feature budget marked. Right: the open-loop run past
  * saturation, p99 of accepted requests and goodput against the offered rate.
  */
+import type { CostReport } from './costs.js'
 import type { SaturationPoint, ScenarioSummary } from './report.js'
 
 export interface ChartInput {
@@ -92,6 +93,46 @@ export function renderChart (input: ChartInput): string {
     parts.push(linePlot(shed, { x0, y0: 250, w: 400, h: 150, yMax: 2.2, title: '', yLabel: '', colour: '#999', format: (v) => v > 0 ? `${(v * 100).toFixed(0)}%` : '' }).replace('stroke-width="2"', 'stroke-width="1.5" stroke-dasharray="4 3"'))
     height = Math.max(height, 430)
   }
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${num(height)}" viewBox="0 0 ${WIDTH} ${num(height)}" font-family="sans-serif" font-size="13">
+<rect width="100%" height="100%" fill="#fff"/>
+${parts.join('\n')}
+</svg>
+`
+}
+
+/**
+ * `--cost-chart FILE.svg`: the cost table as bars, each row's CPU per request
+ * as a ratio to the bare proxy, with the targets marked (1.10 the bare
+ * gateway, 1.30 everything on) and each feature's own share written beside
+ * its bar.
+ */
+export function renderCostChart (title: string, costs: CostReport): string {
+  const rows = costs.rows.filter((r) => r.ratio !== null)
+  const x0 = 20
+  const labelW = 430
+  const plotW = WIDTH - labelW - 140
+  const max = Math.max(1.6, ...rows.map((r) => r.ratio!))
+  const scale = (v: number): number => x0 + labelW + (v / max) * plotW
+  const top = 64
+  const parts: string[] = [
+    text(x0, 24, title, 'font-size="15" font-weight="bold"'),
+    text(x0, 46, `server CPU per request as a ratio to the bare Node proxy (${costs.baseline}); median of interleaved rounds`, 'font-weight="bold"')
+  ]
+  rows.forEach((r, i) => {
+    const y = top + i * (BAR_H + 6)
+    const colour = r.scenario === costs.baseline ? '#888' : r.met === false ? '#e8a33d' : r.adds === null ? '#c0504d' : '#4f81bd'
+    parts.push(text(x0, y + BAR_H - 5, `${r.scenario}: ${r.feature}`.slice(0, 70), 'font-size="12"'))
+    parts.push(`<rect x="${num(scale(0))}" y="${num(y)}" width="${num(scale(r.ratio!) - scale(0))}" height="${BAR_H}" fill="${colour}"/>`)
+    const share = r.share === null ? '' : `  (own ${r.share >= 0 ? '+' : ''}${(r.share * 100).toFixed(1)}%)`
+    parts.push(text(scale(r.ratio!) + 4, y + BAR_H - 5, `${r.ratio!.toFixed(2)}${share}`, 'font-size="12"'))
+  })
+  const bottom = top + rows.length * (BAR_H + 6)
+  for (const [v, label] of [[1, '1.00 = bare proxy'], [1.1, '1.10'], [1.3, '1.30']] as const) {
+    parts.push(`<line x1="${num(scale(v))}" y1="${num(top - 4)}" x2="${num(scale(v))}" y2="${num(bottom)}" stroke="#333" stroke-dasharray="${v === 1 ? '0' : '4 3'}" stroke-width="1"/>`)
+    parts.push(text(scale(v) + 3, bottom + 14, label, 'font-size="11"'))
+  }
+  parts.push(text(x0, bottom + 32, 'grey: the bare proxy; red: the gateway with nothing / everything on (targets 1.10 and 1.30); blue: one feature on; amber: over its target (a feature: own share above 5%)', 'font-size="11" fill="#555"'))
+  const height = bottom + 44
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${num(height)}" viewBox="0 0 ${WIDTH} ${num(height)}" font-family="sans-serif" font-size="13">
 <rect width="100%" height="100%" fill="#fff"/>
 ${parts.join('\n')}

@@ -14,6 +14,7 @@ import { promisify } from 'node:util'
 /** dist/, the parent of dist/bench/ where this module runs from. */
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const MOCK_SCRIPT = path.join(DIST, 'fixtures', 'mock-upstream.js')
+export const BARE_PROXY_SCRIPT = path.join(DIST, 'bench', 'bare-proxy.js')
 export const GATEWAY_SCRIPT = path.join(DIST, 'src', 'server.js')
 export const ENGINE_SCRIPT = path.join(DIST, 'src', 'reference-engine', 'standalone.js')
 export const NGINX_BINARY = '/usr/sbin/nginx'
@@ -124,11 +125,10 @@ function ownPids (child: ChildProcess): () => Promise<number[]> {
   return async () => child.pid === undefined ? [] : [child.pid, ...await descendants(child.pid)]
 }
 
-/** Start fixtures/mock-upstream.js and wait for its `listening <url>` line. */
-export async function startMock (): Promise<Server> {
-  const launched = launch(process.execPath, [MOCK_SCRIPT, '--port', '0', '--host', '127.0.0.1'], process.env, 'pipe')
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`mock upstream silent after 10 s:\n${launched.tail()}`)), 10_000)
+/** Resolves with the url of the child's `listening <url>` line. */
+async function listeningUrl (launched: Launched, name: string): Promise<string> {
+  return await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} silent after 10 s:\n${launched.tail()}`)), 10_000)
     let seen = ''
     launched.child.stdout?.on('data', (chunk: Buffer) => {
       seen += chunk.toString('utf8')
@@ -140,10 +140,28 @@ export async function startMock (): Promise<Server> {
     })
     launched.child.once('exit', () => {
       clearTimeout(timer)
-      reject(exitedError('mock upstream', launched))
+      reject(exitedError(name, launched))
     })
   })
+}
+
+/** Start fixtures/mock-upstream.js and wait for its `listening <url>` line. */
+export async function startMock (): Promise<Server> {
+  const launched = launch(process.execPath, [MOCK_SCRIPT, '--port', '0', '--host', '127.0.0.1'], process.env, 'pipe')
+  const url = await listeningUrl(launched, 'mock upstream')
   return { name: 'mock', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
+}
+
+/**
+ * The bare proxy (bench/bare-proxy.ts) in front of `upstreamUrl`, checking
+ * HS256 tokens signed with `secret`: the baseline of every CPU ratio.
+ */
+export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = []): Promise<Server> {
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  delete env.NODE_OPTIONS
+  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, '--secret', secret], env, 'pipe')
+  const url = await listeningUrl(launched, 'bare proxy')
+  return { name: 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
 
 export interface GatewayOptions {
@@ -157,6 +175,8 @@ export interface GatewayOptions {
   label?: string
   /** Node flags, e.g. `--cpu-prof --cpu-prof-dir=DIR`. */
   nodeArgs?: string[]
+  /** The gateway's entry point; default GATEWAY_SCRIPT (this build's). */
+  script?: string
 }
 
 /** Gateway settings that must come from the harness alone, never from the operator's shell. */
@@ -188,11 +208,12 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), GATEWAY_SCRIPT], env, stdout)
+  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
   if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
-  await waitForOk(`${url}/health`, 20_000, launched, name)
+  // Generous: on a shared machine several gateways start at once, each compiling its modules.
+  await waitForOk(`${url}/health`, 60_000, launched, name)
   return { name, url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
 

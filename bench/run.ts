@@ -20,10 +20,12 @@ import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
 import { startOtlpSinkProcess } from './otlp-sink.js'
 import {
-  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
+  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
+import { costTable, formatCosts, formatLatency, latencyVerdict, writeMarkdown, type LatencyPoint, type LatencyReport } from './costs.js'
+import { renderCostChart } from './chart.js'
 import {
-  formatProblems, formatRatios, formatSaturation, formatTable, quantile, ratios, saturationVerdict, skippedSummary, summarize,
+  formatProblems, formatRatios, formatSaturation, formatTable, median, quantile, ratios, saturationVerdict, skippedSummary, summarize,
   type Probe, type Round, type SaturationPoint, type ScenarioSummary
 } from './report.js'
 import {
@@ -40,24 +42,60 @@ const NEVER_REACHED_PER_MINUTE = '1000000'
 /** Offered load past saturation, as multiples of the measured capacity (issue 11 item 3). */
 const SATURATION_MULTIPLES = [0.5, 1, 1.5, 2] as const
 const SATURATION = 'saturation'
-const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION]
+/**
+ * Latency for phones: the bare proxy and the everything-on gateway at the
+ * same offered loads, these multiples of the everything-on gateway's
+ * measured capacity, in an open loop.
+ */
+const LATENCY_MULTIPLES = [0.5, 0.9] as const
+const LATENCY = 'latency'
+const LATENCY_PAIR = ['bare-ping', 'prod-ping'] as const
+const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION, LATENCY]
+const BEFORE = '@before'
+
+/**
+ * --compare: each gateway scenario again on another build (its gateway
+ * configurations named <gateway>@before, run from that build's dist/), so
+ * one run's rounds interleave the two builds.
+ */
+function withTwins (scenarios: readonly Scenario[], compare: string | undefined): Scenario[] {
+  if (compare === undefined) return [...scenarios]
+  const twins = scenarios.filter((s) => isGateway(s.target)).map((s): Scenario => {
+    const target = `${s.target}${BEFORE}`
+    GATEWAYS[target] = { ...gatewaySpec(s.target), script: path.join(compare, 'src', 'server.js') }
+    return {
+      ...s,
+      name: `${s.name}${BEFORE}`,
+      description: `${s.description} (${compare})`,
+      target,
+      ...(s.cost === undefined ? {} : { cost: { ...s.cost, feature: `${s.cost.feature} (before)`, ...(s.cost.adds === undefined ? {} : { adds: `${s.cost.adds}${BEFORE}` }) } })
+    }
+  })
+  return [...scenarios, ...twins]
+}
 
 const HELP = `usage: node dist/bench/run.js [options]
   --duration S      seconds per scenario per round (default 10)
   --connections N   concurrent connections (default 50; create-10mib uses at most 4)
-  --rounds N        rounds; the report shows the median (default 2)
+  --rounds N        rounds; the report shows the median (default 3)
   --warmup S        seconds of unmeasured load per scenario right before each round (default 1)
   --only a,b        scenarios to run: ${KNOWN.join(', ')}
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
-                    capacity measured by prod-ping, or ping when prod-ping is not run)
+                    capacity measured by prod-ping, or ping when prod-ping is not run;
+                    latency: open loop on bare-ping and prod-ping at ${LATENCY_MULTIPLES.join(' and ')} x prod-ping's capacity)
   --saturation-connections N  most connections the open loop opens (default 1000: so the load reaches
                     the gateway, which can then shed it, instead of queueing in the generator)
   --json PATH       also write the results as JSON
   --chart PATH      also draw the ratios and the saturation curves as an SVG file
+  --markdown PATH   write the cost table and the latency table into PATH (e.g. docs/performance.md),
+                    between its "bench:begin" and "bench:end" comment lines (the rest is kept)
+  --cost-chart PATH draw the cost table as an SVG file (e.g. docs/feature-cost.svg)
   --prod-env K=V,.. settings for the everything-on gateways on top of the profile, e.g.
                     SHED_EVENT_LOOP_DELAY_MS=50,UPSTREAM_MAX_QUEUE=32 (to try a shedding setting)
-  --profile DIR     run the everything-on gateways under \`node --cpu-prof\` and write their profiles
-                    to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
+  --profile DIR     run every gateway and the bare proxy under \`node --cpu-prof\` and write their
+                    profiles to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
+  --compare DIST    also run every selected gateway scenario on another build's dist/ (e.g. of an older
+                    commit), as <name>@before, interleaved in the same rounds: a before/after table in one run
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
                     create-10mib only when named in --only)
   --token JWT       bearer token for --target (default: minted from $JWT_SECRET)
@@ -71,7 +109,11 @@ interface Options {
   only: string[]
   json?: string
   chart?: string
+  markdown?: string
+  costChart?: string
   profile?: string
+  /** Another build's dist/ whose gateway runs the `@before` twins. */
+  compare?: string
   prodEnv: Record<string, string>
   saturationConnections: number
   target?: string
@@ -84,12 +126,15 @@ function parseOptions (argv: string[]): Options {
     options: {
       duration: { type: 'string', default: '10' },
       connections: { type: 'string', default: '50' },
-      rounds: { type: 'string', default: '2' },
+      rounds: { type: 'string', default: '3' },
       warmup: { type: 'string', default: '1' },
       only: { type: 'string' },
       json: { type: 'string' },
       chart: { type: 'string' },
+      markdown: { type: 'string' },
+      'cost-chart': { type: 'string' },
       profile: { type: 'string' },
+      compare: { type: 'string' },
       'prod-env': { type: 'string' },
       'saturation-connections': { type: 'string', default: '1000' },
       target: { type: 'string' },
@@ -107,7 +152,7 @@ function parseOptions (argv: string[]): Options {
     return n
   }
   const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
-  const unknown = only.filter((name) => !KNOWN.includes(name))
+  const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@before$/, '')))
   if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
   return {
     duration: number('duration', values.duration, 0.1, false),
@@ -123,7 +168,10 @@ function parseOptions (argv: string[]): Options {
     })),
     ...(values.json === undefined ? {} : { json: values.json }),
     ...(values.chart === undefined ? {} : { chart: values.chart }),
+    ...(values.markdown === undefined ? {} : { markdown: values.markdown }),
+    ...(values['cost-chart'] === undefined ? {} : { costChart: values['cost-chart'] }),
     ...(values.profile === undefined ? {} : { profile: path.resolve(values.profile) }),
+    ...(values.compare === undefined ? {} : { compare: path.resolve(values.compare) }),
     ...(values.target === undefined ? {} : { target: values.target.replace(/\/$/, '') }),
     ...(values.token === undefined ? {} : { token: values.token })
   }
@@ -284,7 +332,7 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
   if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
   if (spec.traceRatio !== undefined) Object.assign(env, await otlpSinkEnv(spec.traceRatio))
-  return env
+  return { ...env, ...spec.env }
 }
 
 /** The traced scenarios' collector: one sink process for the run, started when first needed. */
@@ -314,24 +362,34 @@ async function signKeySetToken (server: KeyServer, sub: string): Promise<string>
   return await server.sign({ sub, iss: KEY_SET_ISSUER, aud: KEY_SET_AUDIENCE }, KEY_SET_KID)
 }
 
-async function startConfiguredGateway (name: GatewayName, context: GatewayContext): Promise<Server> {
+function gatewaySpec (name: GatewayName): GatewaySpec {
   const spec = GATEWAYS[name]
+  if (spec === undefined) throw new Error(`no gateway configuration named ${name}`)
+  return spec
+}
+
+async function startConfiguredGateway (name: GatewayName, context: GatewayContext): Promise<Server> {
+  const spec = gatewaySpec(name)
   // Without the key-set feature the production profile falls back to HS256 (and says so in the report).
   const keySet = spec.auth === 'keyset' && context.keyServer !== null
   return await startGateway({
+    ...(spec.script === undefined ? {} : { script: spec.script }),
     upstreamUrl: spec.engines === 2 && context.secondUpstreamUrl !== undefined ? `${context.upstreamUrl},${context.secondUpstreamUrl}` : context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
-    env: { ...await gatewayEnv(spec, context), ...(name.startsWith('gateway-prod') ? context.prodEnv : {}) },
+    env: { ...await gatewayEnv(spec, context), ...(spec.everythingOn === true ? context.prodEnv : {}) },
     label: name,
-    ...(context.profileDir !== undefined && name.startsWith('gateway-prod') ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${path.join(context.profileDir, name)}`] } : {})
+    ...(context.profileDir !== undefined ? { nodeArgs: profileArgs(context.profileDir, name) } : {})
   })
 }
+
+const profileArgs = (dir: string, name: string): string[] => ['--cpu-prof', `--cpu-prof-dir=${path.join(dir, name)}`]
 
 /** Why a scenario cannot run here, or undefined when it can. */
 function skipReason (s: Scenario, local: boolean, missing: Missing): string | undefined {
   if (!local && s.localOnly) return 'needs the local mock; not available with --target'
-  const needs = [...(isGateway(s.target) ? GATEWAYS[s.target].needs : []), ...(s.needs ?? [])]
+  const spec = isGateway(s.target) ? gatewaySpec(s.target) : undefined
+  const needs = [...(spec?.needs ?? []), ...(s.needs ?? [])]
   // The production profile runs with whatever features this build has, and says which are missing.
   if (s.target === 'gateway-prod') return undefined
   if (s.target === 'gateway-prod-redis') return whyUnavailable(['redis', 'rate-limit'], missing)
@@ -340,7 +398,7 @@ function skipReason (s: Scenario, local: boolean, missing: Missing): string | un
 
 /** The features the everything-on gateway lacks in this build: shown beside its figures. */
 function productionGaps (missing: Missing): string[] {
-  return GATEWAYS['gateway-prod'].needs.filter((f) => missing.has(f))
+  return gatewaySpec('gateway-prod').needs.filter((f) => missing.has(f))
 }
 
 /**
@@ -388,9 +446,12 @@ async function main (): Promise<void> {
   const loadBefore = loadavg()[0] ?? Number.NaN
   const local = options.target === undefined
   const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
-  const selected = SCENARIOS.filter(wanted)
+  const all = withTwins(SCENARIOS, options.compare)
+  const selected = all.filter((s) => wanted(s) || (s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))))
   const wantSaturation = local && (options.only.length === 0 || options.only.includes(SATURATION))
   const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
+  // The latency pair runs whenever both of its scenarios do (or when named).
+  const wantLatency = local && (options.only.length === 0 || options.only.includes(LATENCY)) && LATENCY_PAIR.every((name) => selected.some((s) => s.name === name))
 
   const missing = await detectFeatures(path.dirname(path.dirname(GATEWAY_SCRIPT)))
   const skipped = new Map<string, string>()
@@ -400,7 +461,7 @@ async function main (): Promise<void> {
   }
   const needs = (target: TargetName): boolean => local && (selected.some((s) => s.target === target && !skipped.has(s.name)) || saturationBase?.target === target)
   if (needs('nginx') && !existsSync(NGINX_BINARY)) skipped.set('nginx', `${NGINX_BINARY} not installed`)
-  const gatewaysNeeded = (Object.keys(GATEWAYS) as GatewayName[]).filter(needs)
+  const gatewaysNeeded = Object.keys(GATEWAYS).filter(needs)
   if (gatewaysNeeded.length > 0 && !existsSync(GATEWAY_SCRIPT)) {
     throw new Error(`${GATEWAY_SCRIPT} does not exist: run \`npm run build\` (or use --only direct,nginx)`)
   }
@@ -418,14 +479,16 @@ async function main (): Promise<void> {
   const servers = new Map<TargetName, Server>()
   if (mock !== null) servers.set('mock', mock)
   if (mock !== null && needs('nginx') && !skipped.has('nginx')) servers.set('nginx', await startNginx(mock.url))
-  const keySet = gatewaysNeeded.some((g) => GATEWAYS[g].auth === 'keyset') && !missing.has('jwks')
+  const specs = gatewaysNeeded.map(gatewaySpec)
+  const keySet = specs.some((g) => g.auth === 'keyset') && !missing.has('jwks')
   const keyServer = keySet ? await startBenchKeyServer() : null
-  const redis = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
-  const redisCluster = gatewaysNeeded.some((g) => GATEWAYS[g].rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
+  const redis = specs.some((g) => g.rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
+  const redisCluster = specs.some((g) => g.rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
   const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
-  const tokenFor = (target: TargetName): string => isGateway(target) && GATEWAYS[target].auth === 'keyset' && keySetToken !== null ? keySetToken : token
+  const tokenFor = (target: TargetName): string => isGateway(target) && gatewaySpec(target).auth === 'keyset' && keySetToken !== null ? keySetToken : token
   // A second mock engine for the gateways that spread over two (issue 17).
-  const mock2 = mock !== null && gatewaysNeeded.some((g) => GATEWAYS[g].engines === 2) ? await startMock() : null
+  const mock2 = mock !== null && specs.some((g) => g.engines === 2) ? await startMock() : null
+  if (mock !== null && needs('bare')) servers.set('bare', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare')))
   if (mock !== null) {
     const context: GatewayContext = { upstreamUrl: mock.url, ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }), secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
@@ -491,12 +554,54 @@ async function main (): Promise<void> {
       saturationReport = { skipped: `needs a measured ${base.name} (run it in the same invocation)` }
     } else {
       // A user of its own: the closed-loop rounds have used much of bench-user's rate-limit window.
-      const saturationToken = isGateway(base.target) && GATEWAYS[base.target].auth === 'keyset' && keyServer !== null
+      const saturationToken = isGateway(base.target) && gatewaySpec(base.target).auth === 'keyset' && keyServer !== null
         ? await signKeySetToken(keyServer, 'bench-saturation')
         : mintToken(secret, 'bench-saturation')
       const request = buildRequest(base, saturationToken, setup.context)
       const points = await saturation(target, request, capacity, options)
       saturationReport = { scenario: base.name, capacityRps: capacity, connections: options.saturationConnections, points, verdict: saturationVerdict(points) }
+    }
+  }
+  // Latency for phones: the bare proxy and the everything-on gateway at the same offered loads.
+  let latencyReport: LatencyReport | { skipped: string } | null = null
+  if (wantLatency) {
+    const [bareName, prodName] = LATENCY_PAIR
+    const measured = rounds.get(prodName)
+    // The median round, not the best: offered at 90% of a lucky round's rate, a gateway on a shared machine is overloaded.
+    const capacity = measured !== undefined && measured.length > 0 ? median(measured.map((r) => r.rps)) : Number.NaN
+    const pair = LATENCY_PAIR.map((name) => SCENARIOS.find((s) => s.name === name)!)
+    if (pair.some((s) => !servers.has(s.target)) || !Number.isFinite(capacity) || capacity <= 0) {
+      latencyReport = { skipped: `needs measured ${bareName} and ${prodName} (run them in the same invocation)` }
+    } else {
+      const points: LatencyPoint[] = []
+      const tokenOf = async (s: Scenario): Promise<string> => isGateway(s.target) && gatewaySpec(s.target).auth === 'keyset' && keyServer !== null
+        ? await signKeySetToken(keyServer, 'bench-latency')
+        : mintToken(secret, 'bench-latency')
+      const requestsOf = new Map(await Promise.all(pair.map(async (s) => [s.name, buildRequest(s, await tokenOf(s), setup.context)] as const)))
+      if (options.warmup > 0) {
+        for (const s of pair) await openLoop(targetOf(s).url, requestsOf.get(s.name)!, Math.max(1, Math.round(capacity * 0.5)), options.warmup, options.saturationConnections)
+      }
+      // Interleaved like the rounds: each offered load on one, then the other.
+      for (const multiple of LATENCY_MULTIPLES) {
+        for (const s of pair) {
+          const offered = Math.max(1, Math.round(capacity * multiple))
+          process.stderr.write(`latency: ${s.name} at ${multiple} x ${prodName}'s capacity = ${offered} req/s...`)
+          const run = await openLoop(targetOf(s).url, requestsOf.get(s.name)!, offered, options.duration, options.saturationConnections)
+          const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+          const point: LatencyPoint = {
+            scenario: s.name,
+            multiple,
+            offeredRps: offered,
+            p50: quantile(run.latencies, 0.5),
+            p99: quantile(run.latencies, 0.99),
+            non2xx: answered - run.accepted.length,
+            errors: run.errors + run.notSent
+          }
+          points.push(point)
+          process.stderr.write(` p50 ${point.p50} ms, p99 ${point.p99} ms\n`)
+        }
+      }
+      latencyReport = { capacityFrom: prodName, capacityRps: capacity, baseline: bareName, points, verdict: latencyVerdict(points, bareName, prodName) }
     }
   }
   const keySetFetches = keyServer?.fetches ?? null
@@ -522,6 +627,8 @@ async function main (): Promise<void> {
     keySetFetches,
     scenarios,
     ratios: ratios(scenarios),
+    costs: costTable(all, scenarios),
+    latency: latencyReport,
     saturation: saturationReport
   }
 
@@ -534,6 +641,8 @@ async function main (): Promise<void> {
       ? `\nsaturation: skipped: ${saturationReport.skipped}\n`
       : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`)
   }
+  process.stdout.write(`\n${formatCosts(report.costs)}\n`)
+  if (latencyReport !== null) process.stdout.write('skipped' in latencyReport ? `\nlatency: skipped: ${latencyReport.skipped}\n` : `\n${formatLatency(latencyReport)}\n`)
   if (missing.size > 0) process.stdout.write(`\nfeatures not in this build:\n${[...missing].map(([f, why]) => `  ${f}: ${why}`).join('\n')}\n`)
   const problems = formatProblems(scenarios)
   if (problems !== '') process.stdout.write(`\nproblems:\n${problems}\n`)
@@ -548,6 +657,21 @@ async function main (): Promise<void> {
       saturation: saturationReport !== null && !('skipped' in saturationReport) ? saturationReport : null
     }))
     process.stdout.write(`chart written to ${options.chart}\n`)
+  }
+  const title = `Portfolio Gateway, ${report.machine.date.slice(0, 10)}, ${report.machine.cpus} cpus, node ${report.machine.node}`
+  if (options.costChart !== undefined) {
+    await writeFile(options.costChart, renderCostChart(title, report.costs))
+    process.stdout.write(`cost chart written to ${options.costChart}\n`)
+  }
+  if (options.markdown !== undefined) {
+    await writeMarkdown(options.markdown, {
+      machine: report.machine,
+      command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+      costs: report.costs,
+      latency: latencyReport,
+      ...(options.costChart === undefined ? {} : { chart: path.relative(path.dirname(options.markdown), options.costChart) })
+    })
+    process.stdout.write(`cost table written to ${options.markdown}\n`)
   }
 }
 

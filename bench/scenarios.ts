@@ -8,13 +8,14 @@ import type { Feature } from './features.js'
 import { createForm, pngImage, updateBody } from './payloads.js'
 
 /**
- * mock: the upstream itself; nginx: nginx in front of it; every other target
+ * mock: the upstream itself; nginx: nginx in front of it; bare: the bare
+ * proxy (bare-proxy.ts), the baseline of every CPU ratio; every other target
  * is a gateway process configured as GATEWAYS says.
  */
-export type TargetName = 'mock' | 'nginx' | GatewayName
+export type TargetName = 'mock' | 'nginx' | 'bare' | GatewayName
 
-export type GatewayName = 'gateway' | 'gateway-logging' | 'gateway-jwks' | 'gateway-ratelimit' | 'gateway-redis' | 'gateway-redis-cluster' |
-  'gateway-metrics' | 'gateway-prod' | 'gateway-prod-redis' | 'gateway-2-engines' | 'gateway-prod-traced' | 'gateway-prod-traced-all'
+/** A key of GATEWAYS: the fixed configurations below, or a scenario's own (Scenario.gateway). */
+export type GatewayName = string
 
 /** How one gateway process is configured. Everything not named is off (processes.ts BARE_GATEWAY_ENV). */
 export interface GatewaySpec {
@@ -32,13 +33,21 @@ export interface GatewaySpec {
   engines?: 1 | 2
   /** OTLP traces to a sink that discards (bench/otlp-sink.ts), this share of requests sampled (traceidratio: the client's sampled flag aside). */
   traceRatio?: number
+  /** The everything-on profile: gets --prod-env, and always runs with what this build has. */
+  everythingOn?: boolean
+  /** More settings, applied after all of the above (e.g. a feature with no field here). */
+  env?: Record<string, string>
+  /** Another build's gateway (run.ts --compare); default this build's dist/src/server.js. */
+  script?: string
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
 /** Issue 11 item 1: what an operator runs. Idempotency is per request (the header), not a setting. */
-const PRODUCTION: GatewaySpec = { logLevel: 'info', auth: 'keyset', rateLimit: 'memory', metrics: true, shedding: true, needs: ['jwks', 'rate-limit', 'metrics', 'shedding', 'traceparent'] }
+export const PRODUCTION: GatewaySpec = {
+  logLevel: 'info', auth: 'keyset', rateLimit: 'memory', metrics: true, shedding: true, needs: ['jwks', 'rate-limit', 'metrics', 'shedding', 'traceparent'], everythingOn: true
+}
 
-export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
+const FIXED_GATEWAYS: Record<string, GatewaySpec> = {
   gateway: BARE,
   'gateway-logging': { ...BARE, logLevel: 'info' },
   'gateway-jwks': { ...BARE, auth: 'keyset', needs: ['jwks'] },
@@ -46,6 +55,7 @@ export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
   'gateway-redis': { ...BARE, rateLimit: 'redis', needs: ['rate-limit', 'redis'] },
   'gateway-redis-cluster': { ...BARE, rateLimit: 'redis-cluster', needs: ['rate-limit', 'redis-cluster'] },
   'gateway-metrics': { ...BARE, metrics: true, needs: ['metrics'] },
+  'gateway-shedding': { ...BARE, shedding: true, needs: ['shedding'] },
   'gateway-prod': PRODUCTION,
   'gateway-prod-redis': { ...PRODUCTION, rateLimit: 'redis', needs: [...PRODUCTION.needs, 'redis'] },
   'gateway-2-engines': { ...BARE, engines: 2 },
@@ -54,10 +64,26 @@ export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
   'gateway-prod-traced-all': { ...PRODUCTION, traceRatio: 1 }
 }
 
-export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx'
+export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx' && target !== 'bare'
 
 /** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
 export type FreshHeader = 'idempotency-key' | 'traceparent'
+
+/**
+ * A row of the cost table (docs/performance.md): this scenario's server CPU
+ * per request as a ratio to `base`'s (a bare-proxy scenario), per round, the
+ * median over rounds; `adds`, when given, is the scenario it adds one feature
+ * to, and the row also shows the feature's own share of the bare proxy's cost
+ * (this minus `adds`, over `base`).
+ */
+export interface CostRow {
+  /** What the row measures, as the table shows it. */
+  feature: string
+  base: 'bare-ping' | 'bare-update'
+  adds?: string
+  /** The row's ceiling as a ratio to `base` (e.g. 1.10), or for a feature the most its share may be (0.05). */
+  goal?: { ratio?: number, share?: number }
+}
 
 export interface Scenario {
   name: string
@@ -81,7 +107,16 @@ export interface Scenario {
   users?: number
   /** Features the scenario needs beyond its gateway's (GATEWAYS[target].needs). */
   needs?: Feature[]
+  /** Its row in the cost table, if it has one. */
+  cost?: CostRow
 }
+
+/**
+ * A SCENARIOS entry: either a `target` of its own or, for a configuration no
+ * other scenario shares, the `gateway` itself (which then runs under the
+ * scenario's name). Adding a scenario is one entry in ENTRIES.
+ */
+export type ScenarioEntry = (Omit<Scenario, 'target'> & { target: TargetName, gateway?: undefined }) | (Omit<Scenario, 'target'> & { target?: undefined, gateway: GatewaySpec })
 
 export interface RequestContext {
   /** A portfolio the token's user owns (created during setup), so updates are not 404 on a real engine. */
@@ -125,39 +160,31 @@ const LARGE_UPLOAD_CONNECTIONS = 4
 let smallForm: ReturnType<typeof createForm> | undefined
 let largeForm: ReturnType<typeof createForm> | undefined
 
-export const SCENARIOS: readonly Scenario[] = [
+const updateRequest = (context: RequestContext): { body: string, contentType: string } => ({ body: updateBody(context.portfolioId), contentType: 'application/json' })
+const smallCreate = (): { body: Buffer, contentType: string } => {
+  smallForm ??= createForm(pngImage(SMALL_IMAGE_BYTES))
+  return smallForm
+}
+
+/** A feature's row: its cost against the bare proxy, and its own share over the bare gateway (at most 5%). */
+const feature = (name: string, over: 'ping' | 'update' = 'ping'): CostRow =>
+  ({ feature: name, base: over === 'ping' ? 'bare-ping' : 'bare-update', adds: over, goal: { share: 0.05 } })
+
+const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'direct', description: 'mock ping, no auth (the limit)', target: 'mock', method: 'GET', path: PING, auth: false, localOnly: true },
   { name: 'nginx', description: 'nginx -> mock ping, no auth', target: 'nginx', method: 'GET', path: PING, auth: false, localOnly: true },
-  { name: 'ping', description: 'gateway ping, JWT', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false },
-  {
-    name: 'update',
-    description: 'gateway update, 5 positions',
-    target: 'gateway',
-    method: 'POST',
-    path: '/api/portfolio/update',
-    auth: true,
-    localOnly: false,
-    body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' })
-  },
-  {
-    name: 'create',
-    description: `gateway create, ${SMALL_IMAGE_BYTES / 1024} KiB PNG`,
-    target: 'gateway',
-    method: 'POST',
-    path: '/api/portfolio/create',
-    auth: true,
-    localOnly: false,
-    body: () => {
-      smallForm ??= createForm(pngImage(SMALL_IMAGE_BYTES))
-      return smallForm
-    }
-  },
+  // DECISIONS 30: the floor every CPU ratio is stated against.
+  { name: 'bare-ping', description: 'bare Node proxy ping, HS256 (cached)', target: 'bare', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'bare Node proxy (node:http, cached HS256, undici Pool)', base: 'bare-ping' } },
+  { name: 'bare-update', description: 'bare Node proxy update, HS256 (cached), body streamed on', target: 'bare', method: 'POST', path: UPDATE, auth: true, localOnly: true, body: updateRequest },
+  { name: 'ping', description: 'gateway ping, JWT', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, cost: { feature: 'gateway, nothing on (LOG_LEVEL=warn, no metrics, no limits)', base: 'bare-ping', goal: { ratio: 1.10 } } },
+  { name: 'update', description: 'gateway update, 5 positions', target: 'gateway', method: 'POST', path: UPDATE, auth: true, localOnly: false, body: updateRequest, cost: { feature: 'gateway update, nothing on (validated, canonical body)', base: 'bare-update' } },
+  { name: 'create', description: `gateway create, ${SMALL_IMAGE_BYTES / 1024} KiB PNG`, target: 'gateway', method: 'POST', path: CREATE, auth: true, localOnly: false, body: smallCreate },
   {
     name: 'create-10mib',
     description: 'gateway create, 10 MiB - 1 KiB PNG',
     target: 'gateway',
     method: 'POST',
-    path: '/api/portfolio/create',
+    path: CREATE,
     auth: true,
     localOnly: false,
     explicitWithTarget: true,
@@ -167,19 +194,20 @@ export const SCENARIOS: readonly Scenario[] = [
       return largeForm
     }
   },
-  { name: 'ping-logging', description: 'gateway ping, JWT, LOG_LEVEL=info', target: 'gateway-logging', method: 'GET', path: PING, auth: true, localOnly: true },
-  // One feature at a time, each against the bare `ping` / `update` above (issues 8, 9, 10).
-  { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true },
-  { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true },
-  { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true },
+  // One feature at a time, each against the bare `ping` / `update` above, in the cost table's order.
+  { name: 'ping-logging', description: 'gateway ping, JWT, LOG_LEVEL=info', target: 'gateway-logging', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('access log at info') },
+  { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('metrics') },
+  { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, in-process') },
+  { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, Redis') },
   // Issue 18: the same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
   { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
   { name: 'ping-redis-users', description: 'gateway ping, rate limit in Redis, 50 users in turn', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, users: 50 },
+  { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'], cost: feature('trace context (a client traceparent)') },
+  { name: 'ping-shedding', description: 'gateway ping, load shedding on (SHED_EVENT_LOOP_DELAY_MS=200)', target: 'gateway-shedding', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('load shedding') },
   // Issue 17: the cluster client's cost per request with two endpoints (balancer, health, retry state) against `ping`'s one.
-  { name: 'ping-2-engines', description: 'gateway ping, JWT, two mock engines (least-request of two)', target: 'gateway-2-engines', method: 'GET', path: PING, auth: true, localOnly: true },
-  { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true },
-  { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'] },
+  { name: 'ping-2-engines', description: 'gateway ping, JWT, two mock engines (least-request of two)', target: 'gateway-2-engines', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('two engine endpoints') },
+  { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('key-set token (RS256 from a JWKS)') },
   {
     name: 'update-idempotent',
     description: 'gateway update, a new Idempotency-Key per request',
@@ -190,33 +218,39 @@ export const SCENARIOS: readonly Scenario[] = [
     localOnly: false,
     fresh: ['idempotency-key'],
     needs: ['idempotency'],
-    body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' })
+    body: updateRequest,
+    cost: feature('Idempotency-Key on update (in-process store)', 'update')
   },
   // Traces (DECISIONS 29): prod-ping plus an OTLP export to a sink process, at 1% and at 100% of requests.
   { name: 'prod-ping-traced', description: 'everything on: ping, traces at 1% to an OTLP sink', target: 'gateway-prod-traced', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
   { name: 'prod-ping-traced-all', description: 'everything on: ping, every request traced to an OTLP sink', target: 'gateway-prod-traced-all', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
   // Issue 11 item 1: everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
-  ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): Scenario[] => {
+  ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): ScenarioEntry[] => {
     const prefix = target === 'gateway-prod' ? 'prod' : 'prod-redis'
     const store = target === 'gateway-prod' ? 'in-process' : 'Redis'
     const common = { target, auth: true, localOnly: true, fresh: ['traceparent'] as FreshHeader[] }
     return [
-      { ...common, name: `${prefix}-ping`, description: `everything on (${store} limit): ping`, method: 'GET', path: PING },
-      { ...common, name: `${prefix}-update`, description: `everything on (${store} limit): update`, method: 'POST', path: UPDATE, body: (context) => ({ body: updateBody(context.portfolioId), contentType: 'application/json' }) },
       {
         ...common,
-        name: `${prefix}-create`,
-        description: `everything on (${store} limit): create ${SMALL_IMAGE_BYTES / 1024} KiB`,
-        method: 'POST',
-        path: CREATE,
-        body: () => {
-          smallForm ??= createForm(pngImage(SMALL_IMAGE_BYTES))
-          return smallForm
-        }
-      }
+        name: `${prefix}-ping`,
+        description: `everything on (${store} limit): ping`,
+        method: 'GET',
+        path: PING,
+        ...(target === 'gateway-prod' ? { cost: { feature: 'everything on: info log, metrics, in-process limit, shedding, trace context, key-set token', base: 'bare-ping', goal: { ratio: 1.30 } } as CostRow } : {})
+      },
+      { ...common, name: `${prefix}-update`, description: `everything on (${store} limit): update`, method: 'POST', path: UPDATE, body: updateRequest },
+      { ...common, name: `${prefix}-create`, description: `everything on (${store} limit): create ${SMALL_IMAGE_BYTES / 1024} KiB`, method: 'POST', path: CREATE, body: smallCreate }
     ]
   })
 ]
+
+/** Every gateway configuration: the fixed ones, and each scenario's own under the scenario's name. */
+export const GATEWAYS: Record<GatewayName, GatewaySpec> = {
+  ...FIXED_GATEWAYS,
+  ...Object.fromEntries(ENTRIES.flatMap((e) => e.gateway === undefined ? [] : [[e.name, e.gateway]]))
+}
+
+export const SCENARIOS: readonly Scenario[] = ENTRIES.map(({ gateway, ...entry }) => ({ ...entry, target: entry.target ?? entry.name }))
 
 export function findScenario (name: string): Scenario | undefined {
   return SCENARIOS.find((s) => s.name === name)

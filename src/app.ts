@@ -24,9 +24,11 @@ import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
-import { installTraceContext, tracingChildLogger } from './observability/trace-context.js'
+import { installTraceContext } from './observability/trace-context.js'
 import { installTracing, traceUploadWait } from './observability/tracing.js'
 import type { Tracing } from './shared/tracing-sdk.js'
+import { accessLog } from './observability/access-log.js'
+import { requestLoggerFactory } from './observability/request-logger.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
 
@@ -59,8 +61,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     requestIdHeader: false,
     // One access line per request (onResponse below) instead of Fastify's two.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
-    // Each request's logger carries traceId beside reqId (W3C trace context).
-    childLoggerFactory: tracingChildLogger,
+    // Each request's logger carries traceId beside reqId (W3C trace context), and costs nothing until it writes.
+    childLoggerFactory: requestLoggerFactory,
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
     return503OnClosing: false,
     bodyLimit: SERVER_LIMITS.bodyLimitBytes,
@@ -96,10 +98,12 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   installTraceContext(app)
   if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis' })
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
-  // The level is fixed at start; a quieter level then costs no hook at all.
+  // The level is fixed at start; a quieter level then costs no hook at all. The access line has a
+  // fixed shape and goes straight to the log's destination: no child logger, no object walk.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {
+    const access = accessLog(app.log)
     app.addHook('onResponse', (request, reply, done) => {
-      request.log.info({ method: request.method, url: request.url, ip: request.ip, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      access(request, reply)
       done()
     })
   }

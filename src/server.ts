@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import { stopAccepting } from './shared/drain.js'
 import { GATEWAY_DRAIN } from './drain-timeline.js'
-import pino from 'pino'
+import pino, { type DestinationStream } from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
@@ -36,8 +36,26 @@ try {
  * (16 MiB): if stdout stops draining, lines past it are dropped rather than
  * growing memory without limit or blocking requests on the write.
  */
-const logDestination = pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: 16 * 1024 * 1024, periodicFlush: 250 })
-const flushLog = async (): Promise<void> => await new Promise((resolve) => logDestination.flush(() => resolve()))
+const jsonDestination = (): DestinationStream & { flush: (cb: (err?: Error) => void) => void } =>
+  pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: 16 * 1024 * 1024, periodicFlush: 250 })
+
+/**
+ * A developer at a terminal reads lines, not JSON: pino-pretty formats each
+ * line in this process and it is written at once, so lines keep their order
+ * with the token banner below. Production, and any stdout that is not a
+ * terminal (a pipe, a file, a log shipper), gets the JSON lines.
+ */
+const readable = !config.production && process.stdout.isTTY
+// Loaded only here: production and piped runs never pay for pino-pretty's modules at start.
+const prettyLine = readable ? (await import('pino-pretty')).prettyFactory({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : undefined
+const logDestination: DestinationStream = prettyLine !== undefined
+  ? { write: (line: string) => { process.stdout.write(prettyLine(line)) } }
+  : jsonDestination()
+const flushLog = async (): Promise<void> => {
+  if ('flush' in logDestination && typeof logDestination.flush === 'function') {
+    await new Promise<void>((resolve) => (logDestination.flush as (cb: () => void) => void)(() => resolve()))
+  }
+}
 
 const logger = {
   level: config.logLevel,
@@ -59,7 +77,7 @@ const TRACE_FLUSH_MS = 2_000
 const imageDir = config.upstreamUrl === undefined ? await mkdtemp(join(tmpdir(), 'portfolio-gateway-engine-')) : undefined
 const embedded = imageDir === undefined
   ? undefined
-  : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine' }, ...(engineTracing === undefined ? {} : { tracer: engineTracing.tracer }) })
+  : await buildEngine({ imageDir, logger: { level: config.logLevel, name: 'engine', stream: logDestination }, ...(engineTracing === undefined ? {} : { tracer: engineTracing.tracer }) })
 const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host: '127.0.0.1' })
 
 // DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its

@@ -64,8 +64,9 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
   const leave = (): void => { metrics.inFlight-- }
   app.addHook('onRequest', (_request, reply, done) => {
     metrics.inFlight++
-    // 'close' fires for every response, also when the client went away before the answer.
-    reply.raw.once('close', leave)
+    // 'close' fires once for every response, also when the client went away before the answer.
+    // `on`, not `once`: once wraps the listener in a new function per request; a response is never reused.
+    reply.raw.on('close', leave)
     done()
   })
 

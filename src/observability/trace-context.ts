@@ -3,12 +3,14 @@
  * span of the client's trace. A valid `traceparent` from the client keeps its
  * trace id; anything else starts a new trace. The engine gets the same trace id
  * with the gateway's own span id as parent-id, and every log line of the
- * request carries `traceId` beside `reqId`, so one request can be followed
- * across both services.
+ * request carries `traceId` beside `reqId` (request-logger.ts), so one
+ * request can be followed across both services. The trace is made the first
+ * time something asks for it, never for a request that neither calls the
+ * engine nor logs.
  */
 import { randomFillSync } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
-import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 
 export const TRACEPARENT_HEADER = 'traceparent'
 
@@ -25,32 +27,38 @@ export interface TraceParent {
   flags: string
 }
 
-/** version-traceid-parentid-flags, lowercase hex only (spec §3.2.2). */
-const VERSION_00 = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/
+/** version-traceid-parentid-flags, lowercase hex only (spec §3.2.2): 55 characters. */
+const VERSION_00 = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/
 /**
  * A later version: the same first four fields, and after them nothing or a
  * dash and more (spec §3.2.4, "versioning of traceparent"); ff is invalid.
  */
-const LATER_VERSION = /^(?!ff)[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/
+const LATER_VERSION = /^(?!ff)[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(?:-.*)?$/
 const ALL_ZERO_TRACE = '0'.repeat(32)
 const ALL_ZERO_PARENT = '0'.repeat(16)
 
-/** Parse a client's header strictly; undefined for anything the spec says to ignore. */
+/**
+ * Parse a client's header strictly; undefined for anything the spec says to
+ * ignore. The fields sit at fixed offsets in every version, so one test
+ * without captures and three slices do it.
+ */
 export function parseTraceParent (header: string | string[] | undefined): TraceParent | undefined {
   // Several traceparent headers are invalid (spec §3.2: one header only).
   if (typeof header !== 'string' || header.length > 512) return undefined
-  const match = VERSION_00.exec(header) ?? (header.startsWith('00') ? null : LATER_VERSION.exec(header))
-  if (match === null) return undefined
-  const [, traceId, parentId, flags] = match as unknown as [string, string, string, string]
+  const valid = header.startsWith('00') ? header.length === 55 && VERSION_00.test(header) : LATER_VERSION.test(header)
+  if (!valid) return undefined
+  const traceId = header.slice(3, 35)
+  const parentId = header.slice(36, 52)
   if (traceId === ALL_ZERO_TRACE || parentId === ALL_ZERO_PARENT) return undefined
-  return { traceId, parentId, flags }
+  return { traceId, parentId, flags: header.slice(53, 55) }
 }
 
 /**
- * Random hex ids from a pooled buffer: one randomFillSync per 512 bytes
- * instead of a crypto call per id on the request path.
+ * Random hex ids from a pooled buffer: one randomFillSync per 16 KiB (about
+ * 680 requests' trace and span ids) instead of a crypto call per id, or per
+ * few requests, on the request path.
  */
-const pool = Buffer.alloc(512)
+const pool = Buffer.allocUnsafe(16 * 1024)
 let offset = pool.length
 function randomHex (bytes: number): string {
   if (offset + bytes > pool.length) {
@@ -62,26 +70,32 @@ function randomHex (bytes: number): string {
   return hex
 }
 
-/** A random id of `bytes` bytes that is not all zeros (the spec's invalid value). */
-function nonZeroId (bytes: number): string {
+/** A random id of `bytes` bytes that is not all zeros (`zero`, the spec's invalid value). */
+function nonZeroId (bytes: number, zero: string): string {
   let id = randomHex(bytes)
-  while (/^0+$/.test(id)) id = randomHex(bytes)
+  while (id === zero) id = randomHex(bytes)
   return id
 }
 
-export const newTraceId = (): string => nonZeroId(16)
-export const newSpanId = (): string => nonZeroId(8)
+export const newTraceId = (): string => nonZeroId(16, ALL_ZERO_TRACE)
+export const newSpanId = (): string => nonZeroId(8, ALL_ZERO_PARENT)
 
 /** The header for the engine: version 00 (the one this gateway speaks), the trace id, the gateway's span as parent. */
 export function formatTraceParent (traceId: string, spanId: string, flags: string): string {
   return `00-${traceId}-${spanId}-${flags}`
 }
 
-const kTraceparent = Symbol('traceparent')
-type TracedRequest = IncomingMessage & { [kTraceparent]?: string }
+interface Trace {
+  traceId: string
+  /** The `traceparent` the engine gets. */
+  traceparent: string
+}
+
+const kTrace = Symbol('trace')
+type TracedRequest = IncomingMessage & { [kTrace]?: Trace }
 
 /** The `traceparent` for the engine: the client's trace continued, or a new one. */
-function traceOf (raw: IncomingMessage): { traceId: string, traceparent: string } {
+function newTrace (raw: IncomingMessage): Trace {
   const given = parseTraceParent(raw.headers[TRACEPARENT_HEADER])
   const traceId = given?.traceId ?? newTraceId()
   // The client's sampled bit is kept; other bits are cleared (spec §3.2.2.5). A trace
@@ -91,24 +105,24 @@ function traceOf (raw: IncomingMessage): { traceId: string, traceparent: string 
 }
 
 /**
- * Fastify's `childLoggerFactory`: the request's one child logger is made with
- * `traceId` beside `reqId`, instead of a second child in a hook (a pino child
- * per request is the costly part). The traceparent waits on the raw request.
+ * This request's trace, made the first time anything asks (the engine call,
+ * a log line) and then kept on the raw request: one per request, whoever
+ * asks first.
  */
-export const tracingChildLogger: NonNullable<FastifyServerOptions['childLoggerFactory']> = function (logger, bindings, opts, raw) {
-  const { traceId, traceparent } = traceOf(raw)
-  ;(raw as TracedRequest)[kTraceparent] = traceparent
-  return logger.child({ ...bindings, traceId }, opts)
+function traceOf (raw: IncomingMessage): Trace {
+  return (raw as TracedRequest)[kTrace] ??= newTrace(raw)
+}
+
+/** The trace id every log line of the request carries beside `reqId`. */
+export function traceIdOf (raw: IncomingMessage): string {
+  return traceOf(raw).traceId
 }
 
 /** Every request has its trace: `request.traceparent` for the engine call. */
 export function installTraceContext (app: FastifyInstance): void {
   app.decorateRequest('traceparent', {
     getter (this: FastifyRequest): string {
-      const raw = this.raw as TracedRequest
-      // Routes the logger factory never saw (none today) still get a trace.
-      raw[kTraceparent] ??= traceOf(raw).traceparent
-      return raw[kTraceparent]
+      return traceOf(this.raw).traceparent
     }
   })
 }

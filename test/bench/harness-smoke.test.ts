@@ -1,24 +1,31 @@
 /**
  * A short run of the load-test harness, so it cannot rot unnoticed: every
- * scenario for 0.8 s, the open loop past saturation, the chart. It
- * checks the shape of the JSON report and that every answer was the one
- * expected (2xx; past saturation also 503/429), never a figure: figures
- * depend on the machine, and this suite runs on shared, noisy ones.
+ * scenario for 0.8 s, the open loop past saturation, the latency pair, the
+ * charts and the cost table's markdown. It checks the shape of the JSON
+ * report and that every answer was the one expected (2xx; past saturation
+ * also 503/429), never a figure: figures depend on the machine, and this
+ * suite runs on shared, noisy ones.
+ *
+ * The scenario list is read from the compiled harness, so adding a scenario
+ * is one entry in bench/scenarios.ts; the names below must always be there.
  */
-import { readFile, rm } from 'node:fs/promises'
+import { readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
-import { dist, isCount, isFigure, runBench, skipUnlessBuilt } from '../helpers/bench.js'
+import { dist, isCount, isFigure, isNumber, runBench, skipUnlessBuilt } from '../helpers/bench.js'
 
 const RUN = dist('bench', 'run.js')
+const SCENARIO_MODULE = dist('bench', 'scenarios.js')
 
-// The report's contract: every scenario appears, run or skipped with a reason.
-const SCENARIOS = [
-  'direct', 'nginx', 'ping', 'update', 'create', 'create-10mib', 'ping-logging',
-  'ping-jwks', 'ping-ratelimit', 'ping-redis', 'ping-redis-cluster', 'ping-redis-users', 'ping-metrics', 'ping-traceparent', 'update-idempotent',
+// The report's contract: these scenarios always exist, and each appears, run or skipped with a reason.
+const REQUIRED = [
+  'direct', 'nginx', 'bare-ping', 'bare-update', 'ping', 'update', 'create', 'create-10mib', 'ping-logging',
+  'ping-jwks', 'ping-ratelimit', 'ping-redis', 'ping-redis-cluster', 'ping-redis-users', 'ping-metrics', 'ping-traceparent', 'ping-shedding', 'update-idempotent',
   'prod-ping', 'prod-update', 'prod-create', 'prod-redis-ping', 'prod-redis-update', 'prod-redis-create', 'ping-2-engines'
 ]
+// The cost table's rows (docs/performance.md): the baseline, the bare gateway, each feature, everything on.
+const COST_ROWS = ['bare-ping', 'ping', 'update', 'ping-logging', 'ping-metrics', 'ping-ratelimit', 'ping-redis', 'ping-traceparent', 'ping-shedding', 'ping-2-engines', 'ping-jwks', 'update-idempotent', 'prod-ping']
 const RATIOS = [
   'gatewayPingVsNginx', 'gatewayPingP99VsNginx', 'gatewayPingVsDirect', 'updateVsPing', 'loggingVsNginx', 'loggingVsPing',
   'keySetVsHs256Ping', 'rateLimitVsPing', 'redisLimitVsPing', 'redisClusterLimitVsPing', 'redisLimitUsersVsPing', 'idempotentVsUpdate', 'metricsVsPing', 'traceparentVsPing', 'twoEnginesVsPing',
@@ -27,16 +34,23 @@ const RATIOS = [
 /** The features a scenario may be skipped for, while they are not on this branch. */
 const FEATURES = ['jwks', 'rate-limit', 'redis', 'redis-cluster', 'idempotency', 'metrics', 'shedding', 'traceparent']
 
-// Twenty-one scenarios with a short warm-up and a one-second round, four
-// one-second open-loop steps, and ten gateways and a three-node cluster to start on a busy machine.
-t.setTimeout(180_000)
+// Twenty-five scenarios with a short warm-up and a one-second round, four one-second open-loop steps,
+// four latency steps, and twelve gateways and a three-node cluster to start on a busy machine.
+t.setTimeout(240_000)
 
 // The harness runs compiled code (dist/); without a build there is nothing to run.
 const skip = skipUnlessBuilt(RUN, dist('src', 'server.js'))
 
 t.test('bench harness: one-second run writes a complete JSON report and a chart', { skip }, async (t) => {
+  const { SCENARIOS: declared } = await import(SCENARIO_MODULE) as { SCENARIOS: Array<{ name: string, cost?: unknown }> }
+  const SCENARIOS = declared.map((s) => s.name)
+  t.same(REQUIRED.filter((name) => !SCENARIOS.includes(name)), [], 'the required scenarios are declared')
+  t.same(COST_ROWS.filter((name) => !declared.some((s) => s.name === name && s.cost !== undefined)), [], 'the cost rows are declared')
   const chart = path.join(tmpdir(), `bench-smoke-chart-${process.pid}.svg`)
-  t.teardown(async () => await rm(chart, { force: true }))
+  const costChart = path.join(tmpdir(), `bench-smoke-cost-${process.pid}.svg`)
+  const markdown = path.join(tmpdir(), `bench-smoke-cost-${process.pid}.md`)
+  await writeFile(markdown, '# Kept above\n\n<!-- bench:begin -->\nold table\n<!-- bench:end -->\n\nKept below\n')
+  t.teardown(async () => await Promise.all([chart, costChart, markdown].map(async (f) => await rm(f, { force: true }))))
   const run = await runBench<{
     machine: Record<string, unknown>
     options: Record<string, unknown>
@@ -44,7 +58,10 @@ t.test('bench harness: one-second run writes a complete JSON report and a chart'
     scenarios: Record<string, Record<string, unknown>>
     ratios: Record<string, Record<string, unknown>>
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
-  }>(t, RUN, ['--duration', '0.8', '--connections', '2', '--rounds', '1', '--warmup', '0.1', '--saturation-connections', '8', '--chart', chart], 170_000)
+    costs: { baseline: string, rows: Array<Record<string, unknown>> }
+    latency: { capacityFrom: string, capacityRps: number, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
+  }>(t, RUN, ['--duration', '0.8', '--connections', '2', '--rounds', '1', '--warmup', '0.1', '--saturation-connections', '8', '--chart', chart,
+    '--cost-chart', costChart, '--markdown', markdown], 230_000)
   t.equal(run.code, 0, run.code === 0 ? 'harness exits 0' : `harness exits 0, stderr:\n${run.stderr}`)
   const report = run.report!
 
@@ -63,7 +80,7 @@ t.test('bench harness: one-second run writes a complete JSON report and a chart'
       const reason = String(s.skipped)
       const allowed = name === 'nginx' ? /not installed/.test(reason) : missing.some((f) => reason.startsWith(`${f}: `))
       t.ok(allowed, `${name} skipped: ${reason}`)
-      t.notOk(name === 'prod-ping' || name === 'prod-update' || name === 'prod-create', `${name}: the production profile always runs`)
+      t.notOk(name === 'prod-ping' || name === 'prod-update' || name === 'prod-create' || name.startsWith('bare-'), `${name}: the production profile and the bare proxy always run`)
       continue
     }
     for (const field of ['rps', 'p50', 'p99']) t.ok(isFigure(s[field]), `${name}.${field} is a number`)
@@ -100,6 +117,45 @@ t.test('bench harness: one-second run writes a complete JSON report and a chart'
     t.ok(isCount(p.notSent), `${label}: notSent`)
   }
   t.equal(typeof sat?.verdict.goal, 'string', 'saturation verdict')
+
+  // The cost table: one row per declared cost scenario, each a ratio to the bare proxy from the same run.
+  t.equal(report.costs.baseline, 'bare-ping', 'costs against the bare proxy')
+  t.same(report.costs.rows.map((r) => r.scenario), declared.filter((s) => s.cost !== undefined).map((s) => s.name), 'a row per cost scenario, in order')
+  for (const row of report.costs.rows) {
+    const name = String(row.scenario)
+    t.equal(typeof row.feature, 'string', `${name}: feature`)
+    t.ok(row.base === 'bare-ping' || row.base === 'bare-update', `${name}: base is a bare-proxy scenario`)
+    if (row.skipped !== undefined) {
+      t.ok(missing.some((f) => String(row.skipped).startsWith(`${f}: `)), `${name} skipped: ${String(row.skipped)}`)
+      continue
+    }
+    t.ok(isFigure(row.ratio) && isFigure(row.cpuUsPerRequest), `${name}: ratio and CPU per request`)
+    t.ok(row.adds === null ? row.share === null : row.share === null || isNumber(row.share), `${name}: share`)
+    t.equal(row.rounds, 1, `${name}: one round`)
+    t.ok(row.met === null || typeof row.met === 'boolean', `${name}: met`)
+  }
+  t.equal(report.costs.rows.find((r) => r.scenario === 'bare-ping')?.ratio, 1, 'the baseline is 1')
+
+  // Latency for phones: the bare proxy and everything on, at 0.5 and 0.9 of the everything-on capacity.
+  const latency = report.latency
+  t.ok(latency !== null && 'points' in latency, 'the latency pair ran')
+  t.match(latency, { capacityFrom: 'prod-ping', baseline: 'bare-ping', capacityRps: Number })
+  t.same(latency?.points.map((p) => `${String(p.scenario)}@${String(p.multiple)}`), ['bare-ping@0.5', 'prod-ping@0.5', 'bare-ping@0.9', 'prod-ping@0.9'])
+  for (const p of latency?.points ?? []) {
+    const label = `${String(p.scenario)} at ${String(p.multiple)}x`
+    t.ok(isFigure(p.p50) && isFigure(p.p99) && isCount(p.offeredRps), `${label}: p50, p99, offered`)
+    t.equal(p.non2xx, 0, `${label}: every answer 2xx`)
+    t.equal(p.errors, 0, `${label}: no errors`)
+  }
+  t.equal(typeof latency?.verdict.goal, 'string', 'latency verdict')
+
+  const doc = await readFile(markdown, 'utf8')
+  t.match(doc, /^# Kept above\n\n<!-- bench:begin /, 'the text above the table is kept')
+  t.match(doc, /\n<!-- bench:end -->\n\nKept below\n$/, 'and the text below')
+  t.notMatch(doc, /old table/, 'the old table is replaced')
+  t.match(doc, /\| `bare-ping` \| .* \| 1\.00 \|/, 'the table has the baseline row')
+  t.match(doc, /### Latency for phones/, 'and the latency table')
+  t.match(await readFile(costChart, 'utf8'), /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"[^]*bare-ping/, 'the cost chart is an SVG with the rows')
 
   const svg = await readFile(chart, 'utf8')
   t.match(svg, /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/, 'the chart is an SVG document')

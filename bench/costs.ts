@@ -1,0 +1,191 @@
+/**
+ * The cost table (DECISIONS 30): each row's server CPU per request as a ratio
+ * to the bare proxy's, and each feature's own share of it, from the same run.
+ * A ratio is taken per round (the rounds interleave the scenarios, so a
+ * round's figures saw the same neighbours) and the median of the rounds is
+ * reported. Also the open-loop latency of the bare proxy and the everything-on
+ * gateway, and the markdown both go into.
+ */
+import { readFile, writeFile } from 'node:fs/promises'
+import { median, type ScenarioSummary } from './report.js'
+import type { Scenario } from './scenarios.js'
+
+export interface CostRowReport {
+  scenario: string
+  feature: string
+  base: string
+  /** The scenario the feature is added to; null for the baselines and combinations. */
+  adds: string | null
+  /** Median server CPU µs per request. */
+  cpuUsPerRequest: number | null
+  /** Median over rounds of this / base, server CPU per request. */
+  ratio: number | null
+  /** Median over rounds of (this - adds) / base: the feature's own cost in units of the bare proxy. */
+  share: number | null
+  goal: string
+  /** null when there is no goal or no figure. */
+  met: boolean | null
+  rounds: number
+  /** Why the row has no figures. */
+  skipped?: string
+}
+
+export interface CostReport {
+  baseline: string
+  rows: CostRowReport[]
+}
+
+export interface LatencyPoint {
+  scenario: string
+  /** Offered rate / the everything-on gateway's measured capacity. */
+  multiple: number
+  offeredRps: number
+  p50: number
+  p99: number
+  non2xx: number
+  errors: number
+}
+
+export interface LatencyReport {
+  capacityFrom: string
+  capacityRps: number
+  baseline: string
+  points: LatencyPoint[]
+  verdict: { value: number | null, goal: string, met: boolean | null }
+}
+
+const round3 = (v: number): number | null => Number.isFinite(v) ? Math.round(v * 1000) / 1000 : null
+
+function perRound (rows: ScenarioSummary | undefined): number[] {
+  return rows?.rounds.map((r) => r.cpu.serverUsPerRequest) ?? []
+}
+
+export function costTable (scenarios: readonly Scenario[], summaries: Record<string, ScenarioSummary>): CostReport {
+  const rows: CostRowReport[] = []
+  for (const s of scenarios) {
+    if (s.cost === undefined) continue
+    const summary = summaries[s.name]
+    if (summary === undefined) continue
+    const { cost } = s
+    const goals = [
+      ...(cost.goal?.ratio === undefined ? [] : [`ratio <= ${cost.goal.ratio.toFixed(2)}`]),
+      ...(cost.goal?.share === undefined ? [] : [`share <= ${Math.round(cost.goal.share * 100)}%`])
+    ]
+    const row: CostRowReport = {
+      scenario: s.name, feature: cost.feature, base: cost.base, adds: cost.adds ?? null,
+      cpuUsPerRequest: null, ratio: null, share: null, goal: goals.length === 0 ? 'informational' : goals.join(', '), met: null, rounds: 0
+    }
+    const base = summaries[cost.base]
+    const skipped = summary.skipped ?? base?.skipped ?? (base === undefined ? `${cost.base} was not run` : undefined)
+    if (skipped !== undefined) {
+      rows.push({ ...row, skipped })
+      continue
+    }
+    const own = perRound(summary)
+    const bases = perRound(base)
+    // The share needs the scenario the feature is added to, run and not skipped.
+    const added = cost.adds === undefined || summaries[cost.adds]?.skipped !== undefined ? [] : perRound(summaries[cost.adds])
+    const n = Math.min(own.length, bases.length)
+    const ratio = round3(median(Array.from({ length: n }, (_, i) => own[i]! / bases[i]!)))
+    const share = added.length === 0 ? null : round3(median(Array.from({ length: Math.min(n, added.length) }, (_, i) => (own[i]! - added[i]!) / bases[i]!)))
+    const checks = [
+      ...(cost.goal?.ratio === undefined || ratio === null ? [] : [ratio <= cost.goal.ratio]),
+      ...(cost.goal?.share === undefined || share === null ? [] : [share <= cost.goal.share])
+    ]
+    rows.push({
+      ...row,
+      cpuUsPerRequest: round3(median(own)),
+      ratio,
+      share,
+      met: checks.length === 0 ? null : checks.every(Boolean),
+      rounds: n
+    })
+  }
+  return { baseline: 'bare-ping', rows }
+}
+
+/** Target: p99 at 90% of capacity, everything on, at most 1.5 x the bare proxy's at the same offered load. */
+export function latencyVerdict (points: LatencyPoint[], bare: string, full: string): LatencyReport['verdict'] {
+  const at = (name: string): number | undefined => points.find((p) => p.scenario === name && p.multiple === 0.9)?.p99
+  const a = at(full)
+  const b = at(bare)
+  const value = a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b === 0 ? null : round3(a / b)
+  return { value, goal: '<= 1.5 (p99 at 0.9 x capacity, everything on / bare proxy)', met: value === null ? null : value <= 1.5 }
+}
+
+const fixed = (v: number | null, digits: number): string => v === null || !Number.isFinite(v) ? '-' : v.toFixed(digits)
+const signedPercent = (v: number | null): string => v === null ? '' : `${v >= 0 ? '+' : ''}${(v * 100).toFixed(1)}%`
+const verdict = (met: boolean | null): string => met === null ? '' : met ? 'met' : 'NOT met'
+
+export function formatCosts (costs: CostReport): string {
+  const lines = costs.rows.map((r) => r.skipped !== undefined
+    ? `${r.scenario.padEnd(20)} skipped: ${r.skipped}`
+    : `${r.scenario.padEnd(20)} ${fixed(r.cpuUsPerRequest, 0).padStart(6)} us  x${fixed(r.ratio, 2).padStart(5)}  ${signedPercent(r.share).padStart(7)}  ${r.goal}${r.met === null ? '' : `  (${verdict(r.met)})`}  ${r.feature}`)
+  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
+}
+
+export function formatLatency (latency: LatencyReport): string {
+  const lines = latency.points.map((p) => `${p.scenario.padEnd(12)} ${`${p.multiple}x`.padStart(5)} ${String(p.offeredRps).padStart(7)} req/s  p50 ${fixed(p.p50, 2).padStart(7)} ms  p99 ${fixed(p.p99, 2).padStart(7)} ms  non-2xx ${p.non2xx}  errors ${p.errors}`)
+  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity (${latency.capacityRps} req/s)`, ...lines,
+    `p99 at 0.9x, ${latency.capacityFrom} / ${latency.baseline}: ${fixed(latency.verdict.value, 2)}  goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `  (${verdict(latency.verdict.met)})`}`].join('\n')
+}
+
+export interface MarkdownInput {
+  machine: { cpus: number, cpuModel: string, node: string, date: string, loadavg1m: { before: number, after: number } }
+  command: string
+  costs: CostReport
+  latency: LatencyReport | { skipped: string } | null
+  /** The cost chart, relative to the markdown file. */
+  chart?: string
+}
+
+export const BEGIN = '<!-- bench:begin (written by `npm run bench -- --markdown`; edits between these lines are replaced) -->'
+export const END = '<!-- bench:end -->'
+
+export function costMarkdown (input: MarkdownInput): string {
+  const { machine, costs, latency } = input
+  const out: string[] = [
+    `Measured ${machine.date.slice(0, 16).replace('T', ' ')} UTC on ${machine.cpus} × ${machine.cpuModel}, Node ${machine.node}, ` +
+      `load average ${machine.loadavg1m.before.toFixed(2)} → ${machine.loadavg1m.after.toFixed(2)}, with:`,
+    '',
+    '```sh',
+    input.command,
+    '```',
+    '',
+    `Server CPU per request (utime + stime of the server process from \`/proc\`) as a ratio to \`${costs.baseline}\`, ` +
+      'the median of per-round ratios (the rounds interleave every scenario). *Own share*: what the feature adds to the ' +
+      'bare gateway (or bare update), in units of the bare proxy\'s cost per request.',
+    '',
+    '| Scenario | What is on | CPU µs/req | × bare proxy | Own share | Goal | |',
+    '|---|---|---:|---:|---:|---|---|'
+  ]
+  for (const r of costs.rows) {
+    out.push(r.skipped !== undefined
+      ? `| \`${r.scenario}\` | ${r.feature} | – | – | – | ${r.goal} | skipped: ${r.skipped.replace(/\|/g, '/')} |`
+      : `| \`${r.scenario}\` | ${r.feature} | ${fixed(r.cpuUsPerRequest, 0)} | ${fixed(r.ratio, 2)} | ${signedPercent(r.share) || '–'} | ${r.goal} | ${verdict(r.met)} |`)
+  }
+  if (input.chart !== undefined) out.push('', `![CPU per request as a ratio to the bare proxy](${input.chart})`)
+  out.push('', '### Latency for phones (open loop)', '')
+  if (latency === null) out.push('Not run.')
+  else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
+  else {
+    out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
+      `of \`${latency.capacityFrom}\`'s measured capacity (${latency.capacityRps} req/s, the median closed-loop round); both targets get the same offered load.`, '',
+    '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')
+    for (const p of latency.points) out.push(`| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`)
+    out.push('', `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`)
+  }
+  return out.join('\n')
+}
+
+/** Write the generated part between BEGIN and END, keeping the rest of the file (or make a file with only it). */
+export async function writeMarkdown (file: string, input: MarkdownInput): Promise<void> {
+  const existing = await readFile(file, 'utf8').catch(() => '')
+  const generated = `${BEGIN}\n${costMarkdown(input)}\n${END}`
+  const start = existing.indexOf('<!-- bench:begin')
+  const end = existing.indexOf(END)
+  const text = start >= 0 && end > start
+    ? existing.slice(0, start) + generated + existing.slice(end + END.length)
+    : `${existing}${existing === '' || existing.endsWith('\n\n') ? '' : '\n'}${generated}\n`
+  await writeFile(file, text)
+}
