@@ -1,6 +1,6 @@
 /**
- * An open-loop load generator, wrk2-style, for the run past saturation (issue
- * 11 item 3). Requests are due at a fixed rate whatever the server does; each
+ * An open-loop load generator, wrk2-style, for the run past saturation.
+ * Requests are due at a fixed rate whatever the server does; each
  * one's latency runs from the moment it was due, not from when a connection
  * was free to send it, so time spent waiting behind a slow server counts
  * (the "coordinated omission" a closed loop hides).

@@ -252,7 +252,7 @@ export async function startEngine (): Promise<Server & { imageDir: string }> {
  */
 export interface NginxOptions {
   /**
-   * Upload pass-through (issue 11 item 2): bodies of any size streamed to the
+   * Upload pass-through: bodies of any size streamed to the
    * upstream as they arrive (`proxy_request_buffering off`), as an operator
    * would put nginx in front of the engine. It validates nothing.
    */
@@ -370,7 +370,7 @@ async function launchRedisNode (args: string[]): Promise<Launched> {
 /**
  * Three redis-server primaries (no replicas) made a Redis Cluster by
  * `redis-cli --cluster create`, nothing persisted: the store behind
- * ping-redis-cluster (issue 18). Its `url` is REDIS_CLUSTER_NODES, the three
+ * Ping-redis-cluster. Its `url` is REDIS_CLUSTER_NODES, the three
  * as host:port; its CPU is the three servers'. Ready once each node says
  * cluster_state:ok.
  */

@@ -62,7 +62,7 @@ export interface Ratio {
   cpu?: number | null
 }
 
-/** One offered rate of the open-loop run (issue 11 item 3). */
+/** One offered rate of the open-loop run. */
 export interface SaturationPoint {
   /** Offered rate / measured capacity. */
   multiple: number
@@ -91,7 +91,7 @@ export function quantile (sorted: Float64Array, q: number): number {
   return Math.round(value * 100) / 100
 }
 
-/** Issue 11 goal: at 2x capacity, the p99 of accepted requests stays within 3x the p99 at 0.5x. */
+/** The overload goal: at 2x capacity, the p99 of accepted requests stays within 3x the p99 at 0.5x. */
 export function saturationVerdict (points: SaturationPoint[]): Ratio {
   const low = points.find((p) => p.multiple === 0.5)?.p99Accepted
   const high = points.find((p) => p.multiple === 2)?.p99Accepted
@@ -176,21 +176,21 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
     updateVsPing: compare('update', 'ping', 0.7),
     loggingVsNginx: compare('ping-logging', 'nginx', 0.6),
     loggingVsPing: compare('ping-logging', 'ping', null),
-    // Issue 8: key-set ping within 5% of HS256 ping.
+    // Key-set ping within 5% of HS256 ping.
     keySetVsHs256Ping: compare('ping-jwks', 'ping', 0.95),
-    // Issue 9: in-process limit at most 5%, Redis at most 20%; idempotency: issue 11's 5% per feature.
+    // In-process limit at most 5%, Redis at most 20%; idempotency: 5% per feature.
     rateLimitVsPing: compare('ping-ratelimit', 'ping', 0.95),
     redisLimitVsPing: compare('ping-redis', 'ping', 0.8),
     redisLimitUsersVsPing: compare('ping-redis-users', 'ping', 0.8),
-    // Issue 18: the cluster costs what one Redis does, or says how much more.
+    // The cluster costs what one Redis does, or says how much more.
     redisClusterLimitVsPing: compare('ping-redis-cluster', 'ping', null),
     idempotentVsUpdate: compare('update-idempotent', 'update', 0.95),
-    // Issue 10: metrics on within 5% of off.
+    // Metrics on within 5% of off.
     metricsVsPing: compare('ping-metrics', 'ping', 0.95),
     traceparentVsPing: compare('ping-traceparent', 'ping', 0.95),
-    // Issue 17: two engine endpoints within 5% of one (its `cpu` is the CPU per request ratio the issue states).
+    // Two engine endpoints within 5% of one (its `cpu` is the CPU per request ratio the issue states).
     twoEnginesVsPing: compare('ping-2-engines', 'ping', 0.95),
-    // Issue 11: everything on, info logging included, ping >= 0.6 x nginx.
+    // Everything on, info logging included, ping >= 0.6 x nginx.
     prodPingVsNginx: compare('prod-ping', 'nginx', 0.6),
     prodPingVsPing: compare('prod-ping', 'ping', null),
     prodUpdateVsUpdate: compare('prod-update', 'update', null),

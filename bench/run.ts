@@ -39,7 +39,7 @@ import {
  * under it; the open loop uses a user of its own so it starts a fresh window.
  */
 const NEVER_REACHED_PER_MINUTE = '1000000'
-/** Offered load past saturation, as multiples of the measured capacity (issue 11 item 3). */
+/** Offered load past saturation, as multiples of the measured capacity. */
 const SATURATION_MULTIPLES = [0.5, 1, 1.5, 2] as const
 const SATURATION = 'saturation'
 /**
@@ -402,7 +402,7 @@ function productionGaps (missing: Missing): string[] {
 }
 
 /**
- * Issue 11 item 3: a fixed arrival rate at multiples of the capacity just
+ * A fixed arrival rate at multiples of the capacity just
  * measured, on the same gateway and request. Reports goodput (2xx per
  * second), the p99 of the accepted (2xx) answers, and the shares refused
  * with 503 (shed) or 429 (limited).
@@ -486,7 +486,7 @@ async function main (): Promise<void> {
   const redisCluster = specs.some((g) => g.rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
   const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
   const tokenFor = (target: TargetName): string => isGateway(target) && gatewaySpec(target).auth === 'keyset' && keySetToken !== null ? keySetToken : token
-  // A second mock engine for the gateways that spread over two (issue 17).
+  // A second mock engine for the gateways that spread over two.
   const mock2 = mock !== null && specs.some((g) => g.engines === 2) ? await startMock() : null
   if (mock !== null && needs('bare')) servers.set('bare', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare')))
   if (mock !== null) {

@@ -22,7 +22,7 @@ export interface GatewaySpec {
   logLevel: 'warn' | 'info'
   /** hs256: JWT_SECRET; keyset: JWT_JWKS_URL of the harness's key server. */
   auth: 'hs256' | 'keyset'
-  /** in-process, Redis-backed or in a Redis Cluster, set so high it never refuses (issue 11: "set high enough not to trigger"). */
+  /** in-process, Redis-backed or in a Redis Cluster, set so high it never refuses. */
   rateLimit: 'off' | 'memory' | 'redis' | 'redis-cluster'
   metrics: boolean
   /** SHED_EVENT_LOOP_DELAY_MS at its default (200 ms) instead of 0. */
@@ -42,7 +42,7 @@ export interface GatewaySpec {
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
-/** Issue 11 item 1: what an operator runs. Idempotency is per request (the header), not a setting. */
+/** What an operator runs. Idempotency is per request (the header), not a setting. */
 export const PRODUCTION: GatewaySpec = {
   logLevel: 'info', auth: 'keyset', rateLimit: 'memory', metrics: true, shedding: true, needs: ['jwks', 'rate-limit', 'metrics', 'shedding', 'traceparent'], everythingOn: true
 }
@@ -199,13 +199,13 @@ const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('metrics') },
   { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, in-process') },
   { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, Redis') },
-  // Issue 18: the same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
+  // The same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
   { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
   { name: 'ping-redis-users', description: 'gateway ping, rate limit in Redis, 50 users in turn', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, users: 50 },
   { name: 'ping-traceparent', description: 'gateway ping, a new traceparent per request', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, fresh: ['traceparent'], needs: ['traceparent'], cost: feature('trace context (a client traceparent)') },
   { name: 'ping-shedding', description: 'gateway ping, load shedding on (SHED_EVENT_LOOP_DELAY_MS=200)', target: 'gateway-shedding', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('load shedding') },
-  // Issue 17: the cluster client's cost per request with two endpoints (balancer, health, retry state) against `ping`'s one.
+  // The cluster client's cost per request with two endpoints (balancer, health, retry state) against `ping`'s one.
   { name: 'ping-2-engines', description: 'gateway ping, JWT, two mock engines (least-request of two)', target: 'gateway-2-engines', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('two engine endpoints') },
   { name: 'ping-jwks', description: 'gateway ping, key-set token (RS256, JWKS cached)', target: 'gateway-jwks', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('key-set token (RS256 from a JWKS)') },
   {
@@ -224,7 +224,7 @@ const ENTRIES: readonly ScenarioEntry[] = [
   // Traces (DECISIONS 29): prod-ping plus an OTLP export to a sink process, at 1% and at 100% of requests.
   { name: 'prod-ping-traced', description: 'everything on: ping, traces at 1% to an OTLP sink', target: 'gateway-prod-traced', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
   { name: 'prod-ping-traced-all', description: 'everything on: ping, every request traced to an OTLP sink', target: 'gateway-prod-traced-all', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
-  // Issue 11 item 1: everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
+  // Everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
   ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): ScenarioEntry[] => {
     const prefix = target === 'gateway-prod' ? 'prod' : 'prod-redis'
     const store = target === 'gateway-prod' ? 'in-process' : 'Redis'

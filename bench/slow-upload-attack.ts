@@ -1,6 +1,6 @@
 /**
- * Another user's ping latency under the slow-upload attack (issue 16,
- * DECISIONS 23): `--attackers` creates (one per user, so no per-user cap
+ * Another user's ping latency under the slow-upload attack (DECISIONS
+ * 23): `--attackers` creates (one per user, so no per-user cap
  * applies) send their fields and the image's first 4 KiB, then one byte every
  * `--trickle-s` seconds; each one refused or cut off opens again 1 s later
  * (the `Retry-After` of the refusals). Meanwhile a

@@ -3,9 +3,9 @@
  *
  * - Upload time: 1 MiB and 10 MiB images, sequential creates straight to the
  *   reference engine, through nginx passing the body through unbuffered
- *   (`proxy_request_buffering off`, the fair anchor: issue 11 item 2), and
+ *   (`proxy_request_buffering off`, the fair anchor), and
  *   through the gateway, in the same run, rounds interleaved. Goals: gateway /
- *   nginx <= 1.15 at 10 MiB (issue 11); gateway / direct <= 1.15 (the
+ *   nginx <= 1.15 at 10 MiB; gateway / direct <= 1.15 (the
  *   original goal, kept for comparison).
  * - Memory: the gateway's peak RSS growth under waves of concurrent 9 MiB
  *   uploads (16 by default, each on its own connection). Goal: < 80 MB.
@@ -157,11 +157,11 @@ interface SizeResult {
   nginx: { medianMs: number, rounds: TargetRound[] } | null
   /** Median of all gateway uploads / median of all direct uploads. */
   ratio: number
-  /** Median of all gateway uploads / median of all nginx uploads (issue 11's anchor). */
+  /** Median of all gateway uploads / median of all nginx uploads (the upload anchor). */
   nginxRatio: number | null
   nginxRoundRatios: number[]
   nginxGoal: string
-  /** Judged at 10 MiB only (issue 11); null for other sizes or without nginx. */
+  /** Judged at 10 MiB only; null for other sizes or without nginx. */
   nginxMet: boolean | null
   /** The same ratio per round, for the spread. */
   roundRatios: number[]

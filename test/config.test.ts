@@ -235,7 +235,6 @@ t.test('NODE_ENV must be a known mode: a typo does not silently run as developme
   ))
 })
 
-// Issue 7, item 8.
 t.test('UPSTREAM_URL: a port the URL parser refuses is a config error, not a stack trace from new Pool', async (t) => {
   t.throws(() => loadConfig({ UPSTREAM_URL: 'http://h:99999' }), new ConfigError(
     'UPSTREAM_URL="http://h:99999" is invalid: port 99999 is out of range; use a port from 1 to 65535, or none for 80/443'
@@ -309,7 +308,7 @@ t.test('TRUST_PROXY: addresses and CIDRs, IPv4 and IPv6; a bad entry stops confi
   }
 })
 
-// Issue 18 (DECISIONS 26): exactly one Redis mode, and one line for every bad combination.
+// (DECISIONS 26) exactly one Redis mode, and one line for every bad combination.
 t.test('Redis: REDIS_URL, REDIS_SENTINELS + REDIS_SENTINEL_NAME or REDIS_CLUSTER_NODES, each read', async (t) => {
   t.same(loadConfig({ REDIS_URL: 'rediss://cache.example:6380' }).limits.redis, { mode: 'single', url: 'rediss://cache.example:6380' })
   t.same(loadConfig({ REDIS_SENTINELS: 's1:26379,10.0.0.2:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'gateway', REDIS_USERNAME: 'gw', REDIS_PASSWORD: 'data-pw', REDIS_SENTINEL_PASSWORD: 'sentinel-pw' }).limits.redis, {

@@ -2,7 +2,7 @@
  * DECISIONS 21 over raw sockets: an answer that leaves body bytes unread ends
  * its connection and says so; Node's own parser errors get the simple shape,
  * an id and `connection: close`; while draining, every answer closes its
- * connection (issue 7 items 3, 4, 11, 12).
+ * connection.
  */
 import { once } from 'node:events'
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net'

@@ -1,5 +1,5 @@
 /**
- * Engine connections and creates (issue 7 item 5, DECISIONS 22), over real
+ * Engine connections and creates (DECISIONS 22), over real
  * sockets. Valid creates share one pooled engine connection. A non-image never
  * opens an engine request (its first bytes are sniffed first), so it costs
  * none. A refusal after the image began aborts the engine request: that costs

@@ -1,5 +1,5 @@
 /**
- * Idempotency, create side (issue 16 item 5; DECISIONS 16): the fingerprint
+ * Idempotency, create side (DECISIONS 16): the fingerprint
  * covers the whole form, also when the engine answered before the upload
  * ended. The stub engine here answers 403 (its structured error) as soon as a
  * request's headers arrive, before reading the body. The gateway then reads

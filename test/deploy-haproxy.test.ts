@@ -1,6 +1,6 @@
 /**
  * deploy/haproxy/haproxy.cfg, the one balancer config of every recipe form
- * (issue 19 item 4): Debian's haproxy accepts it with the variables set and
+ *: Debian's haproxy accepts it with the variables set and
  * refuses it without them, and its checks see a draining gateway leave before
  * the gateway's 5 s notice ends (README "Deploying", DECISIONS 12).
  */
@@ -68,7 +68,7 @@ t.test('the health checks see a draining gateway leave before its listener close
   t.ok(inter + fall * inter < DRAIN_NOTICE_MS, `DOWN within ${inter + fall * inter} ms, before the ${DRAIN_NOTICE_MS} ms notice ends`)
   t.match(cfg, /^\s*http-check expect status 200$/m)
   t.match(cfg, /uri \/health\b/)
-  // Retries only when the connection was never made, and never a POST (issue 19 item 1).
+  // Retries only when the connection was never made, and never a POST.
   t.match(cfg, /^\s*retry-on conn-failure$/m)
   t.match(cfg, /^\s*option redispatch\b/m)
   t.match(cfg, /^\s*http-request disable-l7-retry if METH_POST$/m)

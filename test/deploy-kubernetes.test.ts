@@ -1,5 +1,5 @@
 /**
- * deploy/kubernetes/ (issue 19 items 1 and 4): every manifest validates against
+ * Deploy/kubernetes/: every manifest validates against
  * the Kubernetes API's published schemas (the npm packages kubernetes-models and
  * @kubernetes-models/prometheus-operator, which compile them), kustomization.yaml
  * lists every file, and the parts fit together: the drain arithmetic, the probes,

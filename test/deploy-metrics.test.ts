@@ -1,6 +1,6 @@
 /**
  * Every metric the recipe's alert rules and dashboard query exists in a live
- * scrape of the gateway (issue 19 item 4): a real gateway process with the
+ * Scrape of the gateway: a real gateway process with the
  * features those metrics come from turned on (two engine endpoints, Redis),
  * one request of each route, then GET /metrics on METRICS_PORT.
  *

@@ -1,5 +1,5 @@
 /**
- * Drain under load (issue 7 item 12): clients keep sending on kept-alive
+ * Drain under load: clients keep sending on kept-alive
  * sockets through SIGTERM, the 5 s production notice and the close. Every
  * request sent on an open (kept-alive, reused) connection must get an answer.
  * A new connection the listener refuses (ECONNREFUSED), or that the kernel had

@@ -43,7 +43,7 @@ t.test('create as alice, update as alice, then bob and a made-up id get the same
   t.same(engine.engine.portfolios.get(id)?.target_positions, [{ mint: MINTS[2], allocation: 1 }], "bob changed nothing")
 })
 
-t.test('a create with a 30-emoji name succeeds end to end: both legs count characters (issue 7, item 1)', async (t) => {
+t.test('a create with a 30-emoji name succeeds end to end: both legs count characters', async (t) => {
   const engine = await startEngine(t)
   const { url } = await build(t, { upstreamUrl: engine.origin })
   const name = '\u{1F4C8}'.repeat(30) // 30 code points, 60 UTF-16 code units
@@ -54,7 +54,7 @@ t.test('a create with a 30-emoji name succeeds end to end: both legs count chara
   t.equal(engine.engine.portfolios.get(id)?.name, name)
 })
 
-t.test('two gateways, each in front of its own engine, the engines on one Redis: create through one, update through the other (issue 19 item 2)', async (t) => {
+t.test('two gateways, each in front of its own engine, the engines on one Redis: create through one, update through the other', async (t) => {
   if (!requireRedis(t)) return
   ensureBuilt()
   const redis = await startRedis(t)

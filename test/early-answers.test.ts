@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v3, issue 16 item 1: the lingering close after an early answer,
+ * DECISIONS 21 v3: the lingering close after an early answer,
  * over raw sockets that keep sending (allowHalfOpen, so the server's FIN does
  * not stop them), with the bounds shortened through AppDeps. The real clients
  * (undici fetch, curl) against a gateway process: early-answers-clients.test.ts.

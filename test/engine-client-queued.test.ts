@@ -2,7 +2,7 @@
  * EngineClient.queueFull reads undici's private `queued` field of a Pool
  * instead of `pool.stats` (which walks every connection: 6-8% of the CPU when
  * read per request). If undici renames the field, the client falls back to the
- * slow walk silently; this test fails loudly instead (issue 16 item 7).
+ * slow walk silently; this test fails loudly instead.
  */
 import t from 'tap'
 import { Pool } from 'undici'

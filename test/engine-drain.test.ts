@@ -1,5 +1,5 @@
 /**
- * The reference engine drains (DECISIONS 25, issue 17 item 5): on SIGTERM the
+ * The reference engine drains (DECISIONS 25): on SIGTERM the
  * standalone process answers /health 500 and every answer with
  * `connection: close` for the notice, then stops accepting, finishes the
  * requests in flight and exits 0. Real processes from dist/, real sockets;

@@ -1,6 +1,6 @@
 /**
  * The engine pool's idle bound is the gateway's, whatever the engine's
- * `Keep-Alive: timeout=N` hint says (issue 7 item 10): an engine that offers
+ * `Keep-Alive: timeout=N` hint says: an engine that offers
  * 60 s still has its idle socket closed by the gateway after the pool's bound.
  */
 import { once } from 'node:events'

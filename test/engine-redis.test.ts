@@ -1,5 +1,5 @@
 /**
- * Engines that agree (issue 19 item 2): with ENGINE_REDIS_URL, portfolios,
+ * Engines that agree: with ENGINE_REDIS_URL, portfolios,
  * owners, target positions and the create deduplication live in Redis, and
  * images in the directory the engines share. Real redis-server, real engine
  * processes from dist/; waits are on log lines, never sleeps.

@@ -106,7 +106,7 @@ for (const [name, handler] of OUTSIDE_CONTRACT) {
   })
 }
 
-t.test('an /api/health probe that times out is counted as timeout, not unavailable (issue 16 item 7)', async (t) => {
+t.test('an /api/health probe that times out is counted as timeout, not unavailable', async (t) => {
   const stub = await startStubUpstream(faults.hang)
   t.teardown(stub.close)
   // UPSTREAM_TIMEOUT_MS 300: the probe's cap is min(300, 2000) ms.

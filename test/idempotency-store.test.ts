@@ -1,5 +1,5 @@
 /**
- * Idempotency under every order of events (issue 16 items 5 and 7), with each
+ * Idempotency under every order of events, with each
  * store (in process, and a real redis-server), over real sockets against the
  * stub engine: a pending claim outlives its request whatever
  * IDEMPOTENCY_TTL_S is, and a replay's content-type is the first answer's,

@@ -55,7 +55,7 @@ async function contract (t: Test, store: LimitStore): Promise<void> {
   await after(60)
   t.equal(await store.claim('alice', 'brief', 'o2', 30), undefined, 'a claim whose holder died frees the key after its TTL')
 
-  // Issue 16: the first claim expired mid-request and a newer request claimed
+  // The first claim expired mid-request and a newer request claimed
   // the key; the first one's late release or complete leaves the newer one alone.
   t.equal(await store.claim('alice', 'stale', 'first', 30), undefined)
   await after(60)

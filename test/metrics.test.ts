@@ -68,7 +68,7 @@ t.test('requests, rejections and engine calls after known traffic, with exact co
   t.notMatch(text, /secret-123|no\/such/, 'never the raw URL')
   t.equal(samples.filter((s) => s.name === 'gateway_requests_total').length, 6, 'no other request series')
 
-  // The latency histogram by status class too (issue 16 item 7): fast refusals do not hide slow answers.
+  // The latency histogram by status class too: fast refusals do not hide slow answers.
   const durations = (statusClass: string, suffix = 'count', le?: string) => valueOf(samples, `gateway_request_duration_seconds_${suffix}`, { route: '/api/portfolio/ping', method: 'GET', status_class: statusClass, ...(le === undefined ? {} : { le }) })
   t.equal(durations('2xx'), 3)
   t.equal(durations('4xx'), 1)

@@ -103,7 +103,7 @@ t.test('create is multipart/form-data with a binary image and the field rules; u
     description: { type: 'string', maxLength: 500 }
   })
   t.same(form.required, ['name', 'type'])
-  // The image types the document names are the ones the check accepts (issue 16 item 7), worded as the refusal is.
+  // The image types the document names are the ones the check accepts, worded as the refusal is.
   t.equal((form.properties as Record<string, { description?: string }>)['image']!.description, `${IMAGE_TYPE_NAMES}, recognised by its bytes, at most 10485760 bytes; optional`)
   t.equal(NOT_AN_IMAGE, 'image must be a PNG or JPEG file')
   t.equal(IMAGE_TYPE_NAMES, 'PNG or JPEG')

@@ -1,5 +1,5 @@
 /**
- * Redis Cluster (DECISIONS 26; issue 18): three primaries made a cluster by
+ * Redis Cluster (DECISIONS 26): three primaries made a cluster by
  * `redis-cli --cluster create`, gateway processes on REDIS_CLUSTER_NODES in
  * front of one reference engine. Every key carries its user in a hash tag, so
  * one user's counter and records live in that user's slot; the counter batch

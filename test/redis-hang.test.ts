@@ -1,5 +1,5 @@
 /**
- * A Redis that hangs instead of failing (issue 16 item 6): redis-server is
+ * A Redis that hangs instead of failing: redis-server is
  * stopped with SIGSTOP under load, so its sockets stay open and nothing
  * answers, then continued with SIGCONT.
  * - keyed requests get 503 with Retry-After within a second, rate limits

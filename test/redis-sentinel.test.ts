@@ -1,5 +1,5 @@
 /**
- * A Sentinel failover under load (DECISIONS 17, 26; issue 18): a primary, one
+ * A Sentinel failover under load (DECISIONS 17, 26): a primary, one
  * replica and three sentinels; two gateway processes on REDIS_SENTINELS in
  * front of one reference engine, under a steady load of ping, update and
  * keyed create. The primary is SIGKILLed. Pings and updates never fail; keyed
@@ -174,7 +174,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
       for (const [i, gw] of gateways.entries()) t.comment(`gateway ${i}:\n${gw.out().split('\n').filter((l) => /"msg":"redis /.test(l)).slice(-25).join('\n')}`)
     }
 
-    // The figures the README quotes (issue 18): what the failover cost.
+    // The figures the README quotes: what the failover cost.
     const firstRefused = Math.min(...refused.map((s) => s.sentAt))
     const lastRefused = Math.max(...refused.map((s) => s.doneAt))
     t.comment(`failover figures: +switch-master ${switched.at - killAt} ms after the SIGKILL; keyed creates refused (503) ` +

@@ -1,5 +1,5 @@
 /**
- * Redis over TLS (DECISIONS 17, 26; issue 18): a redis-server that speaks
+ * Redis over TLS (DECISIONS 17, 26): a redis-server that speaks
  * only TLS, its certificate signed by a CA made in the test with openssl and
  * a password required. A gateway process given `rediss://` and REDIS_TLS_CA
  * counts its limits and stores its records there; one without the CA cannot

@@ -1,7 +1,7 @@
 /**
  * routerPath (src/http/router-path.ts) against the real router: for each
  * target, the shedder's idea of "an /api/* request" must be the router's
- * (issue 16 item 4). An /api bearer route answers 401 without a token; any
+ *. An /api bearer route answers 401 without a token; any
  * other target gets 404 or 400.
  */
 import { once } from 'node:events'

@@ -1,6 +1,6 @@
 /**
  * The server side of "bounded time": every Node server limit is set, none left
- * at its default. The values are literals (issue 7, item 13): a constant changed
+ * At its default. The values are literals: a constant changed
  * by mistake fails here, instead of being compared with itself. Then the
  * relations between the gateway's limits and the reference engine's.
  */
@@ -60,7 +60,7 @@ t.test('the reference engine\'s limits are at least the gateway\'s', async (t) =
 // The gateway streams an upload to the engine as it arrives, so the engine
 // request lasts as long as the client's (up to the gateway's requestTimeout,
 // 180 s) plus the wait for the engine: with a shorter engine requestTimeout, a
-// slow upload the gateway accepts would fail at the engine as a 502 (issue 7, item 6).
+// Slow upload the gateway accepts would fail at the engine as a 502.
 t.test('the engine\'s requestTimeout covers the gateway\'s upload allowance', async (t) => {
   const gateway = (await build(t)).app.server
   const { engine } = await startEngine(t)

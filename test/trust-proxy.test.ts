@@ -1,5 +1,5 @@
 /**
- * TRUST_PROXY (DECISIONS 27, issue 19 item 3), over real sockets: the access
+ * TRUST_PROXY (DECISIONS 27), over real sockets: the access
  * line carries the client address, taken from X-Forwarded-For only when the
  * peer is a trusted proxy; otherwise the socket's own address.
  */

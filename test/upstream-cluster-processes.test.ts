@@ -2,7 +2,7 @@
  * Several engines as real processes (fixtures/draining-engine.ts, which drains
  * on SIGTERM as DECISIONS 25 says) behind one gateway, under a steady load of
  * ping, update and create: a rolling restart, a crash (SIGKILL) and a hang
- * (SIGSTOP) of one engine (DECISIONS 24, issue 17).
+ * (SIGSTOP) of one engine (DECISIONS 24).
  */
 import { readFileSync } from 'node:fs'
 import { once } from 'node:events'

@@ -207,7 +207,7 @@ t.test('all endpoints down: 502 at once (p99 under 20 ms), and /api/health says 
     baseline.push(performance.now() - started)
   }
   const quantile = (xs: number[], q: number): number => xs.sort((x, y) => x - y)[Math.floor(xs.length * q)]!
-  // The bound (issue 17) is a p99 of 20 ms. Measured at the client, a loaded 2-core runner adds its own stalls
+  // The bound is a p99 of 20 ms. Measured at the client, a loaded 2-core runner adds its own stalls
   // (a 400 the gateway answers alone shows them): that figure is reported, and what is asserted is the
   // gateway's own engine call (no connect, no jitter wait: the p99 well under 20 ms) and the client's median.
   t.comment(`client p99 ${quantile(times, 0.99).toFixed(2)} ms with every engine down; a 400's p99 ${quantile(baseline, 0.99).toFixed(2)} ms`)

@@ -1,5 +1,5 @@
 /**
- * Issue 7, items 1 and 2: the gateway and the reference engine check the same
+ * The gateway and the reference engine check the same
  * schema the same way (lengths in characters, i.e. code points) and answer the
  * same 400 in the same words, apart from `source`. Each case goes to both legs
  * over real sockets: the gateway (in front of the real engine) and the engine alone.

@@ -1,6 +1,5 @@
 /**
- * HTTP/2 against HTTP/1.1 through haproxy, in the same run (issue 19 "Done
- * when"): h2load (nghttp2-client) over TLS with ALPN h2, then autocannon over
+ * HTTP/2 against HTTP/1.1 through haproxy, in the same run: h2load (nghttp2-client) over TLS with ALPN h2, then autocannon over
  * TLS with HTTP/1.1, both on /api/portfolio/ping with a token, same number of
  * connections and the same duration. Neither client verifies the
  * certificate (autocannon cannot be told a CA); both speak to haproxy.

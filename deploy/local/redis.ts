@@ -2,7 +2,7 @@
  * Redis for the local topology, from Debian's redis-server and
  * redis-sentinel: the gateway's store (a primary, one replica, three
  * sentinels that agree by quorum 2, DECISIONS 26) and the engines' own store
- * (one node: issue 19 item 2 keeps it apart from the gateway's).
+ * (one node, kept apart from the gateway's).
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'

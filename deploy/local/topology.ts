@@ -1,5 +1,5 @@
 /**
- * The whole topology on one machine, as processes (issue 19 item 1):
+ * The whole topology on one machine, as processes:
  *
  *   clients --TLS 1.3, h2 or http/1.1--> haproxy --http/1.1--> gateway-1..3 --> engine-1, engine-2
  *                                                                 |                  |

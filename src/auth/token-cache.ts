@@ -1,5 +1,5 @@
 /**
- * The verified-token cache (issue 7 item 10). Keyed by the SHA-256 of the
+ * The verified-token cache. Keyed by the SHA-256 of the
  * token, not the token: an entry costs 43 characters of key whatever the
  * token's size (up to 16 KiB), so 10,000 entries stay under ~2 MB.
  * An entry never outlives the token's `exp` (plus the clock tolerance) nor

@@ -67,7 +67,7 @@ function isTimeout (err: Error): boolean {
   return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
 
-/** An abort reason as the call's error: AbortSignal.timeout's TimeoutError is the engine taking too long (issue 16 item 7). */
+/** An abort reason as the call's error: AbortSignal.timeout's TimeoutError is the engine taking too long. */
 export function abortError (reason: unknown): Error {
   if (reason instanceof Error && reason.name === 'TimeoutError' && !(reason instanceof GatewayError)) {
     return new GatewayError('UPSTREAM_TIMEOUT', undefined, { cause: reason })

@@ -97,7 +97,7 @@ export class EngineClient {
     this.#maxQueue = opts.maxQueue ?? 256
     const random = opts.random ?? Math.random
     const idleMs = opts.keepAliveTimeoutMs ?? 4_000
-    // The bounds that exist for one engine hold per endpoint (issue 17).
+    // The bounds that exist for one engine hold per endpoint.
     const connection = {
       pipelining: opts.pipelining ?? 1,
       connect: { timeout: opts.connectTimeoutMs ?? 2_000 },

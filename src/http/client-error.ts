@@ -3,7 +3,7 @@
  * 431 headers too large, 408 request timeout, 400 malformed request. Fastify's
  * default writes its own body shape, no request id, and closes the socket
  * without saying so, so a client that pipelined its next request loses it
- * (issue 7 item 11). Here: the simple shape, a fresh request id, and
+ *. Here: the simple shape, a fresh request id, and
  * `connection: close` before the socket is ended; then the socket lingers
  * (connection-close.ts), so a client still sending reads the answer instead
  * of a reset.

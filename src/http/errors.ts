@@ -80,7 +80,7 @@ const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
  * HTTPParserError carries no code when the bytes are not HTTP at all) and the
  * response-side undici codes. The other UND_ERR_* codes (INVALID_ARG,
  * NOT_SUPPORTED, REQ_CONTENT_LENGTH_MISMATCH, ABORTED, ...) are the gateway's
- * own doing (issue 7 item 7): a 500, not the engine's fault.
+ * Own doing: a 500, not the engine's fault.
  */
 const BAD_RESPONSE = new Set([
   'UND_ERR_HEADERS_OVERFLOW', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_INFO'

@@ -2,7 +2,7 @@
  * The path Fastify's router (find-my-way 9, with Fastify 5's defaults: case
  * sensitive, no folding of `//` or a trailing `/`, `;` not a delimiter) matches
  * for a request target. The load shedder answers in front of Fastify and must
- * see what the router will see (issue 16 item 4): `/%61pi/...` and absolute
+ * See what the router will see: `/%61pi/...` and absolute
  * targets (`GET http://host/api/...`) reach the /api routes; `//api/...` does
  * not (a 404). test/router-path.test.ts holds this against the real router.
  */

@@ -5,7 +5,7 @@
  * Each subject holds at most `maxRecordsPerSubject` idempotency records: a new
  * claim past that evicts that subject's own oldest record. So one user sending
  * fresh keys as fast as the rate limit allows cannot push the other users'
- * records out of the shared LRU (issue 16); only many users together fill it.
+ * records out of the shared LRU; only many users together fill it.
  */
 import { LRUCache } from 'lru-cache'
 import { currentWindow, type IdempotencyRecord, type LimitStore, type StoreStatus, type WindowHit } from './store.js'

@@ -30,7 +30,7 @@ export interface WindowHit {
  * A claim carries its owner, a random token only the request that claimed it
  * knows: `complete` and `release` act only while the record is still that
  * claim, so a request whose claim expired (or was evicted) and was taken by a
- * newer one cannot overwrite or delete the newer one's record (issue 16).
+ * newer one cannot overwrite or delete the newer one's record.
  */
 export type IdempotencyRecord =
   | { state: 'pending', owner?: string }

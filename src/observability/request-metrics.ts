@@ -39,7 +39,7 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
 
 /**
  * One route's series, resolved when the route is added: a request adds to
- * plain numbers. Both per status class (issue 16 item 7): fast 401s and 429s
+ * Plain numbers. Both per status class: fast 401s and 429s
  * must not hide slow 200s in one histogram.
  */
 interface RouteSeries {

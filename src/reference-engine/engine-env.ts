@@ -51,7 +51,7 @@ export interface EngineSettings {
   readonly drainNoticeMs: number
   /** DECISIONS 16 v3: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives. */
   readonly idempotencyTtlS: number
-  /** Set: portfolios and the create deduplication live in this Redis (issue 19 item 2); unset: in memory. */
+  /** Set: portfolios and the create deduplication live in this Redis; unset: in memory. */
   readonly redisUrl?: string
 }
 

@@ -86,14 +86,14 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     // socket the pool is about to reuse.
     keepAliveTimeout: 72_000,
     // A 10 MiB image over a slow client still fits; a stalled one does not hold a socket forever.
-    // At least the gateway's upload allowance (issue 7 item 6), so an upload the gateway accepts never times out here.
+    // At least the gateway's upload allowance, so an upload the gateway accepts never times out here.
     requestTimeout: ENGINE_REQUEST_TIMEOUT_MS,
     connectionTimeout: 0,
     // As the gateway: a request that arrives on an open connection while the
     // engine closes is served (with `connection: close`), not refused with
     // Fastify's own 503, which is outside the contract (DECISIONS 25).
     return503OnClosing: false,
-    // The gateway's schema compiler and options: one schema, one way of counting (issue 7, item 1).
+    // The gateway's schema compiler and options: one schema, one way of counting.
     ajv: SCHEMA_VALIDATION
   })
 

@@ -1,5 +1,5 @@
 /**
- * The store in Redis (ENGINE_REDIS_URL, issue 19 item 2), so engines behind a
+ * The store in Redis (ENGINE_REDIS_URL), so engines behind a
  * balancer agree: a create on one and an update on another find the same
  * portfolio, and one owner's Idempotency-Key creates one portfolio whichever
  * engines receive it.

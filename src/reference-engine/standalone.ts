@@ -42,7 +42,7 @@ const engine = await buildEngine({
   lifecycle,
   idempotencyTtlMs: settings.idempotencyTtlS * 1000,
   ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
-  // Issue 19 item 2: engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
+  // Engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
   ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
 })
 

@@ -1,7 +1,7 @@
 /**
  * The engine's store: portfolios, their owners and target positions, and the
  * create deduplication by (owner, Idempotency-Key). Two implementations, chosen
- * by configuration (issue 19 item 2): memory-store.ts (one process, the
+ * By configuration: memory-store.ts (one process, the
  * default) and redis-store.ts (ENGINE_REDIS_URL: engines that share it agree).
  * It stands in for a real engine's database, so it reports its state for GET /health.
  */

@@ -53,7 +53,7 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         path: '/health',
         ...callerOf(request),
         // The whole probe, body included, within the cap: one signal instead of the headers deadline.
-        // The client counts its TimeoutError as a timeout, not as unavailable (issue 16 item 7).
+        // The client counts its TimeoutError as a timeout, not as unavailable.
         responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })

@@ -1,5 +1,5 @@
 /**
- * The listener's part of a graceful close (issue 7 item 12). Node's
+ * The listener's part of a graceful close. Node's
  * `http.Server.close()` also ends every idle connection at once, and a
  * connection accepted a moment ago is idle until its request is parsed: a
  * request already on its way was lost that way (15-41 in 65,000 under load).

@@ -1,6 +1,6 @@
 /**
  * One schema compiler configuration for the gateway and the reference engine
- * (issue 7, item 1): both are Fastify instances built with these Ajv options,
+ *: both are Fastify instances built with these Ajv options,
  * so a rule in schemas/ is checked the same way on both legs. In particular
  * Ajv counts string lengths in code points, where TypeBox's compiler counts
  * UTF-16 code units: a name of 30 emoji is 30 characters on both sides.

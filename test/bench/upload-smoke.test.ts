@@ -8,7 +8,7 @@ import t from 'tap'
 import { dist, isCount, isNumber, runBench, skipUnlessBuilt } from '../helpers/bench.js'
 
 const UPLOAD = dist('bench', 'upload.js')
-// nginx in front of the engine is the issue 11 anchor; without the binary its figures are null.
+// nginx in front of the engine is the upload anchor; without the binary its figures are null.
 const NGINX = existsSync('/usr/sbin/nginx')
 
 // Two child processes to start, a few 1-10 MiB uploads: seconds, but on a busy machine it may be many.

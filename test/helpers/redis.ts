@@ -34,7 +34,7 @@ export interface RedisServer {
   kill: () => Promise<void>
   /** Start again on the same port, empty. */
   restart: () => Promise<void>
-  /** SIGSTOP: the process hangs with its sockets open, as a stalled server would (issue 16 item 6). */
+  /** SIGSTOP: the process hangs with its sockets open, as a stalled server would. */
   stop: () => void
   /** SIGCONT: it goes on where it stopped. */
   cont: () => void

@@ -1,5 +1,5 @@
 /**
- * The chaos test of issue 19 item 5: the whole deploy/local topology under a
+ * The chaos test: the whole deploy/local topology under a
  * steady load through haproxy (HTTP/1.1 and HTTP/2 over TLS), while, one
  * after another, the three gateways restart in turn, an engine is killed and
  * restarted, and the gateways' Redis primary is killed. It asserts what each
@@ -137,7 +137,7 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
   t.same(unexcused(rolling), [], 'no request failed through the rolling restart of the gateways')
   t.same(unexcused(engineKill), [], 'through the engine kill, only requests in flight at the kill failed, as 502 or 504')
 
-  // Through the Redis failover: keyed creates get 200 or 503 (DECISIONS 17), pings never fail (issue 18).
+  // Through the Redis failover: keyed creates get 200 or 503 (DECISIONS 17), pings never fail.
   const duringFailover = inPhase(outcomes, failover)
   t.same(duringFailover.filter((o) => o.op === 'create' && o.status !== 200 && o.status !== 503).map(statusOf), [], 'keyed creates got only 200 or 503 during the failover')
   t.same(duringFailover.filter((o) => o.op === 'ping' && o.status !== 200).map(statusOf), [], 'pings never failed during the failover')

@@ -193,7 +193,7 @@ export class CreateUpload {
   /**
    * Read and check what is left of the form after the engine stopped taking
    * it (it answered before the upload ended), so that a fingerprint covers the
-   * whole form (DECISIONS 16; issue 16 item 5). Bounded by the same limits as
+   * whole form (DECISIONS 16). Bounded by the same limits as
    * the upload. Rejects, with `refusal` set, when the form cannot be read to
    * its end or is not valid.
    */
