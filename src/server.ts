@@ -31,7 +31,7 @@ try {
  * Log lines go to stdout through pino's asynchronous destination (sonic-boom):
  * lines gather in memory and leave in one write of at least 4 KiB, or every
  * 250 ms when traffic is light, instead of one blocking write(2) per access
- * line (docs/PERFORMANCE.md, "Logging"). The shutdown below flushes what is
+ * line (docs/performance-history.md, "Logging"). The shutdown below flushes what is
  * still buffered, so no access line is lost on SIGTERM. The buffer is bounded
  * (16 MiB): if stdout stops draining, lines past it are dropped rather than
  * growing memory without limit or blocking requests on the write.

@@ -4,7 +4,7 @@
  * addition. prom-client's own Counter and Histogram check and hash the label
  * set on every `inc`/`observe`, bound children included: for the request and
  * engine series that measured 6 µs per proxied ping, a tenth of its cost
- * (docs/PERFORMANCE.md). These families hand prom-client, at scrape time, the
+ * (docs/performance-history.md). These families hand prom-client, at scrape time, the
  * same values its own metrics would (`get()`), and prom-client writes the
  * exposition: `test/series.test.ts` compares the two texts.
  */

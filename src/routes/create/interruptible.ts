@@ -6,7 +6,7 @@
  * long-lived promise, and that reaction holds the race's result until the
  * long-lived promise settles. Every 64 KiB chunk of an image stayed reachable
  * until its upload ended: 16 concurrent 9 MiB uploads grew the gateway's RSS
- * by 135 MB (docs/PERFORMANCE.md, "Uploads").
+ * by 135 MB (docs/performance-history.md, "Uploads").
  */
 export class Interruptible {
   #reason: Error | undefined
