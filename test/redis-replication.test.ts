@@ -81,7 +81,8 @@ if (requireRedis(t)) {
     const pausedFrom = { waits: await waits(), unreplicated: (await lag('unreplicated')) ?? 0 }
     const paused = await keyed(url)
     t.equal(paused.status, 200)
-    t.ok(paused.ms < 100, `no WAIT while paused (${Math.round(paused.ms)} ms)`)
+    // What proves the pause is the WAIT count below; its latency (no 100 ms wait) is a figure, since a loaded runner stalls any one request.
+    t.comment(`answered while paused in ${Math.round(paused.ms)} ms`)
     t.equal(await waits(), pausedFrom.waits, 'no WAIT sent to the stalled replica')
     t.equal(await lag('unreplicated'), pausedFrom.unreplicated + 1, 'counted as unreplicated')
     replica.cont()
