@@ -122,9 +122,15 @@ async function leases (t: Test, store: LimitStore, probe: Redis): Promise<void> 
   t.ok(pttl > 0 && pttl <= 200, `the key expires with its last lease (pttl ${pttl})`)
   await after(250)
   t.equal(await uploads.enterUpload('crashed', 'b', 1, 60_000), true, 'an unrenewed lease expires by itself')
-  // Renewal puts back a lease an outage let expire: its upload still runs.
-  await uploads.renewUploads([{ subject: 'crashed', lease: 'a' }, { subject: 'other', lease: 'l0' }], 60_000)
-  t.same((await probe.zrange('pgw:up:{crashed}', 0, -1)).sort(), ['a', 'b'], 'the expired lease is back beside the other')
+  // Renewal never puts back a lease gone (it may run late, after its upload ended): it names it instead.
+  const gone = await uploads.renewUploads([{ subject: 'crashed', lease: 'a' }, { subject: 'crashed', lease: 'b' }, { subject: 'other', lease: 'l0' }], 60_000)
+  t.same(gone, [{ subject: 'crashed', lease: 'a' }], 'the expired lease is named, the held ones are not')
+  t.same(await probe.zrange('pgw:up:{crashed}', 0, -1), ['b'], 'and is not put back')
+  const pttlRenewed = await probe.pttl('pgw:up:{crashed}')
+  t.ok(pttlRenewed > 200, `the held lease is extended (pttl ${pttlRenewed})`)
+  await uploads.leaveUpload('crashed', 'b')
+  t.same(await uploads.renewUploads([{ subject: 'crashed', lease: 'b' }], 60_000), [{ subject: 'crashed', lease: 'b' }], 'a renewal that runs after the ZREM does not bring the lease back')
+  t.equal(await probe.exists('pgw:up:{crashed}'), 0, 'nor the key')
 }
 
 t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {

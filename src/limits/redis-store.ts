@@ -35,7 +35,7 @@ interface Scripts {
   completeRecord: (keyCount: number, key: string, pending: string, record: string, ttlMs: number) => Promise<number>
   releaseRecord: (keyCount: number, key: string, pending: string) => Promise<number>
   enterUpload: (keyCount: number, key: string, lease: string, max: number, leaseMs: number) => Promise<number>
-  renewUploads: (keyCount: number, key: string, leaseMs: number, ...leases: string[]) => Promise<number>
+  renewUploads: (keyCount: number, key: string, leaseMs: number, ...leases: string[]) => Promise<string[]>
 }
 type ScriptedClient = RedisClient & Scripts
 
@@ -225,7 +225,9 @@ export class RedisStore implements LimitStore {
     renewUploads: async (leases, leaseMs) => {
       const bySubject = new Map<string, string[]>()
       for (const { subject, lease } of leases) bySubject.set(subject, [...(bySubject.get(subject) ?? []), lease])
-      await Promise.all([...bySubject].map(async ([subject, ids]) => await this.#counted(this.#counters.renewUploads(1, uploadsKey(subject), leaseMs, ...ids))))
+      const gone = await Promise.all([...bySubject].map(async ([subject, ids]) =>
+        (await this.#counted(this.#counters.renewUploads(1, uploadsKey(subject), leaseMs, ...ids))).map((lease) => ({ subject, lease }))))
+      return gone.flat()
     }
   }
 

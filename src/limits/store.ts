@@ -71,7 +71,11 @@ export interface UploadLeaseStore {
   enterUpload: (subject: string, lease: string, max: number, leaseMs: number) => Promise<boolean>
   /** Give `lease` back. */
   leaveUpload: (subject: string, lease: string) => Promise<void>
-  /** Extend every lease given (or put it back, after an outage lost it) to `leaseMs` from now. */
-  renewUploads: (leases: ReadonlyArray<{ subject: string, lease: string }>, leaseMs: number) => Promise<void>
+  /**
+   * Extend every lease given that is still held to `leaseMs` from now; never
+   * put one back (the call may run late, after its upload ended). Resolves to
+   * the leases no longer held (an outage let them expire, or a restart lost them).
+   */
+  renewUploads: (leases: ReadonlyArray<{ subject: string, lease: string }>, leaseMs: number) => Promise<Array<{ subject: string, lease: string }>>
 }
 

@@ -67,11 +67,19 @@ return 1`
 
 /**
  * Renew leases of one subject: KEYS[1] as above, ARGV[1] the length in ms,
- * ARGV[2..] the lease ids. A lease an outage let expire is put back: its
- * upload is still in progress.
+ * ARGV[2..] the lease ids. Only leases still there are extended (ZADD XX),
+ * never put back: this call may run long after it was sent (it sat in the
+ * receive buffer of a connection the gateway gave up on while Redis hung),
+ * when those uploads have ended and their ZREM has already run. Returns the
+ * ids no longer there; the gateway takes those places again in a separate
+ * call, only for the uploads still in progress when this answer arrives.
  */
 export const RENEW_UPLOADS = `${NOW}
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return 1`
+local gone = {}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+  else gone[#gone + 1] = ARGV[i] end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return gone`

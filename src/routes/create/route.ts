@@ -46,6 +46,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   })
 
   const share = new UploadShare(opts.uploads)
+  app.addHook('onClose', async () => { share.close() })
   const minRate = new MinRate(opts.minRate ?? MIN_RATE)
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {

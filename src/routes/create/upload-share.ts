@@ -39,6 +39,8 @@ export const LEASE_MS = 10_000
 export const RENEW_MS = 3_000
 /** A place given back while the store was away is given back again this often (each try fails at once while it is away). */
 const RETURN_RETRY_MS = 200
+/** At most this many places wait to be given back; past it the oldest is forgotten and its lease left to expire. */
+const UNRETURNED_MAX = 10_000
 
 interface Place { subject: string, lease: string }
 
@@ -62,10 +64,14 @@ export class UploadShare {
   /**
    * Places given back while the store could not be told (a failover, an
    * outage): their leases would count against their users until they expire,
-   * so they are given back again every RETURN_RETRY_MS until the store
-   * answers or they have expired anyway (the time they were left, ms).
+   * so they are given back again every RETURN_RETRY_MS until a ZREM is
+   * answered. Kept until then, however long the outage: a call the gateway
+   * gave up on while Redis hung (an ENTER, a renewal) may still sit in the
+   * receive buffer of the dropped connection and run when Redis resumes,
+   * before any command of a new connection, so only an answered ZREM proves
+   * the lease gone for good. Bounded by UNRETURNED_MAX.
    */
-  readonly #unreturned = new Map<Place, number>()
+  readonly #unreturned = new Set<Place>()
   #returning: NodeJS.Timeout | undefined
   #leases = 0
   #renewal: NodeJS.Timeout | undefined
@@ -126,20 +132,16 @@ export class UploadShare {
   }
 
   #leftUnreturned (shared: SharedUploadCount, place: Place): void {
-    this.#unreturned.set(place, Date.now())
+    if (this.#unreturned.size >= UNRETURNED_MAX) this.#unreturned.delete(this.#unreturned.values().next().value!)
+    this.#unreturned.add(place)
     if (this.#returning !== undefined) return
     this.#returning = setInterval(() => { void this.#returnLeft(shared) }, RETURN_RETRY_MS)
     this.#returning.unref()
   }
 
-  /** Give back every place left unreturned; those whose lease has expired by now are forgotten. */
+  /** Give back every place left unreturned. */
   async #returnLeft (shared: SharedUploadCount): Promise<void> {
-    const expired = Date.now() - LEASE_MS
-    await Promise.all([...this.#unreturned].map(async ([place, leftAt]) => {
-      if (leftAt < expired) {
-        this.#unreturned.delete(place)
-        return
-      }
+    await Promise.all([...this.#unreturned].map(async (place) => {
       try {
         await shared.store.leaveUpload(place.subject, place.lease)
         this.#unreturned.delete(place)
@@ -159,11 +161,34 @@ export class UploadShare {
 
   #renewing (shared: SharedUploadCount): void {
     if (this.#renewal !== undefined) return
-    this.#renewal = setInterval(() => {
-      // A failed renewal is tried again next time; the lease outlives three.
-      shared.store.renewUploads([...this.#leased], LEASE_MS).catch(() => {})
-    }, RENEW_MS)
+    this.#renewal = setInterval(() => { void this.#renew(shared) }, RENEW_MS)
     this.#renewal.unref()
+  }
+
+  /**
+   * Extend the leases held. A failed renewal is tried again next time; the
+   * lease outlives three. The renewal never puts a lease back (it may run
+   * late, see RENEW_UPLOADS): a lease an outage let expire, or a restart
+   * lost, is taken again here, by a call made once the store has answered,
+   * and only for an upload still in progress then. Taken with the cap like
+   * any create: when other gateways filled the user's places meanwhile, that
+   * upload is not counted there until it ends (the cap fails open).
+   */
+  async #renew (shared: SharedUploadCount): Promise<void> {
+    let gone: Array<{ subject: string, lease: string }>
+    try {
+      gone = await shared.store.renewUploads([...this.#leased], LEASE_MS)
+    } catch {
+      return
+    }
+    const held = new Map([...this.#leased].map((place) => [place.lease, place]))
+    await Promise.all(gone.map(async ({ lease }) => {
+      const place = held.get(lease)
+      if (place === undefined) return
+      try {
+        await shared.store.enterUpload(place.subject, place.lease, this.#opts.maxPerUser, LEASE_MS)
+      } catch {}
+    }))
   }
 
   #stopRenewing (): void {
