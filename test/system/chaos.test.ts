@@ -139,7 +139,10 @@ t.test('the topology rides out a rolling restart, an engine crash and a Redis fa
 
   // Through the Redis failover: keyed creates get 200 or 503 (DECISIONS 17), pings never fail.
   const duringFailover = inPhase(outcomes, failover)
-  t.same(duringFailover.filter((o) => o.op === 'create' && o.status !== 200 && o.status !== 503).map(statusOf), [], 'keyed creates got only 200 or 503 during the failover')
+  // A 429 TOO_MANY_UPLOADS may come too: a lease given back on the old primary in the instant before the kill
+  // may not have reached the replica it promotes (replication is asynchronous), and it holds the user's place
+  // until it expires (at most 10 s). The client retries it after Retry-After, with its key.
+  t.same(duringFailover.filter((o) => o.op === 'create' && o.status !== 200 && o.status !== 503 && !(o.status === 429 && /uploads per user/.test(o.body ?? ''))).map(statusOf), [], 'keyed creates got only 200, 503 or the upload cap\'s 429 during the failover')
   t.same(duringFailover.filter((o) => o.op === 'ping' && o.status !== 200).map(statusOf), [], 'pings never failed during the failover')
 
   // No portfolio created twice: every key that succeeded named one portfolio, and every key did succeed.

@@ -3,7 +3,7 @@
  * an HTTP/1.1 worker (undici) and an HTTP/2 worker (node:http2), both over
  * TLS with the topology's CA, cycling through ping, update and a create that
  * carries an Idempotency-Key. A create that fails in a way a phone would
- * retry (502, 503, 504, 409, a broken connection) is sent again with the same
+ * retry (502, 503, 504, 409, 429 with Retry-After, a broken connection) is sent again with the same
  * key until it gets its 200, as the interface asks of clients (DECISIONS 16).
  * Every attempt is recorded with its start, end and status.
  */
@@ -39,7 +39,7 @@ interface Transport { send: (req: Request) => Promise<Answer>, close: () => Prom
 const TIMEOUT_MS = 20_000
 /** Between two requests of one worker: a steady load, not a saturating one, on a shared 2-core runner. */
 const PACE_MS = 15
-const RETRYABLE = new Set<number | string>([409, 502, 503, 504])
+const RETRYABLE = new Set<number | string>([409, 429, 502, 503, 504])
 
 function http1 (origin: string, ca: string): Transport {
   const pool = new Pool(origin, { connections: 2, connect: { ca }, headersTimeout: TIMEOUT_MS, bodyTimeout: TIMEOUT_MS, keepAliveTimeout: 4_000 })
