@@ -16,6 +16,7 @@ import { request } from 'undici'
 import { build, hs256 } from './helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
 import { eventually } from './helpers/engine.js'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
 
 const FORM = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(64 * 1024))])
 
@@ -95,3 +96,72 @@ t.test('creates whose clients hang up once the form is sent keep their places un
   const fifth = await create(url, 'leaver')
   t.equal(fifth.status, 200, 'a create once the engine has answered')
 })
+
+/**
+ * A create that sends `Expect: 100-continue` and reads the invitation; `answer`
+ * then sends `pace` (or nothing) and resolves with what it reads until the gateway closes.
+ */
+async function invited (t: Test, url: string, sub: string): Promise<(pace?: { bytes: number, everyMs: number }) => Promise<string>> {
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  let got = ''
+  socket.setEncoding('latin1').on('data', (chunk: string) => { got += chunk })
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${hs256({ sub })}\r\ncontent-type: ${FORM.contentType}\r\ncontent-length: ${FORM.body.length}\r\nexpect: 100-continue\r\n\r\n`)
+  while (!got.includes('\r\n\r\n')) await once(socket, 'data')
+  t.equal(got, 'HTTP/1.1 100 Continue\r\n\r\n', `${sub} is invited`)
+  got = ''
+  return async (pace) => {
+    let sent = 0
+    const trickle = pace === undefined
+      ? undefined
+      : setInterval(() => {
+        if (socket.destroyed || got !== '') return
+        socket.write(FORM.body.subarray(sent, sent + pace.bytes))
+        sent += pace.bytes
+      }, pace.everyMs)
+    t.teardown(() => clearInterval(trickle))
+    await once(socket, 'close')
+    clearInterval(trickle)
+    return got
+  }
+}
+
+const INVITED_CASES = [
+  {
+    name: 'silent after the invitation (no byte for 1 s)',
+    rule: { stallMs: 1_000, windowMs: 60_000, bytesPerS: 1, tickMs: 100 },
+    pace: undefined,
+    message: 'upload stalled: no byte for 1 s'
+  },
+  {
+    name: 'trickling after the invitation (10 bytes every 100 ms, under 1000 bytes/s over 2 s)',
+    rule: { stallMs: 60_000, windowMs: 2_000, bytesPerS: 1000, tickMs: 100 },
+    pace: { bytes: 10, everyMs: 100 },
+    message: 'upload too slow: under 1000 bytes/s over 2 s'
+  }
+]
+
+for (const { name, rule, pace, message } of INVITED_CASES) {
+  t.test(`a client ${name} is cut off with 408 and its upload connection goes to the next create`, async (t) => {
+    const stub = await startStubUpstream()
+    t.teardown(stub.close)
+    const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: rule, env: { UPLOAD_MAX_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '30000' } })
+    const send = await invited(t, url, 'slowpoke')
+    const begun = performance.now()
+    const cut = send(pace)
+    // The other create waits in turn for the one upload connection, which the invited client holds.
+    const other = await create(url, 'waiting')
+    const waited = performance.now() - begun
+    t.equal(other.status, 200, 'the waiting create gets the connection')
+    t.match(other.body, { portfolio_id: /\S/ })
+    // Far below the 60 s socket idle timeout that used to end the hold (and the 30 s UPSTREAM_TIMEOUT_MS it waits within).
+    t.ok(waited < 10_000, `it waited ${waited.toFixed(0)} ms for the invited client's bound`)
+    const answer = await cut
+    t.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/, 'the invited client reads 408')
+    t.match(answer, /\r\nconnection: close\r\n/i)
+    t.same(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), { error: message })
+    t.equal(stub.requests.length, 1, "only the other create's reached the engine")
+  })
+}

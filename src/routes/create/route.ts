@@ -93,6 +93,9 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
             opts.uploadWaited?.(request, asked)
             invite()
+            // The connection is held from the invitation: a client silent (or trickling) after it is cut off with 408.
+            const socket = request.raw.socket
+            clock.invited(() => socket.bytesRead)
           }
           const image = await form.readUntilImage()
           const engineRequest = {
@@ -105,6 +108,8 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           }
           let answer
           if (image === undefined) {
+            // The whole form is in: nothing more to time on the client.
+            clock.stop()
             connection?.()
             answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
           } else {
