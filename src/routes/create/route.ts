@@ -89,8 +89,11 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           // DECISIONS 23: an upload connection, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
           // A client that waits to be invited gets one before it sends a byte; any other, once its image is sniffed.
           const asked = performance.now()
+          // How long the create waited for its upload connection: it counts against UPSTREAM_TIMEOUT_MS.
+          let waited = 0
           if (invites) {
             connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            waited = performance.now() - asked
             opts.uploadWaited?.(request, asked)
             invite()
             // The connection is held from the invitation: a client silent (or trickling) after it is cut off with 408.
@@ -115,10 +118,11 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           } else {
             if (connection === undefined) {
               connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+              waited = performance.now() - asked
               opts.uploadWaited?.(request, asked)
             }
             try {
-              clock.queued(Math.max(1, opts.responseTimeoutMs - (invites ? 0 : performance.now() - asked)))
+              clock.queued(Math.max(1, opts.responseTimeoutMs - waited))
               answer = await opts.engine.call({
                 ...engineRequest,
                 body: form.streamBody(image, clock),
