@@ -1,6 +1,6 @@
 /**
- * The minimum-rate rule for uploads that hold an engine connection
- * (DECISIONS 23; Apache mod_reqtimeout's `MinRate` is the model): a client
+ * The minimum-rate rule for uploads that hold an engine connection, or an
+ * upload connection they were invited with (DECISIONS 23; Apache mod_reqtimeout's `MinRate` is the model): a client
  * that sends no byte for `stallMs` (10 s), or less than `bytesPerS` (4 KiB/s)
  * averaged over any `windowMs` (30 s), is cut off.
  *
@@ -33,6 +33,9 @@ export class RateMeter {
   bytes = 0
   /** A chunk is with the engine connection (handed over, not yet taken). */
   onEngine = false
+  /** Before any chunk is handed over: the bytes the client's socket has read so far, sampled each tick. */
+  #received: (() => number) | undefined
+  #receivedSeen = 0
   readonly #buckets: Float64Array
   #next = 0
   #ticks = 0
@@ -47,6 +50,16 @@ export class RateMeter {
     this.#cut = cut
   }
 
+  /**
+   * Count what the client's socket receives (an invited client's fields and
+   * image head, read before anything is handed over), or stop (undefined):
+   * handed-over chunks are counted from then on.
+   */
+  countReceived (received: (() => number) | undefined): void {
+    this.#received = received
+    this.#receivedSeen = received?.() ?? 0
+  }
+
   /** Stop watching (the body has gone to the engine, or the upload ended). */
   stop (): void {
     this.#watch.unwatch(this)
@@ -55,6 +68,11 @@ export class RateMeter {
   /** One tick: the failure if the client broke the rule, else undefined. */
   tick (opts: MinRateOptions, minWindowBytes: number, stallTicks: number): GatewayError | undefined {
     if (this.onEngine) return undefined
+    if (this.#received !== undefined) {
+      const received = this.#received()
+      this.bytes += received - this.#receivedSeen
+      this.#receivedSeen = received
+    }
     const bytes = this.bytes
     this.bytes = 0
     this.#windowSum += bytes - this.#buckets[this.#next]!

@@ -4,7 +4,7 @@
  */
 import fastifyMultipart from '@fastify/multipart'
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
-import type { IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
 import { CreateUpload } from './upload.js'
@@ -62,16 +62,18 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     // Expect: 100-continue: the body is invited only once the create will really stream (DECISIONS 21 v4).
     const invites = awaitingContinue(request.raw)
     let connection: (() => void) | undefined
+    const place = new Place(reply.raw)
     try {
       // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
       // DECISIONS 23: a third create of the same user is refused before it can open an engine request.
-      // Its place is given back when the answer is sent, not when a lingering read of the rest ends.
-      const leave = await share.enter(request.userId)
-      if (reply.raw.writableFinished || request.raw.destroyed) leave()
-      else reply.raw.once('close', leave)
+      // Its place is given back once the handler has settled (its engine call is over) and the answer
+      // is sent: not when a lingering read of the rest ends, and not when a client that sent its whole
+      // form hangs up while the engine still has its upload.
+      place.leave = await share.enter(request.userId)
+      reply.raw.once('finish', place.sent).once('close', place.sent)
       const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
       if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
@@ -88,10 +90,16 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           // DECISIONS 23: an upload connection, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
           // A client that waits to be invited gets one before it sends a byte; any other, once its image is sniffed.
           const asked = performance.now()
+          // How long the create waited for its upload connection: it counts against UPSTREAM_TIMEOUT_MS.
+          let waited = 0
           if (invites) {
             connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+            waited = performance.now() - asked
             opts.uploadWaited?.(request, asked)
             invite()
+            // The connection is held from the invitation: a client silent (or trickling) after it is cut off with 408.
+            const socket = request.raw.socket
+            clock.invited(() => socket.bytesRead)
           }
           const image = await form.readUntilImage()
           const engineRequest = {
@@ -104,15 +112,18 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
           }
           let answer
           if (image === undefined) {
+            // The whole form is in: nothing more to time on the client.
+            clock.stop()
             connection?.()
             answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
           } else {
             if (connection === undefined) {
               connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
+              waited = performance.now() - asked
               opts.uploadWaited?.(request, asked)
             }
             try {
-              clock.queued(Math.max(1, opts.responseTimeoutMs - (invites ? 0 : performance.now() - asked)))
+              clock.queued(Math.max(1, opts.responseTimeoutMs - waited))
               answer = await opts.engine.call({
                 ...engineRequest,
                 body: form.streamBody(image, clock),
@@ -145,11 +156,40 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
     } finally {
       // An upload connection is given back with the answer at the latest (release is once).
       connection?.()
+      place.settled()
       clock.stop()
       request.raw.off('close', onClientGone)
       gone.done()
     }
   })
+}
+
+/** A create's place under the per-user cap: given back once both its handler has settled and its answer is out. */
+class Place {
+  leave: (() => void) | undefined
+  #settled = false
+  #sent = false
+  readonly #response: ServerResponse
+
+  constructor (response: ServerResponse) {
+    this.#response = response
+  }
+
+  readonly sent = (): void => {
+    this.#sent = true
+    this.#release()
+  }
+
+  settled (): void {
+    this.#settled = true
+    // An answer written before the handler settled, or a socket already gone, fires no event now.
+    if (this.#response.writableFinished || this.#response.destroyed) this.#sent = true
+    this.#release()
+  }
+
+  #release (): void {
+    if (this.#settled && this.#sent) this.leave?.()
+  }
 }
 
 /** The reason an engine request is aborted when its client left mid-upload: nobody reads the answer. */

@@ -12,7 +12,8 @@
  * Either limit fires by aborting the engine call with a 504 reason.
  *
  * The client is timed too, while its upload holds an engine connection: from
- * the first chunk handed to the engine to the last, the minimum-rate rule
+ * the first chunk handed to the engine (or, for a client invited with
+ * `100 Continue`, from the invitation) to the last, the minimum-rate rule
  * (min-rate.ts, DECISIONS 23) watches the bytes; breaking it aborts the engine
  * call and hands the 408 to `cut`.
  */
@@ -62,19 +63,22 @@ export class UploadClock implements UploadTiming {
     this.stop()
   }
 
+  /**
+   * A client invited with `100 Continue` holds an upload connection from the
+   * invitation: the rule runs from here, on the bytes its socket receives
+   * (`received`, cumulative) until the first chunk is handed over.
+   */
+  invited (received: () => number): void {
+    this.#startMeter()
+    this.#meter?.countReceived(received)
+  }
+
   handedOver (bytes: number): void {
     // The first chunk goes out once undici has a connection: the client holds it from here.
-    if (!this.#sending && this.#rate !== undefined && !this.#responded) {
-      this.#sending = true
-      const rate = this.#rate
-      this.#meter = rate.watch.watch((err) => {
-        this.#meter = undefined
-        this.#abort.abort(err)
-        rate.cut(err)
-      })
-    }
+    this.#startMeter()
     const meter = this.#meter
     if (meter !== undefined) {
+      meter.countReceived(undefined)
       meter.bytes += bytes
       meter.onEngine = true
     }
@@ -96,6 +100,17 @@ export class UploadClock implements UploadTiming {
     this.#stopMeter()
     clearTimeout(this.#timer)
     this.#timer = undefined
+  }
+
+  #startMeter (): void {
+    if (this.#sending || this.#rate === undefined || this.#responded) return
+    this.#sending = true
+    const rate = this.#rate
+    this.#meter = rate.watch.watch((err) => {
+      this.#meter = undefined
+      this.#abort.abort(err)
+      rate.cut(err)
+    })
   }
 
   #stopMeter (): void {
