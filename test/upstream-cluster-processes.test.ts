@@ -116,8 +116,9 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   const killedAt = performance.now()
   a.proc.kill('SIGKILL')
   await exited
-  // The kernel has closed A's sockets; the gateway reads their close on its next turn of the loop.
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // The kernel has closed A's sockets; "after the kill" starts once the gateway has read every one of
+  // those closes (a request written into a socket it has not yet seen close is one in flight at the kill).
+  t.ok(await until(() => client.connectionsOf(`127.0.0.1:${ports[0]}`) === 0, 10_000), 'the gateway has seen A\'s connections close')
   const afterKill = performance.now()
   await until(() => traffic.outcomes.filter((o) => o.start > afterKill).length >= 60, 30_000)
 
