@@ -168,3 +168,37 @@ t.test('series: after the set turns over 5 times, /metrics holds no series for a
   t.same(left, [], 'no series for the 10 addresses that left')
   t.equal(labelled((await app.metrics.scrape()).body, current).length > 0, true, 'the current ones are still there')
 })
+
+t.test('a lookup that never answers counts as failed after its deadline: the next refresh applies the new answer', async (t) => {
+  const port = await freePort()
+  await stubAt(t, '127.0.0.2', port)
+  await stubAt(t, '127.0.0.3', port)
+  let answer = ['127.0.0.2']
+  let calls = 0
+  let hangNext = false
+  const lookup: Lookup = async () => {
+    calls++
+    if (hangNext) {
+      hangNext = false
+      // A stuck resolver: this lookup never settles.
+      return await new Promise<never>(() => {})
+    }
+    return answer.map((address) => ({ address, family: 4 }))
+  }
+  // A refresh every 200 ms: each lookup's deadline is the refresh period.
+  const refreshMs = 200
+  const { url, engine } = await build(t, { upstreamUrl: `http://${NAME}:${port}`, cluster: { lookup, resolveIntervalMs: refreshMs, health: { intervalMs: 0 } } })
+  t.same(endpointsOf(engine), [`127.0.0.2:${port}`])
+  hangNext = true
+  const hungAt = calls + 1
+  t.ok(await until(() => calls >= hungAt), 'the hanging lookup has begun')
+  answer = ['127.0.0.3']
+  const begun = Date.now()
+  // Its deadline, then one refresh (and room for a busy machine; without the deadline it never happens).
+  t.ok(await until(() => endpointsOf(engine).join() === `127.0.0.3:${port}`, refreshMs * 2 + 3_000), 'the new address replaces the old one')
+  t.ok(calls > hungAt, 'lookups went on after the one that hung')
+  t.ok(Date.now() - begun < refreshMs * 2 + 3_000)
+  // resolve() does not wait for the hung lookup for ever either.
+  await engine.resolve()
+  t.same(await ping(url), { status: 200, body: 'pong' })
+})

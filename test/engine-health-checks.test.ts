@@ -8,7 +8,8 @@
 import { spawn } from 'node:child_process'
 import { connect, type Socket } from 'node:net'
 import { once } from 'node:events'
-import type { ServerResponse } from 'node:http'
+import { createServer, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { Pool, request } from 'undici'
 import { contractHandler, json, startStubUpstream, type StubHandler, type StubUpstream } from '../fixtures/stub-upstream.js'
@@ -176,4 +177,22 @@ t.test('a single survivor: stopped until marked down, left alone in the set, res
   t.same(body, { status: 200, body: { status: 'ok', services: { database: 'connected', cache: 'connected' } } })
   // Two passing checks put it back: within 3 check intervals (the round the resume fell into may wait for its timeout).
   t.ok(took < 3 * HEALTH_MS + 250 + 1000, `ok ${took.toFixed(0)} ms after the resume (3 checks: ${3 * HEALTH_MS} ms, plus a check's timeout and 1 s for a loaded machine)`)
+})
+
+t.test('the check connection idles at most 4 s, under the idle timeouts engines commonly use (Node: 5 s), even with a 10 s check interval', async (t) => {
+  // An engine that would keep the socket a minute: only the checker's own bound closes it.
+  const server = createServer((req, res) => { contractHandler(req, res, Buffer.alloc(0)) })
+  server.keepAliveTimeout = 60_000
+  const closed: number[] = []
+  server.on('connection', (socket) => { socket.on('close', () => { closed.push(performance.now()) }) })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const { port } = server.address() as AddressInfo
+  const { engine } = await build(t, { upstreamUrl: `http://127.0.0.1:${port}`, cluster: { health: { intervalMs: 10_000 } } })
+  await engine.checkHealth()
+  const checkedAt = performance.now()
+  t.same(ups(engine), [true])
+  t.ok(await until(() => closed.length > 0, 6_000), 'the check connection closed while idle, before the next check')
+  t.ok(closed[0]! - checkedAt < 5_000, `closed ${(closed[0]! - checkedAt).toFixed(0)} ms after the check`)
 })

@@ -116,8 +116,9 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   const killedAt = performance.now()
   a.proc.kill('SIGKILL')
   await exited
-  // The kernel has closed A's sockets; the gateway reads their close on its next turn of the loop.
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // The kernel has closed A's sockets; "after the kill" starts once the gateway has read every one of
+  // those closes (a request written into a socket it has not yet seen close is one in flight at the kill).
+  t.ok(await until(() => client.connectionsOf(`127.0.0.1:${ports[0]}`) === 0, 10_000), 'the gateway has seen A\'s connections close')
   const afterKill = performance.now()
   await until(() => traffic.outcomes.filter((o) => o.start > afterKill).length >= 60, 30_000)
 
@@ -127,6 +128,8 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   t.ok(failures.every((o) => o.status === 502 || o.status === 504), `failures are 502 or 504: ${JSON.stringify(failures.map((o) => o.status))}`)
   t.ok(failures.length <= inFlightAtKill.length, `${failures.length} failed, ${inFlightAtKill.length} were in flight at the kill; ${traffic.bodies.join('; ')}`)
 
+  // Out of rotation by its failed checks, or by ejection when its failures came 5 in a row.
+  t.ok(await until(() => !client.endpointStates()[0]!.up, 10 * CHECK_MS), 'A out of rotation')
   const restarted = await engine(t, ports[0]!, { DELAY_MS: '20' })
   engines[0] = restarted
   const back = performance.now()
@@ -140,7 +143,8 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   await traffic.stop()
   t.ok(((await countsOf(restarted.url))['GET /api/portfolio/ping'] ?? 0) > before, 'A takes calls again')
   const samples = parseExposition((await app.metrics.scrape()).body)
-  t.equal(valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${ports[0]}` }), 1, 'A was ejected once')
+  // Passed over from its first refusal, A may never fail 5 calls in a row: ejected once at most.
+  t.ok((valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${ports[0]}` }) ?? 0) <= 1, 'A was ejected once at most')
 })
 
 t.test('hang: SIGSTOP one engine; ejected after its 5th timeout, GETs retried within their try timeout, p99 back; SIGCONT brings it back', async (t) => {

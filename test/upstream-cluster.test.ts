@@ -164,23 +164,45 @@ t.test('no unsafe retry: a create whose image began to stream is never sent twic
 })
 
 t.test('a call that never reached an engine is retried on another, POSTs included (counted at the engine)', async (t) => {
+  // One gateway per call: after its first refusal the refusing endpoint is passed over, so each call must be a first.
+  const first = async (): Promise<{ app: Awaited<ReturnType<typeof build>>['app'], url: string, b: StubUpstream }> => {
+    const refused = `http://127.0.0.1:${await refusedPort()}`
+    const b = await stub(t)
+    const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
+    return { app, url, b }
+  }
+  {
+    const { app, url, b } = await first()
+    const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+    t.equal(update.statusCode, 200)
+    t.same(await update.body.json(), { success: true, message: 'Target positions updated' })
+    t.equal(count(b, '/api/portfolio/update'), 1)
+    t.equal(valueOf(await metrics(app), 'gateway_engine_retries_total', { call: 'update', reason: 'unreachable' }), 1)
+  }
+  {
+    const { app, url, b } = await first()
+    const { body, contentType } = multipartBody([...FIELDS, { name: 'image', filename: 'big.png', contentType: 'image/png', data: bigPng(300 * 1024) }])
+    const create = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
+    t.equal(create.statusCode, 200)
+    t.same(await create.body.json(), { portfolio_id: 'p-stub-1' })
+    t.equal(count(b, '/api/portfolio/create'), 1)
+    const form = b.requests.find((r) => r.url === '/api/portfolio/create')!
+    t.ok(form.body.includes(bigPng(300 * 1024)), 'the whole image reached the engine that took the retry')
+    t.equal(valueOf(await metrics(app), 'gateway_engine_retries_total', { call: 'create', reason: 'unreachable' }), 1)
+  }
+})
+
+t.test('an endpoint that refused once is passed over while another can be reached: a burst after it needs no retries and gets no 502', async (t) => {
   const refused = `http://127.0.0.1:${await refusedPort()}`
   const b = await stub(t)
+  // Health checks off and no ejection yet (one failure of five): only the refusal itself can steer calls away.
   const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
-  const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
-  t.equal(update.statusCode, 200)
-  t.same(await update.body.json(), { success: true, message: 'Target positions updated' })
-  const { body, contentType } = multipartBody([...FIELDS, { name: 'image', filename: 'big.png', contentType: 'image/png', data: bigPng(300 * 1024) }])
-  const create = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
-  t.equal(create.statusCode, 200)
-  t.same(await create.body.json(), { portfolio_id: 'p-stub-1' })
-  t.equal(count(b, '/api/portfolio/update'), 1)
-  t.equal(count(b, '/api/portfolio/create'), 1)
-  const form = b.requests.find((r) => r.url === '/api/portfolio/create')!
-  t.ok(form.body.includes(bigPng(300 * 1024)), 'the whole image reached the engine that took the retry')
+  t.same(await ping(url), { status: 200, body: 'pong' }, 'the first ping is refused, then retried on the live engine')
+  const results = await Promise.all(Array.from({ length: 20 }, async () => await ping(url)))
+  t.same(results.filter((r) => r.status !== 200), [], 'no 502 among 20 concurrent pings')
+  t.equal(count(b, '/api/portfolio/ping'), 21)
   const samples = await metrics(app)
-  t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'update', reason: 'unreachable' }), 1)
-  t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'create', reason: 'unreachable' }), 1)
+  t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'ping', reason: 'unreachable' }), 1, 'only the first ping needed a retry')
 })
 
 t.test('all endpoints down: 502 at once (p99 under 20 ms), and /api/health says degraded', async (t) => {

@@ -6,6 +6,10 @@
  * not trusted and every endpoint takes requests (Envoy's panic threshold),
  * except those whose last health check could not connect at all: with every
  * endpoint unreachable there is no one to pick, and the answer is 502 at once.
+ * Outside panic too, an endpoint whose last connection attempt failed is
+ * passed over while another candidate can be reached: from its first refusal,
+ * not only once 5 failures eject it, so a burst of calls does not need a retry
+ * each and run out of retry budget (DECISIONS 24 counts connect-failure retries).
  *
  * Called once per try, so it allocates nothing: one scratch array is reused.
  */
@@ -35,11 +39,21 @@ export class Balancer {
     const panic = up * 2 < n
     const candidates = this.#scratch
     candidates.length = 0
+    let reachable = 0
     for (let i = 0; i < n; i++) {
       const e = list[i]!
       // In panic every endpoint takes requests, except one whose last check could not connect:
       // trying it would only add a connect failure (or a connect timeout) before the 502.
-      if ((e.up || (panic && !e.unreachable)) && (tried === undefined || !tried.includes(e))) candidates.push(e)
+      if ((e.up || (panic && !e.unreachable)) && (tried === undefined || !tried.includes(e))) {
+        candidates.push(e)
+        if (!e.unreachable) reachable++
+      }
+    }
+    // In rotation but refusing: only when no reachable candidate is left (a refusal clears on the next connect or check).
+    if (reachable > 0 && reachable < candidates.length) {
+      let k = 0
+      for (let i = 0; i < candidates.length; i++) if (!candidates[i]!.unreachable) candidates[k++] = candidates[i]!
+      candidates.length = k
     }
     const m = candidates.length
     if (m === 0) return undefined

@@ -258,7 +258,11 @@ export class Call implements AttemptOwner {
     const tried = this.#tried ??= []
     tried.push(failed)
     if (!single && ctx.balancer.pick(list, tried) === undefined) return false
-    if (!ctx.budget.allows()) {
+    // A try that could not connect put no load on any engine, and its retry goes to another endpoint:
+    // the budget, there to spare a struggling engine a storm, does not refuse it (it still counts in flight).
+    // Refusing it turned an engine crash under load into 502s for calls sent after the crash, in the
+    // moment before the balancer learns the endpoint refuses (test/upstream-cluster-processes.test.ts).
+    if (reason !== 'unreachable' && !ctx.budget.allows()) {
       ctx.cluster?.budgetExhausted()
       return false
     }

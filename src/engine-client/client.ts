@@ -201,6 +201,11 @@ export class EngineClient {
     return this.#set.list.map((e) => ({ endpoint: e.key, up: e.up }))
   }
 
+  /** The connections an endpoint's pool holds open now (tests wait for a killed engine's to be seen closed). */
+  connectionsOf (endpoint: string): number | undefined {
+    return this.#set.list.find((e) => e.key === endpoint)?.pool.stats.connected
+  }
+
   /** True while any endpoint is out of rotation: /api/health says degraded (DECISIONS 24). */
   degraded (): boolean {
     return this.#set.list.some((e) => !e.up)

@@ -27,6 +27,9 @@ export type PoolFactory = (origin: string) => Pool
 /** Envoy's default DNS refresh rate (DECISIONS 24 v2). */
 export const DNS_REFRESH_MS = 5_000
 
+/** The longest one lookup may take (or the refresh period, when shorter): past it, the lookup counts as failed. */
+export const LOOKUP_TIMEOUT_MS = 5_000
+
 /** One address the gateway can send to: its pool, its load, and its health (health.ts writes those). */
 export class Endpoint {
   /** host:port, the metrics label: a bounded set (the configured URLs and the addresses they resolve to now). */
@@ -109,7 +112,13 @@ export interface EndpointSetOptions {
   onRemoved?: (endpoint: Endpoint) => void
 }
 
-/** A name's addresses as the gateway uses them: IPv4 only when it has any (V4_PREFERRED), each once, sorted. */
+/**
+ * A name's addresses as the gateway uses them: IPv4 only when it has any
+ * (V4_PREFERRED), each once, sorted. As in Envoy, this is a choice of family,
+ * not a fallback: a dual-stack name whose engines do not listen on IPv4 gets
+ * every call refused even though its IPv6 addresses would answer. Engines
+ * behind a dual-stack name must listen on IPv4, or be named by an IPv6-only name.
+ */
 export function preferredAddresses (found: ReadonlyArray<{ address: string, family: number }>): string[] | undefined {
   const v4 = found.filter((a) => isIP(a.address) === 4)
   const use = v4.length > 0 ? v4 : found.filter((a) => isIP(a.address) === 6)
@@ -127,6 +136,7 @@ export class EndpointSet {
   readonly #timer: NodeJS.Timeout | undefined
   readonly #named: boolean
   #resolving: Promise<void> | undefined
+  readonly #lookupTimeoutMs: number
   #closed = false
 
   constructor (opts: EndpointSetOptions) {
@@ -139,9 +149,10 @@ export class EndpointSet {
     // per connection, as the gateway did with one URL. Resolution replaces it.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
     this.#named = this.#sources.some((s) => s.named)
+    const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
+    this.#lookupTimeoutMs = every > 0 ? Math.min(every, LOOKUP_TIMEOUT_MS) : LOOKUP_TIMEOUT_MS
     if (this.#named) {
       this.#resolving = this.#run()
-      const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
       if (every > 0) this.#timer = setInterval(() => { this.resolveSoon() }, every).unref()
     }
   }
@@ -187,10 +198,19 @@ export class EndpointSet {
     try {
       const answers = await Promise.all(this.#sources.map(async (s) => {
         if (!s.named) return undefined
+        // A lookup that never settles (a stuck resolver, a full libuv thread
+        // pool) must not hold `#resolving` for good: that would stop every
+        // later resolution. Past its deadline it counts as failed.
+        let timer: NodeJS.Timeout | undefined
         try {
-          return preferredAddresses(await this.#lookup(s.hostname))
+          const deadline = new Promise<never>((_resolve, reject) => {
+            timer = setTimeout(() => { reject(new Error('DNS lookup timed out')) }, this.#lookupTimeoutMs)
+          })
+          return preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
         } catch {
           return undefined
+        } finally {
+          clearTimeout(timer)
         }
       }))
       if (this.#closed) return

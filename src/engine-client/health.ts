@@ -29,6 +29,8 @@ import type { Endpoint, EndpointSet } from './endpoints.js'
 export const FAILURES_TO_EJECT = 5
 export const EJECTION_BASE_MS = 30_000
 export const EJECTION_MAX_MS = 300_000
+/** The longest the check connection idles: under the idle timeouts servers commonly use (Node's 5 s). */
+const CHECK_KEEP_ALIVE_MAX_MS = 4_000
 /** A health answer is a few hundred bytes; more is not an engine's. */
 const HEALTH_BODY_MAX_BYTES = 64 * 1024
 
@@ -235,9 +237,11 @@ export class HealthState {
       connect: { timeout: this.#timeoutMs },
       headersTimeout: this.#timeoutMs,
       bodyTimeout: this.#timeoutMs,
-      // Kept for the next check unless the engine says shorter (its Keep-Alive hint).
-      keepAliveTimeout: this.#intervalMs + this.#timeoutMs,
-      keepAliveMaxTimeout: this.#intervalMs + this.#timeoutMs
+      // Kept for the next check unless the engine says shorter (its Keep-Alive hint), and never
+      // past CHECK_KEEP_ALIVE_MAX_MS: an engine that closes idle sockets after 5 s (Node's default)
+      // without saying so would otherwise race the next check, and its reset fail that check.
+      keepAliveTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS),
+      keepAliveMaxTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
     })
     let connected = checker.stats.connected
     const onConnect = (): void => { connected = true }

@@ -76,6 +76,8 @@ export function jitterMs (random: () => number = Math.random): number {
  * keeps the retries as a count within 20% of the calls too, even when a
  * retried call lasts longer than one that is not (R < 0.2 (C - R) implies
  * R < 0.2 C; test/upstream-cluster.test.ts counts at the engines).
+ * A retry after a failed connect is counted but never refused (call.ts): it
+ * cost no engine anything.
  */
 export class RetryBudget {
   calls = 0
