@@ -16,6 +16,7 @@ export const OtelEnv = Type.Object({
   OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'base URL of an OTLP/HTTP collector, e.g. http://jaeger:4318 (traces go to its /v1/traces); unset: no traces' })),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'full URL of an OTLP/HTTP traces endpoint, e.g. http://jaeger:4318/v1/traces (wins over OTEL_EXPORTER_OTLP_ENDPOINT)' })),
   OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(Type.String({ minLength: 1, description: 'headers for the collector, comma-separated key=value (values percent-encoded), e.g. authorization=Bearer%20abc' })),
+  OTEL_EXPORTER_OTLP_TRACES_HEADERS: Type.Optional(Type.String({ minLength: 1, description: 'headers for the traces endpoint, like OTEL_EXPORTER_OTLP_HEADERS; a header named in both takes this value' })),
   OTEL_SERVICE_NAME: Type.Optional(Type.String({ pattern: '^\\S.{0,254}$', description: 'service.name of the spans, up to 255 characters; default portfolio-gateway (portfolio-engine for the engine)' })),
   OTEL_RESOURCE_ATTRIBUTES: Type.Optional(Type.String({ minLength: 1, description: 'resource attributes, comma-separated key=value (values percent-encoded), e.g. deployment.environment.name=prod' })),
   OTEL_TRACES_SAMPLER: Type.Union(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'].map((s) => Type.Literal(s)), { default: 'parentbased_traceidratio', description: 'the sampler' }),

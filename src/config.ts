@@ -97,7 +97,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name === 'OTEL_EXPORTER_OTLP_HEADERS' ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
+    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS') ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -119,7 +119,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
   const redis = redisConfigOf(parsed)
   if (!redis.ok) throw new ConfigError(redis.message)
-  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway')
+  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
   if (!tracing.ok) throw new ConfigError(tracing.message)
   return Object.freeze({
     production,

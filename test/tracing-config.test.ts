@@ -61,3 +61,26 @@ t.test('bad values: one line naming the variable and the fix; the headers never 
   for (const message of [badHeaders]) t.notMatch(message, /secret-token/)
   t.equal(errorOf({ ...endpoint, OTEL_SERVICE_NAME: ' leading-space' }), 'OTEL_SERVICE_NAME=" leading-space" is invalid: does not have the expected form; expected service.name of the spans, up to 255 characters; default portfolio-gateway (portfolio-engine for the engine)')
 })
+
+t.test('OTEL_EXPORTER_OTLP_TRACES_HEADERS adds to OTEL_EXPORTER_OTLP_HEADERS and wins per header', async (t) => {
+  t.same(load({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318', OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20general,x-tenant=blue', OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'authorization=Bearer%20traces' }).tracing?.headers, {
+    authorization: 'Bearer traces', 'x-tenant': 'blue'
+  })
+  const message = errorOf({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318', OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'authorization=Bearer%20s3cr3t,%zz' })
+  t.equal(message, 'OTEL_EXPORTER_OTLP_TRACES_HEADERS is invalid: entry 2 is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc')
+  t.notMatch(message, /s3cr3t/)
+})
+
+t.test('an OTLP variable the exporter would read on its own is refused by name, never quoted', async (t) => {
+  const supported = 'only OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TRACES_HEADERS are read'
+  for (const name of ['OTEL_EXPORTER_OTLP_COMPRESSION', 'OTEL_EXPORTER_OTLP_TRACES_COMPRESSION', 'OTEL_EXPORTER_OTLP_TIMEOUT', 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'OTEL_EXPORTER_OTLP_CERTIFICATE', 'OTEL_EXPORTER_OTLP_CLIENT_KEY', 'OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE']) {
+    const message = errorOf({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318', [name]: 'secret-value-x' })
+    t.ok(message.startsWith(`${name} is not supported: unset it; `), message)
+    t.ok(message.includes(supported), message)
+    t.notMatch(message, /secret-value-x/)
+    t.notMatch(message, /\n/)
+  }
+  // Another signal's variables are not the trace exporter's; empty counts as unset; tracing off reads nothing.
+  t.equal(load({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318', OTEL_EXPORTER_OTLP_METRICS_PROTOCOL: 'grpc', OTEL_EXPORTER_OTLP_COMPRESSION: '' }).tracing?.url, 'http://jaeger:4318/v1/traces')
+  t.equal(load({ OTEL_EXPORTER_OTLP_COMPRESSION: 'gzip' }).tracing, undefined)
+})

@@ -27,7 +27,7 @@ t.test('the engine client reports its tries to an observer', async (t) => {
 })
 
 t.test('a ping, an update and a create: one try each, a child of the server span, the engine under the try', async (t) => {
-  const { sink, gateway, engineOrigin } = await tracedPair(t)
+  const { sink, gateway, engineOrigin } = await tracedPair(t, {}, { env: { TRUST_PROXY: '127.0.0.1' } })
   const port = Number(new URL(engineOrigin).port)
   const headers = bearer(TOKEN)
   const ping = clientTraceparent()
@@ -66,7 +66,7 @@ t.test('a ping, an update and a create: one try each, a child of the server span
 
 t.test('a ping retried on a second engine: two client spans, the second with its reason, the engine under the second', async (t) => {
   // The first endpoint refuses connections (nothing listens on 127.0.0.2 at the engine's port); the balancer picks it first.
-  const { sink, gateway, engineOrigin } = await tracedPair(t, {}, { cluster: { health: { intervalMs: 0 }, random: () => 0 } }, (origin) => [origin.replace('127.0.0.1', '127.0.0.2'), origin])
+  const { sink, gateway, engineOrigin } = await tracedPair(t, {}, { env: { TRUST_PROXY: '127.0.0.1' }, cluster: { health: { intervalMs: 0 }, random: () => 0 } }, (origin) => [origin.replace('127.0.0.1', '127.0.0.2'), origin])
   const port = Number(new URL(engineOrigin).port)
   const trace = clientTraceparent()
   const res = await request(`${gateway.url}/api/portfolio/ping`, { headers: { ...bearer(TOKEN), traceparent: trace.header } })

@@ -34,7 +34,7 @@ function engineParentOk (spans: DecodedSpan[], engineSpan: DecodedSpan, server: 
 
 t.test('a ping, a keyed update and a create with an image: each a server span continuing the client\'s trace, the engine\'s spans under the gateway\'s, nothing secret exported', async (t) => {
   // The default sampler (parentbased_traceidratio at 0.01) follows the client's sampled flag.
-  const { sink, gateway } = await tracedPair(t)
+  const { sink, gateway } = await tracedPair(t, {}, { env: { TRUST_PROXY: '127.0.0.1' } })
   const headers = bearer(TOKEN)
 
   const pingTrace = clientTraceparent()

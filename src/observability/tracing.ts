@@ -3,6 +3,7 @@
  * configured: with tracing off, no hook, no decorator, no observer exists.
  *
  *   server span   `{method} {route}`, one per request, continuing the client's traceparent
+ *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts UNTRUSTED_PARENT)
  *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
  *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
  *   └─ internal span `upload connection wait`, a create's turn for an upload connection
@@ -23,7 +24,8 @@ import {
   ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
 } from '@opentelemetry/semantic-conventions'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
-import type { Tracing } from '../shared/tracing-sdk.js'
+import { BlockList, isIP } from 'node:net'
+import { UNTRUSTED_PARENT, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
@@ -76,6 +78,20 @@ interface TryObservable { observeTries?: (observer: { startTry: (info: TryInfo) 
 export interface TracingInstallOptions {
   /** The idempotency store's kind, for db.system.name. */
   store: 'redis' | 'memory'
+  /** TRUST_PROXY's addresses and CIDRs: the peers whose sampled flag is followed. */
+  trustProxy?: readonly string[] | undefined
+}
+
+/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6 peers match IPv4 entries. */
+export function trustedPeers (entries: readonly string[] | undefined): (address: string | undefined) => boolean {
+  if (entries === undefined || entries.length === 0) return () => false
+  const list = new BlockList()
+  for (const entry of entries) {
+    const [address = '', bits] = entry.split('/')
+    const type = isIP(address) === 6 ? 'ipv6' : 'ipv4'
+    list.addSubnet(address, bits === undefined ? (type === 'ipv6' ? 128 : 32) : Number(bits), type)
+  }
+  return (address) => address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
 }
 
 /**
@@ -84,16 +100,23 @@ export interface TracingInstallOptions {
  */
 export function installTracing (app: FastifyInstance, tracing: Tracing, engine: object, opts: TracingInstallOptions): void {
   const { tracer } = tracing
+  const trusted = trustedPeers(opts.trustProxy)
   tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
   app.decorateRequest('trace', undefined)
 
   app.addHook('onRequest', (request, _reply, done) => {
-    const parent = remoteParent(request.headers.traceparent)
+    let parent = remoteParent(request.headers.traceparent)
+    // From anyone but a trusted proxy, the trace id is kept (logs, the engine) but the sampler decides afresh.
+    if (parent !== ROOT_CONTEXT && !trusted(request.socket.remoteAddress)) parent = parent.setValue(UNTRUSTED_PARENT, true)
     // A trace the gateway starts keeps the id its log lines already carry (trace-context.ts).
     if (parent === ROOT_CONTEXT) tracing.nextTraceId = request.traceparent.slice(3, 35)
     const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
     tracing.nextTraceId = undefined
-    if (!span.isRecording()) return done()
+    if (!span.isRecording()) {
+      // The engine must not follow an untrusted client's sampled flag either: it gets this decision's (not sampled).
+      if (parent.getValue(UNTRUSTED_PARENT) === true) Object.defineProperty(request, 'traceparent', { value: traceparentOf(span), writable: true, configurable: true, enumerable: true })
+      return done()
+    }
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
     request.trace = { span, tracer, context: trace.setSpan(ROOT_CONTEXT, span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.

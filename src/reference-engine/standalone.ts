@@ -25,7 +25,7 @@ try {
 
 // DECISIONS 29: the gateway's OTEL_* variables, as the engine (service portfolio-engine); unset endpoint: no SDK loaded.
 const otel = readEnv(OtelEnv, process.env)
-const traced = otel.ok ? tracingSettingsOf(otel.value, 'portfolio-engine') : { ok: false as const, message: `${otel.name} is invalid: ${otel.problem}; expected ${otel.expected}` }
+const traced = otel.ok ? tracingSettingsOf(otel.value, 'portfolio-engine', process.env) : { ok: false as const, message: `${otel.name} is invalid: ${otel.problem}; expected ${otel.expected}` }
 if (!traced.ok) {
   process.stderr.write(`portfolio-engine: ${traced.message}\n`)
   process.exit(1)

@@ -16,12 +16,12 @@
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
-import type { Context, Tracer } from '@opentelemetry/api'
+import { createContextKey, type Attributes, type Context, type Link, type SpanKind, type Tracer } from '@opentelemetry/api'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
   AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, TraceIdRatioBasedSampler,
-  type IdGenerator, type ReadableSpan, type Sampler, type SpanExporter, type SpanProcessor, type Span as SdkSpan
+  type IdGenerator, type ReadableSpan, type Sampler, type SamplingResult, type SpanExporter, type SpanProcessor, type Span as SdkSpan
 } from '@opentelemetry/sdk-trace-base'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
@@ -119,16 +119,39 @@ class GivenTraceIds implements IdGenerator {
   }
 }
 
+/**
+ * Set on a span's parent context when the parent came from a peer the process
+ * does not trust (the gateway: anyone outside TRUST_PROXY). Such a parent's
+ * trace id is kept, but its sampled flag and its trace id take no part in the
+ * decision: otherwise any client could have every request it sends recorded
+ * and exported (and, through the trace id, pick the ratio sampler's outcome).
+ * Envoy follows the client's flag (envoyproxy/envoy#35721); an edge should not.
+ */
+export const UNTRUSTED_PARENT = createContextKey('portfolio untrusted parent')
+
 function samplerOf (settings: TracingSettings): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
   switch (settings.sampler) {
     case 'always_on': return new AlwaysOnSampler()
     case 'always_off': return new AlwaysOffSampler()
-    case 'traceidratio': return ratio
-    case 'parentbased_always_on': return new ParentBasedSampler({ root: new AlwaysOnSampler() })
-    case 'parentbased_always_off': return new ParentBasedSampler({ root: new AlwaysOffSampler() })
-    case 'parentbased_traceidratio': return new ParentBasedSampler({ root: ratio })
+    case 'traceidratio': return new UntrustedParentAsRoot(ratio, ratio)
+    case 'parentbased_always_on': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: new AlwaysOnSampler() }), new AlwaysOnSampler())
+    case 'parentbased_always_off': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: new AlwaysOffSampler() }), new AlwaysOffSampler())
+    case 'parentbased_traceidratio': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: ratio }), ratio)
   }
+}
+
+/** `sampler`, except under an untrusted parent: then `root` decides, on a random trace id (never the client's). */
+class UntrustedParentAsRoot implements Sampler {
+  readonly #random = new RandomIdGenerator()
+  constructor (readonly sampler: Sampler, readonly root: Sampler) {}
+
+  shouldSample (context: Context, traceId: string, name: string, kind: SpanKind, attributes: Attributes, links: Link[]): SamplingResult {
+    if (context.getValue(UNTRUSTED_PARENT) !== true) return this.sampler.shouldSample(context, traceId, name, kind, attributes, links)
+    return this.root.shouldSample(context, this.#random.generateTraceId(), name, kind, attributes, links)
+  }
+
+  toString (): string { return `UntrustedParentAsRoot{${this.sampler.toString()}}` }
 }
 
 interface Pending { pending: number, onDropped: (count: number) => void }

@@ -29,25 +29,44 @@ export const DEFAULT_SAMPLING_RATIO = 0.01
 /** An HTTP header name (RFC 9110 token). */
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 
+/** The exporter's variables this process reads itself (OtelEnv); every other one that reaches traces is refused. */
+const SUPPORTED_OTLP = new Set(['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_EXPORTER_OTLP_HEADERS', 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'])
+/** Read by the OTLP exporter from process.env behind our back (the others' signals are not). */
+const READ_BY_EXPORTER = /^OTEL_EXPORTER_OTLP_(?!METRICS_|LOGS_)[A-Z_]+$/
+
 /**
  * The settings, or undefined when neither endpoint variable is set (tracing
  * off). `env` has been checked against OtelEnv already; this reads what a
- * schema cannot: the key=value lists.
+ * schema cannot: the key=value lists. `raw`, the whole environment, is
+ * searched for OTLP variables the exporter would read on its own (protocol,
+ * compression, timeout, certificates...): those are refused, since a value
+ * the exporter cannot use would be dropped without a word.
  */
-export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string): TracingSettingsResult {
+export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string, raw: Readonly<Record<string, string | undefined>> = {}): TracingSettingsResult {
   const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined ? undefined : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`)
   if (url === undefined) return { ok: true, value: undefined }
   const endpointName = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? 'OTEL_EXPORTER_OTLP_ENDPOINT' : 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'
   if (!URL.canParse(url)) return { ok: false, message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318` }
 
-  const headers = keyValues(env.OTEL_EXPORTER_OTLP_HEADERS)
-  if (!headers.ok) {
-    // The values are credentials: the message names the entry by position only.
-    return { ok: false, message: `OTEL_EXPORTER_OTLP_HEADERS is invalid: entry ${headers.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+  const unsupported = Object.keys(raw).sort().find((name) => READ_BY_EXPORTER.test(name) && !SUPPORTED_OTLP.has(name) && raw[name] !== undefined && raw[name] !== '')
+  if (unsupported !== undefined) {
+    // Named, never quoted: it may be a key or a header.
+    return { ok: false, message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)` }
   }
-  const badHeader = Object.keys(headers.value).findIndex((name) => !TOKEN.test(name))
-  if (badHeader !== -1) {
-    return { ok: false, message: `OTEL_EXPORTER_OTLP_HEADERS is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+
+  const headers: Record<string, string> = {}
+  for (const name of ['OTEL_EXPORTER_OTLP_HEADERS', 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'] as const) {
+    const list = keyValues(env[name])
+    if (!list.ok) {
+      // The values are credentials: the message names the entry by position only.
+      return { ok: false, message: `${name} is invalid: entry ${list.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+    }
+    const badHeader = Object.keys(list.value).findIndex((key) => !TOKEN.test(key))
+    if (badHeader !== -1) {
+      return { ok: false, message: `${name} is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+    }
+    // The OpenTelemetry specification: the signal's own list wins, header by header.
+    Object.assign(headers, list.value)
   }
   const resource = keyValues(env.OTEL_RESOURCE_ATTRIBUTES)
   if (!resource.ok) {
@@ -60,7 +79,7 @@ export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string): Tr
     ok: true,
     value: Object.freeze({
       url,
-      headers: Object.freeze(headers.value),
+      headers: Object.freeze(headers),
       serviceName,
       resourceAttributes: Object.freeze(resource.value),
       sampler: env.OTEL_TRACES_SAMPLER as SamplerName,

@@ -6,7 +6,7 @@
 import { ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions'
+import { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions'
 
 /**
  * The parent of a server span: the client's `traceparent` when valid
@@ -53,7 +53,16 @@ export function traceRequests (app: FastifyInstance, tracer: Tracer): void {
   })
   app.addHook('onResponse', (request, reply, done) => {
     const span = (request as SpannedRequest)[kSpan]
-    if (span !== undefined) endServerSpan(span, reply.statusCode)
+    if (span !== undefined && span.isRecording()) endServerSpan(span, reply.statusCode)
+    done()
+  })
+  // The caller (the gateway, when its own client went away) closed the request first: the span still ends, and says so.
+  app.addHook('onRequestAbort', (request, done) => {
+    const span = (request as SpannedRequest)[kSpan]
+    if (span !== undefined && span.isRecording()) {
+      span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
+      span.end()
+    }
     done()
   })
 }

@@ -74,7 +74,7 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
   const env = { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint }
   const tracing = tracingFrom(t, env, 'portfolio-gateway', { queueMax: QUEUE_MAX, exportDelayMs: 20, exportTimeoutMs: 300 })
   const plain = await build(t, { upstreamUrl: engine.origin, env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000' } })
-  const traced = await build(t, { upstreamUrl: engine.origin, env: { ...env, RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000' }, tracing })
+  const traced = await build(t, { upstreamUrl: engine.origin, env: { ...env, RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000', TRUST_PROXY: '127.0.0.1' }, tracing })
   const pools = [new Pool(plain.url, { connections: CONCURRENCY }), new Pool(traced.url, { connections: CONCURRENCY })] as const
   t.teardown(async () => { await Promise.all(pools.map(async (p) => await p.close())) })
 
@@ -92,7 +92,7 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
   t.comment(`p99 medians over ${ROUNDS} rounds of ${PER_ROUND}: untraced ${untraced.toFixed(2)} ms, traced to a ${collector} collector ${withTracing.toFixed(2)} ms`)
   t.ok(withTracing <= untraced * 1.10, `traced p99 ${withTracing.toFixed(2)} ms within 10% of untraced ${untraced.toFixed(2)} ms`)
 
-  // The burst: every request sampled by its client's traceparent.
+  // The burst: every request sampled by its client's traceparent (followed: the client is a TRUST_PROXY peer).
   const sampled = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' }
   for (let i = 0; i < BURST / 100; i++) {
     await round(pools[1], 100, sampled)

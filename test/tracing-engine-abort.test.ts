@@ -1,0 +1,42 @@
+/**
+ * A create the client abandons mid-upload: the gateway aborts its engine
+ * request, and the reference engine still exports its server span, marked
+ * error.type=client_aborted, under the gateway's try span.
+ */
+import { once } from 'node:events'
+import { connect } from 'node:net'
+import t from 'tap'
+import { startOtlpSink } from '../bench/otlp-sink.js'
+import { bearer, build } from './helpers/app.js'
+import { startEngine } from './helpers/engine.js'
+import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
+import { CLIENT, SERVER, tracingFrom } from './helpers/tracing.js'
+
+t.test('an upload cut off mid-body: the engine\'s span ends with error.type client_aborted, under the try span', async (t) => {
+  const sink = await startOtlpSink()
+  t.teardown(async () => { await sink.close() })
+  const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: 'always_on' }
+  const engine = await startEngine(t, { tracer: tracingFrom(t, otel, 'portfolio-engine').tracer })
+  const gateway = await build(t, { upstreamUrl: engine.origin, env: otel, tracing: tracingFrom(t, otel, 'portfolio-gateway') })
+
+  const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(2 * 1024 * 1024))])
+  const { port } = new URL(gateway.url)
+  const socket = connect(Number(port), '127.0.0.1')
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  const engineGotIt = once(engine.engine.server, 'request')
+  const head = Object.entries({ host: 'x', ...bearer(), 'content-type': contentType, 'content-length': String(body.length) }).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\n${head}\r\n`)
+  // A quarter of the body: the fields and the start of the image, so the gateway has begun its engine request.
+  socket.write(body.subarray(0, body.length / 4))
+  await engineGotIt
+  socket.resetAndDestroy()
+
+  const spans = await sink.until((all) => all.some((s) => s.service === 'portfolio-engine' && s.kind === SERVER))
+  const engineSpan = spans.find((s) => s.service === 'portfolio-engine' && s.kind === SERVER)!
+  t.equal(engineSpan.attributes['error.type'], 'client_aborted')
+  t.equal(engineSpan.attributes['http.route'], '/api/portfolio/create')
+  const all = await sink.until((s) => s.some((x) => x.spanId === engineSpan.parentSpanId))
+  const parent = all.find((s) => s.spanId === engineSpan.parentSpanId)!
+  t.match(parent, { service: 'portfolio-gateway', kind: CLIENT, name: 'POST /api/portfolio/create', traceId: engineSpan.traceId })
+})
