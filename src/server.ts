@@ -48,8 +48,12 @@ const jsonDestination = (): DestinationStream & { flush: (cb: (err?: Error) => v
 const readable = !config.production && process.stdout.isTTY
 // Loaded only here: production and piped runs never pay for pino-pretty's modules at start.
 const prettyLine = readable ? (await import('pino-pretty')).prettyFactory({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : undefined
+// A terminal that goes away (the developer closed it) fails every write with EIO: stop writing, and
+// let the SIGHUP drain run, rather than raise an uncaught error per line while shutting down.
+let terminalGone = false
+if (prettyLine !== undefined) process.stdout.on('error', () => { terminalGone = true })
 const logDestination: DestinationStream = prettyLine !== undefined
-  ? { write: (line: string) => { process.stdout.write(prettyLine(line)) } }
+  ? { write: (line: string) => { if (!terminalGone) process.stdout.write(prettyLine(line)) } }
   : jsonDestination()
 const flushLog = async (): Promise<void> => {
   if ('flush' in logDestination && typeof logDestination.flush === 'function') {

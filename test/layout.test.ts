@@ -49,17 +49,26 @@ function sourceFiles (dir: string): string[] {
   return found.sort()
 }
 
-/** Every static relative import of `file`, resolved to a .ts path relative to the root. */
+/**
+ * Every relative import of `file`, resolved to a .ts path relative to the root:
+ * static imports and re-exports, dynamic `import('...')` and `import('...').T`
+ * type queries anywhere in the file (a lazily loaded module is a dependency too).
+ */
 function importsOf (file: string): Import[] {
   const source = ts.createSourceFile(file, readFileSync(path.join(ROOT, file), 'utf8'), ts.ScriptTarget.Latest, false)
   const found: Import[] = []
-  for (const statement of source.statements) {
-    if (!(ts.isImportDeclaration(statement) || ts.isExportDeclaration(statement))) continue
-    const spec = statement.moduleSpecifier
-    if (spec === undefined || !ts.isStringLiteral(spec) || !spec.text.startsWith('.')) continue
+  const add = (node: ts.Node, spec: ts.Node | undefined): void => {
+    if (spec === undefined || !ts.isStringLiteral(spec) || !spec.text.startsWith('.')) return
     const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec.text)).replace(/\.js$/, '.ts')
-    found.push({ file, line: source.getLineAndCharacterOfPosition(statement.getStart(source)).line + 1, target })
+    found.push({ file, line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, target })
   }
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) add(node, node.moduleSpecifier)
+    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node, node.arguments[0])
+    else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) add(node, node.argument.literal)
+    ts.forEachChild(node, visit)
+  }
+  visit(source)
   return found
 }
 

@@ -28,8 +28,10 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
   const head = `{"level":${logger.levels.values.info!}`
   const tail = `,${quote((logger as unknown as Record<symbol, string>)[symbols.messageKeySym] ?? 'msg')}:"request"}\n`
   return (request, reply) => {
-    // traceId is our own hex (or a client's, checked to be hex); the rest is quoted.
+    // traceId is our own hex (or a client's, checked to be hex); the rest is quoted. A client that
+    // reset its connection before the answer ended leaves no address (request.ip undefined): null, so
+    // the line stays JSON (JSON.stringify(undefined) is no JSON at all).
     stream.write(`${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
-      `,"url":${quote(request.url)},"ip":${quote(request.ip)},"status":${reply.statusCode},"ms":${Math.round(reply.elapsedTime)}${tail}`)
+      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${reply.statusCode},"ms":${Math.round(reply.elapsedTime)}${tail}`)
   }
 }

@@ -14,6 +14,9 @@ import { once } from 'node:events'
 import type { FastifyInstance } from 'fastify'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
+
+/** Methods a label may name; any other (PROPFIND, MKCALENDAR, ...) is `other`, so no client adds series. */
+const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'])
 import type { PortfolioStore } from './store.js'
 
 /** 1 ms to 10 s, the gateway's buckets: an engine answers in milliseconds, an upload may take seconds. */
@@ -72,7 +75,7 @@ export class EngineMetrics {
     })
     app.addHook('onResponse', (request, reply, done) => {
       const route = request.is404 ? UNMATCHED_ROUTE : (request.routeOptions.url ?? UNMATCHED_ROUTE)
-      const labels = { route, method: request.method, status_class: `${Math.floor(reply.statusCode / 100)}xx` }
+      const labels = { route, method: KNOWN_METHODS.has(request.method) ? request.method : 'other', status_class: `${Math.floor(reply.statusCode / 100)}xx` }
       this.requests.inc(labels)
       this.requestDuration.observe(labels, reply.elapsedTime / 1000)
       done()
