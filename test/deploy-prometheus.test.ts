@@ -1,6 +1,6 @@
 /**
  * The recipe's one rule file (deploy/prometheus/alerts.yml), checked with the
- * real promtool: it parses, its unit tests pass and fire
+ * Real promtool: it parses, its unit tests pass and fire
  * every alert, the compose Prometheus config loads it, and the Kubernetes
  * PrometheusRule embeds exactly the same groups.
  */
