@@ -2,7 +2,7 @@
  * deploy/haproxy/haproxy.cfg, the one balancer config of every recipe form
  *: Debian's haproxy accepts it with the variables set and
  * refuses it without them, and its checks see a draining gateway leave before
- * the gateway's 5 s notice ends (README "Deploying", DECISIONS 12).
+ * the gateway's 5 s notice ends (docs/operations.md, "Rolling deploys and drain timelines"; DECISIONS 12).
  */
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'

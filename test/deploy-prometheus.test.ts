@@ -19,9 +19,12 @@ t.test('the rule file and the Kubernetes PrometheusRule hold the same groups', a
   t.same(rule.spec.groups, file.groups, 'deploy/kubernetes/prometheus-rule.yaml spec.groups == deploy/prometheus/alerts.yml groups')
 })
 
-t.test('every alert has a severity, a summary, a description and a runbook hint the README answers', async (t) => {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const deploying = readme.slice(readme.indexOf('\n## Deploying'))
+t.test('every alert has a severity, a summary, a description and a runbook paragraph in docs/operations.md', async (t) => {
+  const operations = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8')
+  const start = operations.indexOf('\n## Alerts\n')
+  t.ok(start >= 0, 'docs/operations.md has a "## Alerts" section')
+  const next = operations.indexOf('\n## ', start + 1)
+  const alerts = operations.slice(start, next < 0 ? undefined : next)
   const rules = alertRules()
   t.ok(rules.length >= 16, `${rules.length} alerts`)
   t.same([...new Set(rules.map((r) => r.alert))].length, rules.length, 'names are unique')
@@ -29,8 +32,8 @@ t.test('every alert has a severity, a summary, a description and a runbook hint 
     t.match(rule.labels?.['severity'], /^(page|ticket)$/, `${rule.alert} severity`)
     t.ok((rule.annotations?.['summary'] ?? '').length > 10, `${rule.alert} summary`)
     t.ok((rule.annotations?.['description'] ?? '').length > 10, `${rule.alert} description`)
-    t.equal(rule.annotations?.['runbook'], `README.md, Deploying, Alerts, ${rule.alert}`, `${rule.alert} runbook`)
-    t.ok(deploying.includes(`**${rule.alert}**`), `README "Deploying" says what to do when ${rule.alert} fires`)
+    t.equal(rule.annotations?.['runbook'], `docs/operations.md#alerts, ${rule.alert}`, `${rule.alert} runbook`)
+    t.ok(alerts.includes(`**${rule.alert}**`), `docs/operations.md "Alerts" says what to do when ${rule.alert} fires`)
   }
 })
 

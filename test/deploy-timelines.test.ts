@@ -81,7 +81,7 @@ t.test('gateway pods: preStop + the exit deadline (counted from SIGTERM) fit the
   t.match(comment, new RegExp(`up to ${SERVER_LIMITS.requestTimeoutMs / 1000} s`), 'the longest upload the gateway allows')
   // An upload that reached the pod just before its listener closed has the rest of the deadline.
   t.equal(cutAfterS(comment), (GATEWAY_DRAIN.exitDeadlineMs - GATEWAY_DRAIN.productionNoticeMs) / 1000, 'which uploads a gateway rollout can cut')
-  t.ok(cutAfterS(comment) < SERVER_LIMITS.requestTimeoutMs / 1000, 'and so a long upload can be cut: the README says what the client sees')
+  t.ok(cutAfterS(comment) < SERVER_LIMITS.requestTimeoutMs / 1000, 'and so a long upload can be cut: docs/operations.md says what the client sees')
 })
 
 t.test('engine pods: DNS drops an old pod before its notice, a new one is resolvable before an old one leaves, and the drain fits the grace period', async (t) => {

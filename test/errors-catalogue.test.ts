@@ -1,16 +1,19 @@
-/** The catalogue in src/errors.ts and the README's error table say the same thing. */
+/** The catalogue in src/http/errors.ts and the table in docs/errors.md say the same thing. */
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { CATALOGUE, GatewayError, wireBody } from '../src/http/errors.js'
 
-const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
-const section = readme.slice(readme.indexOf('### Errors'), readme.indexOf('## Decisions where'))
+const page = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8')
+const start = page.indexOf('\n## The catalogue\n')
+if (start < 0) throw new Error('docs/errors.md has no "## The catalogue" section')
+const next = page.indexOf('\n## ', start + 1)
+const section = page.slice(start, next < 0 ? undefined : next)
 const rows = new Map(section.split('\n')
   .filter((line) => line.startsWith('| `'))
   .map((line) => line.split('|').map((cell) => cell.trim()))
   .map(([, code, status, shape, message]) => [code!.replace(/`/g, ''), { status, shape, message }]))
 
-t.test('every catalogue entry has its README row, and every row an entry', async (t) => {
+t.test('every catalogue entry has its row in docs/errors.md, and every row an entry', async (t) => {
   for (const [code, entry] of Object.entries(CATALOGUE)) {
     t.same(rows.get(code), { status: String(entry.status), shape: entry.shape, message: entry.message }, code)
   }

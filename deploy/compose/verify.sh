@@ -6,7 +6,7 @@
 # Needs Docker with compose v2, curl (with HTTP/2) and openssl.
 #
 # NOT RUN on the machines this recipe was written on (no Docker engine there):
-# README "Deploying", "What was checked here, and what was not run".
+# docs/operations.md, "What was checked here, and what was not run".
 set -euo pipefail
 cd "$(dirname "$0")"
 

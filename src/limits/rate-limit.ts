@@ -9,8 +9,8 @@
  *   RateLimit: "default";r=42;t=17
  * on every counted answer, and Retry-After on the 429. @fastify/rate-limit 11
  * is not used: its `enableDraftSpec` emits the older `ratelimit-limit`,
- * `ratelimit-remaining`, `ratelimit-reset` fields, not these (README "Running
- * several instances").
+ * `ratelimit-remaining`, `ratelimit-reset` fields, not these (docs/architecture.md,
+ * "Packages, and why").
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { GatewayError } from '../http/errors.js'

@@ -3,7 +3,7 @@
  * steady load through haproxy (HTTP/1.1 and HTTP/2 over TLS), while, one
  * after another, the three gateways restart in turn, an engine is killed and
  * restarted, and the gateways' Redis primary is killed. It asserts what each
- * event may cost, and prints a table of what it did cost (README "Deploying").
+ * event may cost, and prints a table of what it did cost (docs/operations.md, "What failures cost").
  */
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
