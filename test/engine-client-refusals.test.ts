@@ -10,7 +10,7 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
-import { startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
+import { faults, startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, type BuildOptions } from './helpers/app.js'
 import { attemptUntil } from './helpers/engine.js'
 import { CREATE_FIELDS, createValidationError, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
@@ -153,20 +153,35 @@ t.test('a client too slow for the minimum rate (cut off with 408), 6 times: no e
   t.equal(after.unavailable, 0)
 })
 
-t.test('control: an engine that is gone is ejected after its fifth failure', async (t) => {
-  const gone = await startStubUpstream()
+t.test('control: what the engine does still counts against it: an engine that resets every request is ejected after its fifth failure, one that is gone leaves the rotation at its first refusal', async (t) => {
+  const resetting = await startStubUpstream(faults.reset)
   const left = await startStubUpstream()
+  t.teardown(resetting.close)
   t.teardown(left.close)
-  const stubs = [gone, left]
+  const stubs = [resetting, left]
   const { app, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
-  await gone.close()
   for (let i = 0; i < 10; i++) {
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
     t.equal(res.statusCode, 200, 'retried onto the engine left')
     t.equal(await res.body.text(), 'pong')
   }
   const after = await tally(app, stubs)
-  t.comment(`killed engine: ejections ${JSON.stringify(after.ejections)}, up ${JSON.stringify(after.up)}`)
-  t.same(after.ejections, [1, 0], 'the engine gone is ejected, once')
+  t.comment(`resetting engine: ejections ${JSON.stringify(after.ejections)}, up ${JSON.stringify(after.up)}`)
+  t.same(after.ejections, [1, 0], 'the resetting engine is ejected, once')
   t.same(after.up, [0, 1])
+
+  // Gone: its refusal marks it unreachable, and the balancer passes it over from then on.
+  const gone = await startStubUpstream()
+  const other = await startStubUpstream()
+  t.teardown(other.close)
+  const built = await build(t, { ...CLUSTER, upstreamUrls: [gone.url, other.url] })
+  await gone.close()
+  let retries: number
+  for (let i = 0; i < 10; i++) {
+    const res = await request(`${built.url}/api/portfolio/ping`, { headers: bearer() })
+    t.equal(res.statusCode, 200, 'answered by the engine left')
+    await res.body.text()
+  }
+  retries = valueOf(parseExposition((await built.app.metrics.scrape()).body), 'gateway_engine_retries_total', { call: 'ping', reason: 'unreachable' }) ?? 0
+  t.ok(retries >= 1 && retries <= 2, `the gone engine was tried at most twice, then passed over (${retries} retries)`)
 })

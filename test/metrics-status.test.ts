@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { request } from 'undici'
 import { startKeyServer } from '../fixtures/key-server.js'
-import { refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { faults, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { startMetricsServer } from '../src/observability/metrics-server.js'
 import { gatewayStatus, gatewayVersion, type GatewayStatus } from '../src/observability/status.js'
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
@@ -121,14 +121,18 @@ t.test('the key set: kids and algorithms, last and next fetch, never key materia
 t.test('one engine ejected: its state, until when, and the retry budget', async (t) => {
   const good = await startStubUpstream()
   t.teardown(good.close)
-  const killed = `http://127.0.0.1:${await refusedPort()}`
+  // An engine that resets every request: its failures count against it until it is ejected (a refused
+  // connect instead takes an endpoint out of the balancer's choice at once, without an ejection).
+  const resetting = await startStubUpstream(faults.reset)
+  t.teardown(resetting.close)
+  const killed = resetting.url
   const { app, engine, url } = await build(t, { upstreamUrls: [killed, good.url], env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 0 }, random: () => 0 } })
   const killedEndpoint = new URL(killed).host
   const ejected = await attemptUntil(async () => {
     await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256()) })
     return await metricOf(app.metrics, 'gateway_engine_ejections_total', { endpoint: killedEndpoint }) ?? 0
   }, (n) => n >= 1, 15_000)
-  t.equal(ejected, 1, 'the refusing engine is ejected')
+  t.equal(ejected, 1, 'the resetting engine is ejected')
   const server = await startMetricsServer(app.metrics, { port: 0, host: '127.0.0.1', status: () => gatewayStatus({ version: VERSION, startedAt: Date.now(), lifecycle: { draining: false }, engine, store: app.storeStatus, keySet: app.keySet }) })
   t.teardown(server.close)
   const { status } = await statusOf(`http://127.0.0.1:${server.port}`)

@@ -174,7 +174,7 @@ if (requireTools(t, ['redis-server', 'redis-sentinel'], 'Redis Sentinel')) {
       for (const [i, gw] of gateways.entries()) t.comment(`gateway ${i}:\n${gw.out().split('\n').filter((l) => /"msg":"redis /.test(l)).slice(-25).join('\n')}`)
     }
 
-    // The figures the README quotes: what the failover cost.
+    // The figures docs/operations.md quotes: what the failover cost.
     const firstRefused = Math.min(...refused.map((s) => s.sentAt))
     const lastRefused = Math.max(...refused.map((s) => s.doneAt))
     t.comment(`failover figures: +switch-master ${switched.at - killAt} ms after the SIGKILL; keyed creates refused (503) ` +
