@@ -113,6 +113,15 @@ function traceOf (raw: IncomingMessage): Trace {
   return (raw as TracedRequest)[kTrace] ??= newTrace(raw)
 }
 
+/**
+ * Replace the `traceparent` the engine gets (the tracer's own span, or its
+ * not-sampled decision), keeping the request's trace: a field of the trace
+ * kept on the raw request, so no property is redefined per request.
+ */
+export function setTraceparent (raw: IncomingMessage, traceparent: string): void {
+  traceOf(raw).traceparent = traceparent
+}
+
 /** The trace id every log line of the request carries beside `reqId`. */
 export function traceIdOf (raw: IncomingMessage): string {
   return traceOf(raw).traceId

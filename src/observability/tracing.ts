@@ -29,6 +29,7 @@ import { UNTRUSTED_PARENT, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
+import { setTraceparent } from './trace-context.js'
 
 /** A sampled request's trace: its server span and what its children need. */
 export interface RequestTrace {
@@ -114,13 +115,13 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
     tracing.nextTraceId = undefined
     if (!span.isRecording()) {
       // The engine must not follow an untrusted client's sampled flag either: it gets this decision's (not sampled).
-      if (parent.getValue(UNTRUSTED_PARENT) === true) Object.defineProperty(request, 'traceparent', { value: traceparentOf(span), writable: true, configurable: true, enumerable: true })
+      if (parent.getValue(UNTRUSTED_PARENT) === true) setTraceparent(request.raw, traceparentOf(span))
       return done()
     }
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
     request.trace = { span, tracer, context: trace.setSpan(ROOT_CONTEXT, span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.
-    Object.defineProperty(request, 'traceparent', { value: traceparentOf(span), writable: true, configurable: true, enumerable: true })
+    setTraceparent(request.raw, traceparentOf(span))
     done()
   })
   app.addHook('onError', (request, _reply, error, done) => {
