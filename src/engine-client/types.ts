@@ -74,18 +74,5 @@ export interface EngineTrySpan {
 
 export interface EngineTryObserver { startTry: (info: EngineTryInfo) => EngineTrySpan | undefined }
 
-/** Where each endpoint stands and how much of the retry budget is in use (GET /status). */
-export interface EngineClusterStatus {
-  endpoints: Array<{
-    /** host:port, as the metrics label. */
-    endpoint: string
-    /** The host name from UPSTREAM_URL (or the IP). */
-    name: string
-    state: 'up' | 'ejected' | 'draining' | 'unreachable'
-    /** ISO 8601 while ejected. */
-    ejectedUntil: string | null
-    ejections: number
-    inFlight: number
-  }>
-  retryBudget: { retriesInFlight: number, callsInFlight: number, allowed: number }
-}
+/** Where each endpoint stands and how much of the retry budget is in use: the status view's own type (GET /status). */
+export type { EngineClusterStatus } from '../observability/status.js'
