@@ -6,6 +6,7 @@
  */
 import type { Readable } from 'node:stream'
 import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
+import type { Abandonment } from '../http/client-gone.js'
 import type { RetryReason } from './retry.js'
 
 export interface EngineRequest {
@@ -33,7 +34,7 @@ export interface EngineRequest {
    * after it: cutting it off would leave the outcome of a POST unknown (an
    * update replaces positions whole), and costs the socket.
    */
-  abandonIfQueued?: AbortSignal
+  abandonIfQueued?: Abandonment
   /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
   responseTimeoutMs?: number
   /** Called once the engine's response headers are in (e.g. to stop an upload clock). */
