@@ -55,11 +55,7 @@ export interface GatewayStatus {
   startedAt: string
   uptimeS: number
   draining: boolean
-  engine: {
-    endpoints: EngineClusterStatus['endpoints']
-    /** null until the engine client reports it. */
-    retryBudget: EngineClusterStatus['retryBudget'] | null
-  }
+  engine: EngineClusterStatus
   store: StoreStatus
   /** A static key (JWT_SECRET, JWT_PUBLIC_KEY) has no fetch to report. */
   keySet: KeySetStatus | { mode: 'static' }
@@ -70,31 +66,20 @@ export interface StatusSources {
   /** ms since the epoch. */
   startedAt: number
   lifecycle: { readonly draining: boolean }
-  /**
-   * The engine client. `status()` gives the whole cluster view; a client
-   * without it reports each endpoint as in rotation or not.
-   */
-  engine: { status?: () => EngineClusterStatus, endpointStates: () => Array<{ endpoint: string, up: boolean }> }
+  /** The engine client: its whole cluster view. */
+  engine: { status: () => EngineClusterStatus }
   store: () => StoreStatus
   keySet?: { readonly status: KeySetStatus } | undefined
 }
 
 /** The snapshot, read now from each source. */
 export function gatewayStatus (sources: StatusSources, now = Date.now()): GatewayStatus {
-  const engine = sources.engine.status?.()
   return {
     version: sources.version,
     startedAt: new Date(sources.startedAt).toISOString(),
     uptimeS: Math.round((now - sources.startedAt) / 100) / 10,
     draining: sources.lifecycle.draining,
-    engine: engine === undefined
-      ? {
-          endpoints: sources.engine.endpointStates().map(({ endpoint, up }) => ({
-            endpoint, name: endpoint.replace(/:\d+$/, ''), state: up ? 'up' : 'unreachable', ejectedUntil: null, ejections: 0, inFlight: 0
-          })),
-          retryBudget: null
-        }
-      : { endpoints: engine.endpoints, retryBudget: engine.retryBudget },
+    engine: sources.engine.status(),
     store: sources.store(),
     keySet: sources.keySet?.status ?? { mode: 'static' }
   }

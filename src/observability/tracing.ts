@@ -60,8 +60,8 @@ const REQUEST_ID_ATTR = ATTR_HTTP_REQUEST_HEADER(REQUEST_ID_HEADER)
 
 /**
  * The per-try observer of the engine client (src/engine-client/client.ts,
- * EngineTryObserver), written structurally so this module compiles against a
- * client with or without it.
+ * EngineTryObserver), as much of it as a span needs: the client lives in a
+ * layer above this one, and satisfies these as it is.
  */
 export interface TryInfo {
   call: EngineCallName
@@ -74,7 +74,7 @@ export interface TrySpan {
   traceparent?: string
   end: (outcome: EngineOutcome, statusCode: number | undefined) => void
 }
-interface TryObservable { observeTries?: (observer: { startTry: (info: TryInfo) => TrySpan | undefined }) => void }
+interface TryObservable { observeTries: (observer: { startTry: (info: TryInfo) => TrySpan | undefined }) => void }
 
 export interface TracingInstallOptions {
   /** The idempotency store's kind, for db.system.name. */
@@ -99,7 +99,7 @@ export function trustedPeers (entries: readonly string[] | undefined): (address:
  * The server span's hooks, right after installTraceContext; the engine
  * client's per-try spans; dropped spans counted in gateway_trace_spans_dropped_total.
  */
-export function installTracing (app: FastifyInstance, tracing: Tracing, engine: object, opts: TracingInstallOptions): void {
+export function installTracing (app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions): void {
   const { tracer } = tracing
   const trusted = trustedPeers(opts.trustProxy)
   tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
@@ -143,7 +143,7 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
     done()
   })
 
-  ;(engine as TryObservable).observeTries?.({ startTry: (info) => startTrySpan(tracer, info) })
+  engine.observeTries({ startTry: (info) => startTrySpan(tracer, info) })
 }
 
 /** A client span for one engine try, under the server span the try's traceparent names; none for an unsampled request. */
