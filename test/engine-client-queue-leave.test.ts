@@ -10,7 +10,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { EngineClient } from '../src/engine-client/client.js'
 import { GatewayError } from '../src/http/errors.js'
@@ -217,18 +217,18 @@ t.test('an update whose client hangs up: left in the queue it is given up; alrea
   t.equal(engine.stats.cut, 0)
 })
 
-t.test('a create whose client hangs up after its image head while it waits for an engine connection leaves the queue', async (t) => {
+/**
+ * A create queued behind the one engine connection (held by a ping) whose client sends `sent` of its
+ * form and hangs up: it leaves the queue at once, never reaches the engine and costs no connection.
+ */
+async function createLeavesQueue (t: Test, form: { body: Buffer, contentType: string }, sent: Buffer): Promise<void> {
   const engine = await saturated(t, 1)
   const { app, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
   const held = request(`${url}/api/portfolio/ping`, { headers: bearer() })
   t.ok(await eventually(() => engine.stats.started === 1, 5_000), 'the one engine connection holds a ping')
-
-  const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(2 * 1024 * 1024))])
-  // The fields and the image's first 64 KiB: sniffed as a PNG, the rest waiting in the gateway's buffers to be sent.
-  const head = body.subarray(0, body.indexOf('\r\n\r\n', body.indexOf('filename=')) + 4 + 64 * 1024)
   const socket = await rawClient(t, url, Buffer.concat([
-    Buffer.from(`POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ncontent-length: ${body.length}\r\n\r\n`),
-    head
+    Buffer.from(`POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${form.contentType}\r\ncontent-length: ${form.body.length}\r\n\r\n`),
+    sent
   ]))
   t.ok(await eventually(() => client.poolState().queued === 1, 5_000), 'the create waits for the connection')
   socket.destroy()
@@ -243,30 +243,16 @@ t.test('a create whose client hangs up after its image head while it waits for a
   t.equal(engine.stats.connections, 1, 'and cost no connection')
   t.equal(engine.stats.cut, 0)
   t.equal(await calls(app, 'create', 'client_aborted', engine.endpoint), 1, 'counted as the client\'s')
+}
+
+t.test('a create whose client hangs up after its image head while it waits for an engine connection leaves the queue', async (t) => {
+  const form = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(2 * 1024 * 1024))])
+  // The fields and the image's first 64 KiB: sniffed as a PNG, the rest waiting in the gateway's buffers to be sent.
+  await createLeavesQueue(t, form, form.body.subarray(0, form.body.indexOf('\r\n\r\n', form.body.indexOf('filename=')) + 4 + 64 * 1024))
 })
 
 t.test('a whole create whose client hangs up while it waits for an engine connection leaves the queue', async (t) => {
-  const engine = await saturated(t, 1)
-  const { app, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
-  const held = request(`${url}/api/portfolio/ping`, { headers: bearer() })
-  t.ok(await eventually(() => engine.stats.started === 1, 5_000), 'the one engine connection holds a ping')
-
   // The whole form, sent: the request is complete when its client leaves.
-  const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(16 * 1024))])
-  const socket = await rawClient(t, url, Buffer.concat([
-    Buffer.from(`POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ncontent-length: ${body.length}\r\n\r\n`),
-    body
-  ]))
-  t.ok(await eventually(() => client.poolState().queued === 1, 5_000), 'the create waits for the connection')
-  socket.destroy()
-  t.ok(await eventually(() => client.poolState().queued === 0, 3_000), 'gone with its client: no longer queued')
-
-  engine.release()
-  t.equal((await held).statusCode, 200)
-  const next = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
-  t.equal(next.statusCode, 200)
-  await next.body.text()
-  t.equal(engine.stats.started, 2, 'the abandoned create never reached the engine')
-  t.equal(engine.stats.connections, 1, 'and cost no connection')
-  t.equal(await calls(app, 'create', 'client_aborted', engine.endpoint), 1, 'counted as the client\'s')
+  const form = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(16 * 1024))])
+  await createLeavesQueue(t, form, form.body)
 })
