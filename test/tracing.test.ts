@@ -9,7 +9,7 @@ import t from 'tap'
 import { request } from 'undici'
 import { bearer, hs256, MINTS } from './helpers/app.js'
 import { multipartBody, CREATE_FIELDS, imagePart, pngOfSize } from './helpers/multipart.js'
-import { clientTraceparent, CLIENT, ofTrace, SERVER, tracedPair } from './helpers/tracing.js'
+import { clientTraceparent, CLIENT, notBefore, ofTrace, SERVER, tracedPair } from './helpers/tracing.js'
 import type { DecodedSpan } from '../bench/otlp-sink.js'
 
 /** A subject and a token that must never leave in an export. */
@@ -88,7 +88,7 @@ t.test('a ping, a keyed update and a create with an image: each a server span co
     const wait = own.find((s) => s.name === 'upload connection wait')
     t.match(wait, { parentSpanId: server!.spanId, kind: 1 }, 'the wait for an upload connection is a child of the server span')
     t.type(wait!.attributes['portfolio.upload.wait_ms'], 'number')
-    t.ok(wait!.startNs >= server!.startNs && wait!.endNs <= server!.endNs, 'within the request')
+    t.ok(notBefore(wait!.startNs, server!.startNs) && notBefore(server!.endNs, wait!.endNs), 'within the request')
     t.match(engine[0], { name: 'POST /api/portfolio/create', attributes: { 'http.response.status_code': 200 } })
     t.ok(engineParentOk(spans, engine[0]!, server!))
   })
@@ -103,7 +103,7 @@ t.test('a ping, a keyed update and a create with an image: each a server span co
       t.same(s.attributes, { 'db.system.name': 'memory', 'db.operation.name': s.name.slice('idempotency '.length) })
     }
     const claim = store.find((s) => s.name === 'idempotency claim')!
-    t.ok(claim.endNs <= engine[0]!.startNs, 'the key is claimed before the engine is asked')
+    t.ok(notBefore(engine[0]!.startNs, claim.endNs), 'the key is claimed before the engine is asked')
   })
 
   t.test('a refused request carries its error code', async (t) => {

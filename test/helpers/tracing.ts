@@ -45,6 +45,13 @@ export async function tracedPair (t: Test, env: Record<string, string> = {}, opt
 }
 
 export const ofTrace = (spans: DecodedSpan[], traceId: string): DecodedSpan[] => spans.filter((s) => s.traceId === traceId)
+/**
+ * Whether the instant `later` is not before `earlier`, as two spans' times can
+ * show it. The SDK stamps a span's start with Date.now() (whole milliseconds)
+ * and its end as that start plus a sub-millisecond duration, so of two spans
+ * in true order the second's start may read up to 1 ms before the first's end.
+ */
+export const notBefore = (later: bigint, earlier: bigint): boolean => later + 1_000_000n >= earlier
 export const SERVER = 2
 export const CLIENT = 3
 
