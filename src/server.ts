@@ -88,6 +88,9 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 // DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its
 // first answer undici resolves it per connection), so a slow DNS never holds up start-up.
 const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs, ...(config.upstreamDnsServers === undefined ? {} : { lookup: serversLookup(config.upstreamDnsServers) }) })
+// The system resolver may not know a name that only UPSTREAM_DNS_SERVERS serve (a cluster DNS the host does
+// not use), so until the first answer every call would fail: wait for it, at most the lookup deadline (5 s).
+if (config.upstreamDnsServers !== undefined) await engine.ready()
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger, ...(tracing === undefined ? {} : { tracing }) })

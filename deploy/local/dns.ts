@@ -5,7 +5,7 @@
  * Service's endpoints change in a rollout.
  *
  * It answers one question per query: A and AAAA from its table (TTL 0, so no
- * resolver keeps an answer: c-ares, Node's resolver, caches for the TTL),
+ * resolver keeps an answer; Node's own Resolver keeps none in any case),
  * NOERROR with no answer for another type of a known name or a name with no
  * address of that family (NODATA, RFC 2308), NXDOMAIN for an unknown name,
  * FORMERR for a query it cannot parse, NOTIMP for an opcode other than QUERY.

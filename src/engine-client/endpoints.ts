@@ -36,7 +36,8 @@ export const RESOLVER_TRIES = 2
  * not getaddrinfo, so no libuv pool thread is held per lookup and no libc
  * cache (nscd) answers for the servers, and not /etc/resolv.conf's
  * nameservers (its `search` and `ndots` still apply, as they do for
- * getaddrinfo). A records first; AAAA only when the name has no A record
+ * getaddrinfo). Node's Resolver keeps no cache, so every refresh asks the
+ * servers. A records first; AAAA only when the name has no A record
  * (NODATA), the same choice as preferredAddresses makes of getaddrinfo's
  * answer. Any other failure (NXDOMAIN, a timeout, SERVFAIL) fails the lookup,
  * and the set keeps what the name had.
