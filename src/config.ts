@@ -58,6 +58,8 @@ export interface GatewayConfig {
   readonly upstreamTimeoutMs: number
   /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS, DECISIONS 24 v2). */
   readonly upstreamDnsRefreshMs: number
+  /** UPSTREAM_DNS_SERVERS, as setServers takes them; absent: the system resolver (getaddrinfo). */
+  readonly upstreamDnsServers?: readonly string[]
   /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
   readonly metricsPort: number
   readonly limits: LimitsConfig
@@ -117,6 +119,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
   }
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
+  const upstreamDnsServers = parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
   const redis = redisConfigOf(parsed)
   if (!redis.ok) throw new ConfigError(redis.message)
   const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
@@ -132,6 +135,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     upstreamTryTimeoutMs,
     upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
     upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
+    ...(upstreamDnsServers === undefined ? {} : { upstreamDnsServers }),
     metricsPort: parsed.METRICS_PORT,
     limits: Object.freeze({
       ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
@@ -157,6 +161,28 @@ function trustedProxies (text: string): readonly string[] {
     throw new ConfigError(`TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8`)
   }
   return Object.freeze(entries)
+}
+
+/**
+ * UPSTREAM_DNS_SERVERS as a list for Resolver.setServers, each entry checked
+ * here: an address only (a server named by a name would need a resolver to
+ * find the resolver), an optional port 1-65535, IPv6 in brackets when it has one.
+ */
+function dnsServers (text: string): readonly string[] {
+  const entries = text.split(',').map((entry) => entry.trim())
+  const bad = entries.find((entry) => !isDnsServer(entry))
+  if (bad !== undefined) {
+    throw new ConfigError(`UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address with an optional port 1-65535; expected comma-separated ip or ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353`)
+  }
+  return Object.freeze(entries)
+}
+
+function isDnsServer (entry: string): boolean {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+))(?::(\d{1,5}))?$/.exec(entry)
+  if (m === null) return isIP(entry) === 6 // a bare IPv6 address, no port
+  const port = m[3]
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return false
+  return m[1] !== undefined ? isIP(m[1]) === 6 : isIP(m[2]!) === 4
 }
 
 function isAddressOrCidr (entry: string): boolean {

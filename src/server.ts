@@ -14,6 +14,7 @@ import pino, { type DestinationStream } from 'pino'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig } from './config.js'
 import { EngineClient } from './engine-client/client.js'
+import { namesAHost, serversLookup } from './engine-client/endpoints.js'
 import { buildEngine } from './reference-engine/engine.js'
 import { MetricsPortError, startMetricsServer, type MetricsServer } from './observability/metrics-server.js'
 import { gatewayStatus, gatewayVersion } from './observability/status.js'
@@ -86,10 +87,17 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 
 // DECISIONS 24: every endpoint of UPSTREAM_URL's list. A name is resolved in the background (until its
 // first answer undici resolves it per connection), so a slow DNS never holds up start-up.
-const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs })
+const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs, ...(config.upstreamDnsServers === undefined ? {} : { lookup: serversLookup(config.upstreamDnsServers) }) })
+// The system resolver may not know a name that only UPSTREAM_DNS_SERVERS serve (a cluster DNS the host does
+// not use), so until the first answer every call would fail: wait for it, at most the lookup deadline (5 s).
+if (config.upstreamDnsServers !== undefined) await engine.ready()
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger, ...(tracing === undefined ? {} : { tracing }) })
+// Not an error (nothing is harmed), but an operator who set it expects it used: say that it is not.
+if (config.upstreamDnsServers !== undefined && !namesAHost(config.upstreamUrls ?? [])) {
+  app.log.warn({ upstreamDnsServers: config.upstreamDnsServers }, 'UPSTREAM_DNS_SERVERS is set, but UPSTREAM_URL names no host (only IP addresses, or unset): nothing is resolved, the servers are never asked')
+}
 
 // DECISIONS 18: metrics on a listener of their own, never the public port; a busy port stops start-up.
 let metricsServer: MetricsServer | undefined

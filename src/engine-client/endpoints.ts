@@ -13,7 +13,7 @@
  * Who is healthy lives in health.ts, who gets the next request in balancer.ts:
  * this file only knows which endpoints exist.
  */
-import { lookup as dnsLookup } from 'node:dns/promises'
+import { lookup as dnsLookup, Resolver } from 'node:dns/promises'
 import { isIP } from 'node:net'
 import type { Client, Pool } from 'undici'
 
@@ -21,6 +21,44 @@ import type { Client, Pool } from 'undici'
 export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string, family: number }>>
 
 export const systemLookup: Lookup = async (hostname) => await dnsLookup(hostname, { all: true })
+
+/**
+ * c-ares' wait for one server's answer, doubled each round, and its rounds:
+ * 1 s, then 2 s, within LOOKUP_TIMEOUT_MS; a lost datagram costs a second,
+ * not the whole lookup.
+ */
+export const RESOLVER_TIMEOUT_MS = 1_000
+export const RESOLVER_TRIES = 2
+
+/**
+ * UPSTREAM_DNS_SERVERS: names asked of these servers (`ip`, `ip:port`,
+ * `[ipv6]:port`) directly, with c-ares (Envoy's cluster `dns_resolvers`):
+ * not getaddrinfo, so no libuv pool thread is held per lookup and no libc
+ * cache (nscd) answers for the servers, and not /etc/resolv.conf's
+ * nameservers (its `search` and `ndots` still apply, as they do for
+ * getaddrinfo). Node's Resolver keeps no cache, so every refresh asks the
+ * servers. A records first; AAAA only when the name has no A record
+ * (NODATA), the same choice as preferredAddresses makes of getaddrinfo's
+ * answer. Any other failure (NXDOMAIN, a timeout, SERVFAIL) fails the lookup,
+ * and the set keeps what the name had.
+ */
+export function serversLookup (servers: readonly string[]): Lookup {
+  const resolver = new Resolver({ timeout: RESOLVER_TIMEOUT_MS, tries: RESOLVER_TRIES })
+  resolver.setServers(servers)
+  return async (hostname) => {
+    try {
+      return (await resolver.resolve4(hostname)).map((address) => ({ address, family: 4 }))
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENODATA') throw err
+    }
+    return (await resolver.resolve6(hostname)).map((address) => ({ address, family: 6 }))
+  }
+}
+
+/** Whether any of these base URLs names a host rather than an IP literal: only then is there anything to resolve. */
+export function namesAHost (urls: readonly string[]): boolean {
+  return urls.some((url) => sourceOf(url).named)
+}
 
 export type PoolFactory = (origin: string) => Pool
 

@@ -9,7 +9,7 @@ export interface Phase {
   /** performance.now() */
   start: number
   end: number
-  /** Moments inside the phase: kill, promoted, recovered. */
+  /** Moments inside the phase: kill, promoted, recovered, engine-1 exited. */
   marks: Record<string, number>
 }
 
@@ -31,8 +31,10 @@ export function costTable (phases: Phase[], outcomes: Outcome[]): string[] {
     const failed = mine.filter((o) => o.status !== 200)
     const byCall = (['ping', 'update', 'create'] as const).map((op) => [op, failed.filter((o) => o.op === op)] as const)
       .filter(([, list]) => list.length > 0).map(([op, list]) => `${op}: ${statusCounts(list)}`).join('; ')
+    // Moments are counted from the kill when there is one, else from the event's start.
+    const from = p.marks['kill'] === undefined ? 'the start' : 'the kill'
     const notes = Object.entries(p.marks).filter(([label]) => label !== 'kill')
-      .map(([label, at]) => `${label} ${((at - (p.marks['kill'] ?? p.start)) / 1000).toFixed(1)} s after the kill`).join(', ')
+      .map(([label, at]) => `${label} ${((at - (p.marks['kill'] ?? p.start)) / 1000).toFixed(1)} s after ${from}`).join(', ')
     const h1 = mine.filter((o) => o.proto === 'h1').length
     rows.push(`| ${p.name} | ${((p.end - p.start) / 1000).toFixed(1)} s | ${mine.length} (${h1} / ${mine.length - h1}) | ${failed.length} | ${byCall || '-'} | ${notes || '-'} |`)
   }
