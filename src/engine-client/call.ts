@@ -263,14 +263,14 @@ export class Call implements AttemptOwner {
     // Refusing it turned an engine crash under load into 502s for calls sent after the crash, in the
     // moment before the balancer learns the endpoint refuses (test/upstream-cluster-processes.test.ts).
     if (reason !== 'unreachable' && !ctx.budget.allows()) {
-      ctx.cluster?.budgetExhausted()
+      ctx.cluster?.budgetExhausted?.()
       return false
     }
     this.#retries++
     this.#reason = reason
     this.#retrying = true
     ctx.budget.retries++
-    ctx.cluster?.retried(this.name, reason)
+    ctx.cluster?.retried?.(this.name, reason)
     this.#lastError = err
     this.#lastAttempt = attempt
     if (this.#retries === 1) this.afterJitter()

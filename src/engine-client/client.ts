@@ -73,6 +73,18 @@ function stateOf (e: Endpoint): EngineClusterStatus['endpoints'][number]['state'
   return e.up ? 'up' : 'unreachable'
 }
 
+/** One observer that tells each of `all` (metrics and the log both hear the cluster). */
+function everyOf (all: readonly ClusterObserver[]): ClusterObserver {
+  return {
+    ejected: (endpoint) => { for (const o of all) o.ejected?.(endpoint) },
+    retried: (call, reason) => { for (const o of all) o.retried?.(call, reason) },
+    budgetExhausted: () => { for (const o of all) o.budgetExhausted?.() },
+    rotation: (endpoint, state) => { for (const o of all) o.rotation?.(endpoint, state) },
+    membership: (endpoints) => { for (const o of all) o.membership?.(endpoints) },
+    lookup: (name, error) => { for (const o of all) o.lookup?.(name, error) }
+  }
+}
+
 /** The host name an endpoint came from (the Host it sends), or its address. */
 function nameOf (e: Endpoint): string {
   const host = new URL(e.hostHeader === undefined ? e.origin : `http://${e.hostHeader}`).hostname
@@ -92,6 +104,7 @@ export class EngineClient {
   readonly #maxQueue: number
   readonly #queued: (pool: Pool) => number
   #removed: ((endpoint: string) => void) | undefined = undefined
+  #clusterObservers: readonly ClusterObserver[] = []
 
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
@@ -116,10 +129,17 @@ export class EngineClient {
       pool: poolFor,
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
-      onChange: () => { this.#health.membershipChanged() },
-      onRemoved: (e) => { this.#removed?.(e.key) }
+      onChange: () => {
+        this.#health.membershipChanged()
+        this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
+      },
+      onRemoved: (e) => { this.#removed?.(e.key) },
+      onLookup: (name, error) => { this.#ctx?.cluster?.lookup?.(name, error) }
     })
-    this.#health = new HealthState(this.#set, opts.health, { ejected: (e) => this.#ctx.cluster?.ejected(e.key) })
+    this.#health = new HealthState(this.#set, opts.health, {
+      ejected: (e) => this.#ctx.cluster?.ejected?.(e.key),
+      rotation: (e) => this.#ctx.cluster?.rotation?.(e.key, stateOf(e))
+    })
     this.#ctx = {
       set: this.#set,
       health: this.#health,
@@ -151,9 +171,11 @@ export class EngineClient {
     this.#ctx.observer = observer
   }
 
-  /** Report ejections, retries and an exhausted retry budget. */
+  /** Report ejections, retries, an exhausted retry budget, rotation, membership and DNS lookups; every observer set is told. */
   observeCluster (observer: ClusterObserver): void {
-    this.#ctx.cluster = observer
+    const all = [...this.#clusterObservers, observer]
+    this.#clusterObservers = all
+    this.#ctx.cluster = all.length === 1 ? observer : everyOf(all)
   }
 
   /** Tell `observer` of each try as it starts and ends (tracing); at most one: the last one set wins. */

@@ -148,6 +148,8 @@ export interface EndpointSetOptions {
    * go with it.
    */
   onRemoved?: (endpoint: Endpoint) => void
+  /** Told after each lookup of a name: `error` when it failed (the name keeps the endpoints it had). */
+  onLookup?: (hostname: string, error: Error | undefined) => void
 }
 
 /**
@@ -171,6 +173,7 @@ export class EndpointSet {
   readonly #lookup: Lookup
   readonly #onChange: (() => void) | undefined
   readonly #onRemoved: ((endpoint: Endpoint) => void) | undefined
+  readonly #onLookup: ((hostname: string, error: Error | undefined) => void) | undefined
   readonly #timer: NodeJS.Timeout | undefined
   readonly #named: boolean
   #resolving: Promise<void> | undefined
@@ -183,6 +186,7 @@ export class EndpointSet {
     this.#lookup = opts.lookup ?? systemLookup
     this.#onChange = opts.onChange
     this.#onRemoved = opts.onRemoved
+    this.#onLookup = opts.onLookup
     // Until a name is resolved, it is one endpoint by name: undici resolves it
     // per connection, as the gateway did with one URL. Resolution replaces it.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
@@ -244,8 +248,12 @@ export class EndpointSet {
           const deadline = new Promise<never>((_resolve, reject) => {
             timer = setTimeout(() => { reject(new Error('DNS lookup timed out')) }, this.#lookupTimeoutMs)
           })
-          return preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
-        } catch {
+          const addresses = preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
+          if (addresses === undefined) throw new Error('no IPv4 or IPv6 address')
+          this.#onLookup?.(s.hostname, undefined)
+          return addresses
+        } catch (err) {
+          this.#onLookup?.(s.hostname, err as Error)
           return undefined
         } finally {
           clearTimeout(timer)

@@ -40,6 +40,8 @@ const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EH
 export interface HealthEvents {
   /** An endpoint was ejected (gateway_engine_ejections_total). */
   ejected?: (endpoint: Endpoint) => void
+  /** An endpoint of the set went out of rotation or came back (`up` is its new state). */
+  rotation?: (endpoint: Endpoint) => void
 }
 
 export interface HealthOptions {
@@ -139,7 +141,9 @@ export class HealthState {
     if (up) e.upSince = now
     else this.#decay(e, now)
     e.up = up
-    if (!e.removed) this.#lookAtRotation()
+    if (e.removed) return
+    this.#events.rotation?.(e)
+    this.#lookAtRotation()
   }
 
   /** One step down of the ejection multiplier for each base ejection time in rotation since `upSince` (Envoy's). */

@@ -42,9 +42,15 @@ export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, 
 
 /** The cluster's rarer events, for their counters (gateway_engine_*). */
 export interface ClusterObserver {
-  ejected: (endpoint: string) => void
-  retried: (call: EngineCallName, reason: string) => void
-  budgetExhausted: () => void
+  ejected?: (endpoint: string) => void
+  retried?: (call: EngineCallName, reason: string) => void
+  budgetExhausted?: () => void
+  /** An endpoint went out of rotation or came back; `state` as GET /status shows it. */
+  rotation?: (endpoint: string, state: string) => void
+  /** The endpoint set changed (DNS): the endpoints it has now. */
+  membership?: (endpoints: readonly string[]) => void
+  /** A lookup of a name in UPSTREAM_URL ended; `error` when it failed (the name keeps its endpoints). */
+  lookup?: (name: string, error: Error | undefined) => void
 }
 
 /**
@@ -135,6 +141,13 @@ export class GatewayMetrics {
     name: 'gateway_engine_retries_total',
     help: 'Engine calls tried again, by call and reason (unreachable: never reached the engine; reset, try_timeout, bad_response: GETs only)',
     labelNames: ['call', 'reason'] as const,
+    registers: [this.registry]
+  })
+
+  readonly engineLookupFailures = new Counter({
+    name: 'gateway_engine_dns_failures_total',
+    help: 'Lookups of a host name in UPSTREAM_URL that failed (its endpoints were kept as they were), by name',
+    labelNames: ['name'] as const,
     registers: [this.registry]
   })
 
@@ -252,6 +265,11 @@ export class GatewayMetrics {
   /** An engine endpoint was ejected (src/engine-client/health.ts). */
   engineEjected (endpoint: string): void {
     this.engineEjections.inc({ endpoint })
+  }
+
+  /** A lookup of an engine name failed (src/engine-client/endpoints.ts). */
+  engineLookupFailed (name: string): void {
+    this.engineLookupFailures.inc({ name })
   }
 
   /** An engine call is tried again (src/engine-client/retry.ts). */

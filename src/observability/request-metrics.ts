@@ -119,7 +119,8 @@ export function installMetrics (app: FastifyInstance, engine: EngineMetricsSourc
   engine.observeCluster({
     ejected: (endpoint) => { metrics.engineEjected(endpoint) },
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
-    budgetExhausted: () => { metrics.engineRetryBudgetSpent() }
+    budgetExhausted: () => { metrics.engineRetryBudgetSpent() },
+    lookup: (name, error) => { if (error !== undefined) metrics.engineLookupFailed(name) }
   })
   // An address that left the set takes its series with it (a headless Service's pods come and go).
   engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })

@@ -1,0 +1,103 @@
+/**
+ * The engine cluster in the log: an endpoint out of rotation and back, the
+ * set changing with DNS, a name's lookup failing (once per run of failures,
+ * counted in gateway_engine_dns_failures_total) and answering again. Changes
+ * only: nothing is logged per request.
+ */
+import { Writable } from 'node:stream'
+import t from 'tap'
+import { request } from 'undici'
+import { startDnsServer } from '../deploy/local/dns.js'
+import { waitUntil } from '../deploy/local/parts.js'
+import { contractHandler, json, startStubUpstream, type StubHandler } from '../fixtures/stub-upstream.js'
+import { bearer, build, SECRET } from './helpers/app.js'
+import { gatewayUrl, lines, SERVER, start } from './helpers/gateway-process.js'
+import { ensureBuilt, freePort } from './helpers/processes.js'
+import { parseExposition, valueOf } from './helpers/prometheus.js'
+
+interface Line { level: number, msg: string, [key: string]: unknown }
+
+const ENGINE_LINES = /^engine /
+
+t.test('an endpoint ejected is one warning with its state; its return one info line; the pings in between log nothing', async (t) => {
+  let failing = true
+  const sick: StubHandler = (req, res, body) => {
+    if (failing && req.url === '/api/portfolio/ping') json(res, 503, { success: false, error: { source: 'engine', code: 'UNAVAILABLE', message: 'overloaded', function: 'ping' } })
+    else contractHandler(req, res, body)
+  }
+  const a = await startStubUpstream(sick)
+  t.teardown(a.close)
+  const b = await startStubUpstream()
+  t.teardown(b.close)
+  const logged: Line[] = []
+  const stream = new Writable({ write (chunk: Buffer, _enc, done) { for (const l of lines(chunk.toString())) logged.push(JSON.parse(l) as Line); done() } })
+  const { url } = await build(t, {
+    upstreamUrls: [a.url, b.url],
+    logger: { level: 'info', stream },
+    // Ejection for 300 ms; checks every 100 ms end it once the engine is well.
+    cluster: { health: { intervalMs: 100, ejectionBaseMs: 300 }, random: () => 0 }
+  })
+  for (let i = 0; i < 10; i++) {
+    const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+  }
+  const sickKey = `127.0.0.1:${a.port}`
+  await waitUntil('the ejection in the log', async () => logged.some((l) => l.msg === 'engine endpoint out of rotation'), 5_000)
+  failing = false
+  await waitUntil('the return in the log', async () => logged.some((l) => l.msg === 'engine endpoint back in rotation'), 5_000)
+  t.same(logged.filter((l) => ENGINE_LINES.test(l.msg)).map((l) => [l.level, l.msg, l['endpoint'], l['state']]), [
+    [40, 'engine endpoint out of rotation', sickKey, 'ejected'],
+    [30, 'engine endpoint back in rotation', sickKey, undefined]
+  ], 'one line when it left, one when it came back, and no other engine line')
+})
+
+t.test('a gateway process: the set changing with DNS is one info line; a failing name one warning per run of failures, counted; its return one info line', async (t) => {
+  ensureBuilt()
+  const dns = await startDnsServer()
+  t.teardown(dns.close)
+  const port = await freePort()
+  for (const host of ['127.0.0.2', '127.0.0.3']) {
+    const s = await startStubUpstream(contractHandler, { host, port })
+    t.teardown(s.close)
+  }
+  const name = 'engines.test'
+  dns.set(name, ['127.0.0.2'])
+  const metricsPort = await freePort()
+  const child = start(t, SERVER, {
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    JWT_SECRET: SECRET,
+    METRICS_PORT: String(metricsPort),
+    UPSTREAM_URL: `http://${name}:${port}`,
+    UPSTREAM_DNS_SERVERS: dns.address,
+    UPSTREAM_DNS_REFRESH_MS: '200'
+  })
+  await gatewayUrl(child)
+  const engineLines = (): Line[] => lines(child.out()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line).filter((l) => ENGINE_LINES.test(l.msg))
+  const failures = async (): Promise<number> => {
+    const res = await request(`http://127.0.0.1:${metricsPort}/metrics`)
+    return valueOf(parseExposition(await res.body.text()), 'gateway_engine_dns_failures_total', { name }) ?? 0
+  }
+
+  dns.set(name, ['127.0.0.2', '127.0.0.3'])
+  await waitUntil('the change in the log', async () => engineLines().some((l) => l.msg === 'engine endpoints changed (DNS)'), 10_000)
+
+  dns.remove(name)
+  const asked = dns.queries(name)
+  await waitUntil('the failure in the log', async () => engineLines().some((l) => l.msg.startsWith('engine name lookup failed')), 10_000)
+  // Three more failed refreshes: still one warning, and each one counted.
+  await waitUntil('three more lookups', async () => dns.queries(name) >= asked + 4, 10_000)
+  await waitUntil('the failures counted', async () => await failures() >= 3, 10_000)
+
+  dns.set(name, ['127.0.0.3'])
+  await waitUntil('the return in the log', async () => engineLines().some((l) => l.msg === 'engine name resolves again'), 10_000)
+  await waitUntil('the set following the name', async () => engineLines().filter((l) => l.msg === 'engine endpoints changed (DNS)').length === 2, 10_000)
+
+  t.same(engineLines().map((l) => [l.level, l.msg, l['name'], l['reason'], l['endpoints']]), [
+    [30, 'engine endpoints changed (DNS)', undefined, undefined, [`127.0.0.2:${port}`, `127.0.0.3:${port}`]],
+    [40, 'engine name lookup failed: its endpoints are kept as they were, and it is asked again at the next refresh', name, 'ENOTFOUND', undefined],
+    [30, 'engine name resolves again', name, undefined, undefined],
+    [30, 'engine endpoints changed (DNS)', undefined, undefined, [`127.0.0.3:${port}`]]
+  ], 'each change once, in order')
+})
