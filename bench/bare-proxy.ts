@@ -10,8 +10,8 @@
  * engine who the caller is (x-user-id), streams a body on, and gives the
  * engine's status, content type and bytes back.
  *
- * Process: `node dist/bench/bare-proxy.js --port N --upstream URL --secret S`
- * prints `listening <url>` once it accepts connections.
+ * Process: `node dist/bench/bare-proxy.js --port N --upstream URL --secret S [--fastify]`
+ * prints `listening <url>` once it accepts connections (`--fastify`: the same on Fastify).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
@@ -93,17 +93,64 @@ export function createBareProxy (upstream: string, secret: string): http.Server 
   })
 }
 
+/**
+ * The same proxy on Fastify: one onRequest hook for the token, one route per
+ * call, the body passed on as the stream it is. What any gateway built on
+ * Fastify pays before it does anything of its own; beside the bare proxy it
+ * shows the framework's share of the gateway's cost.
+ */
+export async function createBareFastify (upstream: string, secret: string): Promise<http.Server> {
+  const { default: Fastify } = await import('fastify')
+  const verify = createVerifier(secret)
+  const pool = new Pool(upstream, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
+  const app = Fastify({ logger: false })
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
+  app.decorateRequest('sub', '')
+  app.addHook('onRequest', (req, reply, done) => {
+    const sub = verify(req.headers.authorization)
+    if (sub === undefined) {
+      void reply.code(401).type('application/json').send(UNAUTHORIZED)
+      return
+    }
+    (req as unknown as { sub: string }).sub = sub
+    done()
+  })
+  const forward = async (req: import('fastify').FastifyRequest, reply: import('fastify').FastifyReply): Promise<Buffer> => {
+    const headers: Record<string, string> = { 'x-user-id': (req as unknown as { sub: string }).sub }
+    const type = req.headers['content-type']
+    if (type !== undefined) headers['content-type'] = type
+    const length = req.headers['content-length']
+    if (length !== undefined) headers['content-length'] = length
+    try {
+      const answer = await pool.request({ method: req.method as 'GET', path: req.url, headers, body: req.method === 'GET' ? null : req.raw })
+      const body = Buffer.from(await answer.body.arrayBuffer())
+      const answerType = answer.headers['content-type']
+      void reply.code(answer.statusCode).type(typeof answerType === 'string' ? answerType : 'application/octet-stream')
+      return body
+    } catch {
+      void reply.code(502).type('application/json')
+      return BAD_GATEWAY
+    }
+  }
+  app.get('/api/portfolio/ping', forward)
+  app.post('/api/portfolio/update', forward)
+  await app.ready()
+  return app.server
+}
+
 async function main (): Promise<void> {
   const { values } = parseArgs({
     options: {
       port: { type: 'string', default: '0' },
       host: { type: 'string', default: '127.0.0.1' },
       upstream: { type: 'string' },
-      secret: { type: 'string' }
+      secret: { type: 'string' },
+      fastify: { type: 'boolean', default: false }
     }
   })
-  if (values.upstream === undefined || values.secret === undefined) throw new Error('usage: bare-proxy --upstream URL --secret S [--port N] [--host H]')
-  const server = createBareProxy(values.upstream, values.secret)
+  if (values.upstream === undefined || values.secret === undefined) throw new Error('usage: bare-proxy --upstream URL --secret S [--port N] [--host H] [--fastify]')
+  const server = values.fastify ? await createBareFastify(values.upstream, values.secret) : createBareProxy(values.upstream, values.secret)
   server.keepAliveTimeout = 65_000
   await new Promise<void>((resolve) => server.listen(Number(values.port), values.host, resolve))
   const { port } = server.address() as AddressInfo

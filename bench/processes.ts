@@ -156,12 +156,12 @@ export async function startMock (): Promise<Server> {
  * The bare proxy (bench/bare-proxy.ts) in front of `upstreamUrl`, checking
  * HS256 tokens signed with `secret`: the baseline of every CPU ratio.
  */
-export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = []): Promise<Server> {
+export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env }
   delete env.NODE_OPTIONS
-  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, '--secret', secret], env, 'pipe')
-  const url = await listeningUrl(launched, 'bare proxy')
-  return { name: 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
+  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, '--secret', secret, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
+  const url = await listeningUrl(launched, fastify ? 'bare Fastify proxy' : 'bare proxy')
+  return { name: fastify ? 'bare-fastify' : 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
 
 export interface GatewayOptions {

@@ -489,6 +489,7 @@ async function main (): Promise<void> {
   // A second mock engine for the gateways that spread over two.
   const mock2 = mock !== null && specs.some((g) => g.engines === 2) ? await startMock() : null
   if (mock !== null && needs('bare')) servers.set('bare', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare')))
+  if (mock !== null && needs('bare-fastify')) servers.set('bare-fastify', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare-fastify'), true))
   if (mock !== null) {
     const context: GatewayContext = { upstreamUrl: mock.url, ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }), secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.

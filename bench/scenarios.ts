@@ -12,7 +12,7 @@ import { createForm, pngImage, updateBody } from './payloads.js'
  * proxy (bare-proxy.ts), the baseline of every CPU ratio; every other target
  * is a gateway process configured as GATEWAYS says.
  */
-export type TargetName = 'mock' | 'nginx' | 'bare' | GatewayName
+export type TargetName = 'mock' | 'nginx' | 'bare' | 'bare-fastify' | GatewayName
 
 /** A key of GATEWAYS: the fixed configurations below, or a scenario's own (Scenario.gateway). */
 export type GatewayName = string
@@ -64,7 +64,7 @@ const FIXED_GATEWAYS: Record<string, GatewaySpec> = {
   'gateway-prod-traced-all': { ...PRODUCTION, traceRatio: 1 }
 }
 
-export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx' && target !== 'bare'
+export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx' && target !== 'bare' && target !== 'bare-fastify'
 
 /** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
 export type FreshHeader = 'idempotency-key' | 'traceparent'
@@ -175,6 +175,7 @@ const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'nginx', description: 'nginx -> mock ping, no auth', target: 'nginx', method: 'GET', path: PING, auth: false, localOnly: true },
   // DECISIONS 30: the floor every CPU ratio is stated against.
   { name: 'bare-ping', description: 'bare Node proxy ping, HS256 (cached)', target: 'bare', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'bare Node proxy (node:http, cached HS256, undici Pool)', base: 'bare-ping' } },
+  { name: 'fastify-ping', description: 'the bare proxy on Fastify: ping, HS256 (cached)', target: 'bare-fastify', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'the bare proxy on Fastify (what the framework alone costs)', base: 'bare-ping' } },
   { name: 'bare-update', description: 'bare Node proxy update, HS256 (cached), body streamed on', target: 'bare', method: 'POST', path: UPDATE, auth: true, localOnly: true, body: updateRequest },
   { name: 'ping', description: 'gateway ping, JWT', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, cost: { feature: 'gateway, nothing on (LOG_LEVEL=warn, no metrics, no limits)', base: 'bare-ping', goal: { ratio: 1.10 } } },
   { name: 'update', description: 'gateway update, 5 positions', target: 'gateway', method: 'POST', path: UPDATE, auth: true, localOnly: false, body: updateRequest, cost: { feature: 'gateway update, nothing on (validated, canonical body)', base: 'bare-update' } },
