@@ -104,8 +104,6 @@ export class Call implements AttemptOwner {
   #lastError: GatewayError | undefined = undefined
   #lastAttempt: Attempt | undefined = undefined
   #settled = false
-  readonly #onAbort: (() => void) | undefined
-  readonly #onLeave: (() => void) | undefined
 
   constructor (readonly ctx: ClusterContext, readonly req: EngineRequest, readonly resolve: (answer: EngineResponse) => void, readonly reject: (err: GatewayError) => void) {
     this.name = CALL_NAMES[req.path] ?? 'other'
@@ -123,20 +121,20 @@ export class Call implements AttemptOwner {
     this.#deadlineMs = deadlineMs
     this.#deadlineAt = deadlineMs > 0 ? this.#startedAt + deadlineMs : 0
     this.#perTry = req.method === 'GET' && deadlineMs > ctx.tryTimeoutMs && ctx.set.list.length > 1
-    const signal = req.signal
-    if (signal !== undefined) {
-      this.#onAbort = () => { this.#stop(abortError(signal.reason)) }
-      signal.addEventListener('abort', this.#onAbort, { once: true })
-    } else {
-      this.#onAbort = undefined
-    }
-    const leave = req.abandonIfQueued
-    if (leave !== undefined) {
-      this.#onLeave = () => { this.#leave(abortError(leave.reason)) }
-      leave.addEventListener('abort', this.#onLeave, { once: true })
-    } else {
-      this.#onLeave = undefined
-    }
+    // The call itself listens (an EventListener object, handleEvent below), not a closure per call:
+    // a closure over the constructor's scope, held by the request's client-gone watch, led V8 to
+    // allocate each call's objects straight into the old generation (allocation-site pretenuring),
+    // where every ping's garbage then waited for a full collection: 2.2 MB promoted per scavenge
+    // instead of 0.1, and about a tenth of a ping's CPU (bench: ping, node --trace-gc).
+    req.signal?.addEventListener('abort', this, { once: true })
+    req.abandonIfQueued?.addEventListener('abort', this, { once: true })
+  }
+
+  /** `signal` aborted (stop the call), or the client went away (`abandonIfQueued`: leave the queue). */
+  handleEvent (): void {
+    const { signal, abandonIfQueued: leave } = this.req
+    if (signal?.aborted === true) this.#stop(abortError(signal.reason))
+    else if (leave?.aborted === true) this.#leave(abortError(leave.reason))
   }
 
   /** The client went away (abandonIfQueued): stop, unless a try is already being written to the engine. */
@@ -302,8 +300,8 @@ export class Call implements AttemptOwner {
       this.#retrying = false
       ctx.budget.retries--
     }
-    if (this.#onAbort !== undefined) req.signal!.removeEventListener('abort', this.#onAbort)
-    if (this.#onLeave !== undefined) req.abandonIfQueued!.removeEventListener('abort', this.#onLeave)
+    req.signal?.removeEventListener('abort', this)
+    req.abandonIfQueued?.removeEventListener('abort', this)
     const status = attempt?.status ?? 0
     const contentType = attempt?.contentType ?? ''
     ctx.observer?.(this.name, outcomeOf(err, status, contentType, clientAborted), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)

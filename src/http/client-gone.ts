@@ -10,12 +10,15 @@
 import type { FastifyReply } from 'fastify'
 import { validationError } from './errors.js'
 
+/** An 'abort' listener: a function, or an object with handleEvent (as the DOM's EventTarget takes). */
+export type AbandonmentListener = (() => void) | { handleEvent: () => void }
+
 /** Told once when the client is gone (an AbortSignal fits it too). */
 export interface Abandonment {
   readonly aborted: boolean
   readonly reason: unknown
-  addEventListener: (type: 'abort', listener: () => void, options?: { once?: boolean }) => void
-  removeEventListener: (type: 'abort', listener: () => void) => void
+  addEventListener: (type: 'abort', listener: AbandonmentListener, options?: { once?: boolean }) => void
+  removeEventListener: (type: 'abort', listener: AbandonmentListener) => void
 }
 
 export interface ClientGone {
@@ -27,16 +30,17 @@ export interface ClientGone {
 class Gone implements Abandonment {
   aborted = false
   reason: unknown = undefined
-  #listener: (() => void) | undefined = undefined
-  addEventListener (_type: 'abort', listener: () => void): void { this.#listener = listener }
-  removeEventListener (_type: 'abort', listener: () => void): void { if (this.#listener === listener) this.#listener = undefined }
+  #listener: AbandonmentListener | undefined = undefined
+  addEventListener (_type: 'abort', listener: AbandonmentListener): void { this.#listener = listener }
+  removeEventListener (_type: 'abort', listener: AbandonmentListener): void { if (this.#listener === listener) this.#listener = undefined }
   abort (reason: unknown): void {
     if (this.aborted) return
     this.aborted = true
     this.reason = reason
     const listener = this.#listener
     this.#listener = undefined
-    listener?.()
+    if (typeof listener === 'function') listener()
+    else listener?.handleEvent()
   }
 }
 
