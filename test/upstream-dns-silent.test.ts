@@ -7,7 +7,6 @@
  * the process alive.
  */
 import { spawn } from 'node:child_process'
-import { createSocket } from 'node:dgram'
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import { join } from 'node:path'
@@ -19,6 +18,7 @@ import { EngineClient } from '../src/engine-client/client.js'
 import { connectLookup, serversLookup, type Lookup } from '../src/engine-client/endpoints.js'
 import { bearer, SECRET } from './helpers/app.js'
 import { client, gatewayUrl, lines, SERVER, start } from './helpers/gateway-process.js'
+import { silentDnsServer } from './helpers/dns.js'
 import { ensureBuilt, freePort, ROOT } from './helpers/processes.js'
 
 t.before(ensureBuilt)
@@ -29,34 +29,6 @@ async function dnsServer (t: Test): Promise<DnsServer> {
   const s = await startDnsServer()
   t.teardown(s.close)
   return s
-}
-
-/**
- * A UDP relay in front of `dns` that drops every query (a silent server: c-ares
- * times out) until `open()`, then passes them on; its host:port.
- */
-async function gatedRelay (t: Test, dns: DnsServer): Promise<{ address: string, dropped: () => number, open: () => void }> {
-  const socket = createSocket('udp4')
-  socket.bind(0, '127.0.0.1')
-  await once(socket, 'listening')
-  t.teardown(() => socket.close())
-  const clients = new Map<number, { port: number, address: string }>()
-  let open = false
-  let dropped = 0
-  socket.on('message', (msg, peer) => {
-    if (peer.port === dns.port) {
-      const back = clients.get(msg.readUInt16BE(0))
-      if (back !== undefined) socket.send(msg, back.port, back.address)
-      return
-    }
-    if (!open) {
-      dropped++
-      return
-    }
-    clients.set(msg.readUInt16BE(0), peer)
-    socket.send(msg, dns.port, dns.host)
-  })
-  return { address: `127.0.0.1:${socket.address().port}`, dropped: () => dropped, open: () => { open = true } }
 }
 
 async function engineAt (t: Test, host: string, port: number): Promise<StubUpstream> {
@@ -72,23 +44,23 @@ t.test('a gateway whose DNS servers are silent at start-up warns once, listens, 
   const port = await freePort()
   const engine = await engineAt(t, '127.0.0.2', port)
   dns.set(NAME, ['127.0.0.2'])
-  const relay = await gatedRelay(t, dns)
+  const servers = await silentDnsServer(t)
   const child = start(t, SERVER, {
     PORT: '0',
     JWT_SECRET: SECRET,
     UPSTREAM_URL: `http://${NAME}:${port}`,
-    UPSTREAM_DNS_SERVERS: relay.address,
+    UPSTREAM_DNS_SERVERS: servers.address,
     // An hourly refresh: only a connection that asks the servers itself can reach the engine in this test.
     UPSTREAM_DNS_REFRESH_MS: '3600000'
   })
   const url = await gatewayUrl(child)
-  t.ok(relay.dropped() >= 2, 'the servers were asked (c-ares\' two tries) and did not answer before the gateway listened')
+  t.ok(servers.dropped() >= 2, 'the servers were asked (c-ares\' two tries) and did not answer before the gateway listened')
   const warnings = lines(child.out()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e['level'] === 40)
   t.same(warnings.map((w) => [w['msg'], w['name'], w['reason'], w['upstreamDnsServers']]), [
-    ['engine name has no answer from UPSTREAM_DNS_SERVERS at start-up: listening anyway; each new engine connection asks the servers until a refresh (UPSTREAM_DNS_REFRESH_MS) gets the addresses', NAME, 'ETIMEOUT', [relay.address]]
+    ['engine name has no answer from UPSTREAM_DNS_SERVERS at start-up: listening anyway; each new engine connection asks the servers until a refresh (UPSTREAM_DNS_REFRESH_MS) gets the addresses', NAME, 'ETIMEOUT', [servers.address]]
   ], 'one warning, naming the name and why')
 
-  relay.open()
+  servers.answerWith(dns)
   const res = await request(`${url}/api/portfolio/ping`, { headers: bearer(), dispatcher: client(t) })
   t.equal(res.statusCode, 200, 'the first ping after the servers answer is answered')
   t.equal(await res.body.text(), 'pong')
@@ -141,18 +113,13 @@ t.test('connectLookup answers in net.connect\'s shape: one address, all of them,
 })
 
 t.test('closing the endpoint set gives up a lookup waiting on a silent server: the process exits at once', async (t) => {
-  const silent = createSocket('udp4')
-  silent.bind(0, '127.0.0.1')
-  await once(silent, 'listening')
-  t.teardown(() => silent.close())
-  let asked = 0
-  silent.on('message', () => { asked++ })
+  const silent = await silentDnsServer(t)
   const endpoints = join(ROOT, 'dist', 'src', 'engine-client', 'endpoints.js')
   // The set asks the silent server, then closes when the test says (the query is pending by then).
   const script = `
     import { Pool } from 'undici'
     const { EndpointSet, serversLookup } = await import(${JSON.stringify(endpoints)})
-    const set = new EndpointSet({ urls: ['http://${NAME}:4000'], pool: (origin) => new Pool(origin), lookup: serversLookup(['127.0.0.1:${silent.address().port}']) })
+    const set = new EndpointSet({ urls: ['http://${NAME}:4000'], pool: (origin) => new Pool(origin), lookup: serversLookup(['${silent.address}']) })
     process.stdin.once('data', async () => {
       process.stdin.destroy()
       await set.close()
@@ -164,7 +131,7 @@ t.test('closing the endpoint set gives up a lookup waiting on a silent server: t
   let err = ''
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => { err += chunk })
   const exited = once(child, 'exit')
-  await once(silent, 'message')
+  await once(silent.socket, 'message')
   child.stdin.write('close\n')
   await once(child.stdout, 'data')
   const closed = performance.now()
@@ -172,7 +139,7 @@ t.test('closing the endpoint set gives up a lookup waiting on a silent server: t
   const afterClose = performance.now() - closed
   t.equal(code, 0)
   t.equal(err, '', 'nothing on stderr')
-  t.equal(asked, 1, 'the lookup was pending on its first try when the set closed')
+  t.equal(silent.dropped(), 1, 'the lookup was pending on its first try when the set closed')
   t.comment(`exited ${Math.round(afterClose)} ms after close`)
   // Without the cancel, c-ares' second try (1 s, then 2 s) would hold the process about 3 s after close.
   t.ok(afterClose < 1_000, `the process exited within 1 s of close (${Math.round(afterClose)} ms)`)
