@@ -223,7 +223,8 @@ export class EndpointSet {
     this.#onRemoved = opts.onRemoved
     this.#onLookup = opts.onLookup
     // Until a name is resolved, it is one endpoint by name: undici resolves it
-    // per connection, as the gateway did with one URL. Resolution replaces it.
+    // per connection, as the gateway did with one URL (with UPSTREAM_DNS_SERVERS,
+    // through connectLookup, asking the same servers). Resolution replaces it.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
     this.#named = this.#sources.some((s) => s.named)
     const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
