@@ -6,7 +6,7 @@ import { createSocket } from 'node:dgram'
 import { once } from 'node:events'
 import { Resolver } from 'node:dns/promises'
 import t, { type Test } from 'tap'
-import { startDnsServer, type DnsServer } from '../deploy/local/dns.js'
+import { startDnsServer, UDP_ANSWER_MAX_BYTES, type DnsServer } from '../deploy/local/dns.js'
 
 async function server (t: Test): Promise<DnsServer> {
   const s = await startDnsServer()
@@ -113,4 +113,27 @@ t.test('a malformed query gets FORMERR, another opcode NOTIMP, a response nothin
   socket.send(query(12, 'engines.local', 1), s.port, s.host)
   await once(socket, 'message')
   t.same(got.map((m) => m.readUInt16BE(0)), [12], 'only the query was answered')
+})
+
+t.test('an answer that would not fit in a 512-byte UDP answer is refused by set(), so none is ever sent truncated', async (t) => {
+  const s = await server(t)
+  const r = resolverOf(s)
+  const v4 = (n: number): string[] => Array.from({ length: n }, (_, i) => `10.0.${i >> 8}.${i & 255}`)
+  const v6 = (n: number): string[] => Array.from({ length: n }, (_, i) => `fd00::${(i + 1).toString(16)}`)
+  // engines.local: a 12-byte header, a 19-byte question (15 for the name), 16 bytes per A record, 28 per AAAA.
+  s.set('engines.local', [...v4(30), ...v6(17)])
+  const a = await rawQuery(s, query(1, 'engines.local', 1))
+  t.same([a.readUInt16BE(6), a.length, a[2]! & 0x02], [30, 12 + 19 + 30 * 16, 0], '30 A records in 511 bytes, TC clear')
+  const aaaa = await rawQuery(s, query(2, 'engines.local', 28))
+  t.same([aaaa.readUInt16BE(6), aaaa.length, aaaa[2]! & 0x02], [17, 12 + 19 + 17 * 28, 0], '17 AAAA records in 507 bytes, TC clear')
+  t.ok(a.length <= UDP_ANSWER_MAX_BYTES && aaaa.length <= UDP_ANSWER_MAX_BYTES)
+  t.equal((await r.resolve4('engines.local')).length, 30, 'c-ares reads the largest answer whole')
+
+  t.throws(() => { s.set('engines.local', v4(31)) },
+    new Error('engines.local: 31 IPv4 addresses make a 527-byte answer, over the 512 bytes of a UDP answer (RFC 1035; this server has no TCP): at most 30 IPv4 addresses for this name'))
+  t.throws(() => { s.set('Engines.Local.', [...v4(2), ...v6(18)]) },
+    new Error('engines.local: 18 IPv6 addresses make a 535-byte answer, over the 512 bytes of a UDP answer (RFC 1035; this server has no TCP): at most 17 IPv6 addresses for this name'))
+  t.equal(s.get('engines.local')?.length, 47, 'a refused set() changes nothing')
+  const long = `${'a'.repeat(63)}.${'b'.repeat(63)}.local`
+  t.throws(() => { s.set(long, v4(25)) }, /: 25 IPv4 addresses make a 551-byte answer, .* at most 22 IPv4 addresses for this name$/, 'a longer name leaves room for fewer')
 })

@@ -16,6 +16,7 @@ import { contractHandler, startStubUpstream, type StubUpstream } from '../fixtur
 import { ConfigError, loadConfig } from '../src/config.js'
 import { serversLookup } from '../src/engine-client/endpoints.js'
 import { bearer, SECRET } from './helpers/app.js'
+import { silentDnsServer } from './helpers/dns.js'
 import { client, exitOf, gatewayUrl, lines, SERVER, start } from './helpers/gateway-process.js'
 import { ensureBuilt, freePort } from './helpers/processes.js'
 
@@ -72,15 +73,10 @@ t.test('the lookup: A records when there are any, AAAA only when there are none,
 })
 
 t.test('a server that never answers fails the lookup after c-ares\' own tries (1 s, then 2 s)', async (t) => {
-  const silent = createSocket('udp4')
-  silent.bind(0, '127.0.0.1')
-  await once(silent, 'listening')
-  t.teardown(() => silent.close())
-  let asked = 0
-  silent.on('message', () => { asked++ })
-  const code = await codeOf(serversLookup([`127.0.0.1:${silent.address().port}`])('engines.test'))
+  const silent = await silentDnsServer(t)
+  const code = await codeOf(serversLookup([silent.address])('engines.test'))
   t.equal(code, 'ETIMEOUT')
-  t.equal(asked, 2, 'two tries, then it gives up (within the 5 s lookup deadline of endpoints.ts)')
+  t.equal(silent.dropped(), 2, 'two tries, then it gives up (within the 5 s lookup deadline of endpoints.ts)')
 })
 
 t.test('UPSTREAM_DNS_SERVERS in the config: addresses with optional ports, IPv6 too; anything else stops start-up with one line', async (t) => {

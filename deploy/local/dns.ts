@@ -10,8 +10,11 @@
  * address of that family (NODATA, RFC 2308), NXDOMAIN for an unknown name,
  * FORMERR for a query it cannot parse, NOTIMP for an opcode other than QUERY.
  * No SOA goes with a negative answer, so none is cached (RFC 2308, section 5).
- * The additional section (EDNS's OPT record) is ignored; answers stay far
- * below 512 bytes, so nothing is ever truncated.
+ * The additional section (EDNS's OPT record) is ignored, so an answer must
+ * fit in 512 bytes (RFC 1035, 4.2.1), and there is no TCP to retry over after
+ * a truncated one: set() refuses a name whose A or AAAA answer would not fit
+ * (about 30 IPv4 or 17 IPv6 addresses for a short name), with an error that
+ * says how many do. Nothing is ever sent truncated, and TC is never set.
  */
 import { createSocket, type Socket } from 'node:dgram'
 import { once } from 'node:events'
@@ -30,7 +33,10 @@ export interface DnsServer {
   port: number
   /** `host:port`, as UPSTREAM_DNS_SERVERS takes it. */
   address: string
-  /** The name's addresses from now on (IPv4 and IPv6 mixed); an empty list keeps the name with no address. */
+  /**
+   * The name's addresses from now on (IPv4 and IPv6 mixed); an empty list keeps the name with no address.
+   * Throws, changing nothing, when its A or AAAA answer would not fit in UDP_ANSWER_MAX_BYTES.
+   */
   set: (name: string, addresses: readonly string[]) => void
   /** Forget the name: NXDOMAIN from now on. */
   remove: (name: string) => void
@@ -133,6 +139,30 @@ export function answer (query: Buffer, table: ReadonlyMap<string, readonly strin
 
 const normalName = (name: string): string => name.toLowerCase().replace(/\.$/, '')
 
+/** The largest answer over UDP without EDNS (RFC 1035, 4.2.1). */
+export const UDP_ANSWER_MAX_BYTES = 512
+/** One answer record: the name pointer, type, class, TTL and length (12 bytes), then the address. */
+const RECORD_BYTES = { 4: 12 + 4, 6: 12 + 16 } as const
+
+/**
+ * Why `addresses` cannot be served for `name` in one UDP answer, or undefined
+ * when both its A and its AAAA answer fit: header, the question echoed (the
+ * name's labels, each with its length byte, the root's 0, type and class),
+ * and one record per address of the family asked.
+ */
+function tooBig (name: string, addresses: readonly string[]): string | undefined {
+  const questionBytes = name.split('.').reduce((sum, label) => sum + 1 + label.length, 1) + 4
+  const room = UDP_ANSWER_MAX_BYTES - HEADER_BYTES - questionBytes
+  for (const family of [4, 6] as const) {
+    const count = addresses.filter((a) => isIP(a) === family).length
+    const bytes = HEADER_BYTES + questionBytes + count * RECORD_BYTES[family]
+    if (bytes > UDP_ANSWER_MAX_BYTES) {
+      return `${name}: ${count} IPv${family} addresses make a ${bytes}-byte answer, over the ${UDP_ANSWER_MAX_BYTES} bytes of a UDP answer (RFC 1035; this server has no TCP): at most ${Math.floor(room / RECORD_BYTES[family])} IPv${family} addresses for this name`
+    }
+  }
+  return undefined
+}
+
 /** Listen on `host` (127.0.0.1) and `port` (0: a free one). */
 export async function startDnsServer (opts: { host?: string, port?: number } = {}): Promise<DnsServer> {
   const host = opts.host ?? '127.0.0.1'
@@ -158,6 +188,8 @@ export async function startDnsServer (opts: { host?: string, port?: number } = {
     set: (name, addresses) => {
       const bad = addresses.find((a) => isIP(a) === 0)
       if (bad !== undefined) throw new Error(`${bad} is not an IP address`)
+      const big = tooBig(normalName(name), addresses)
+      if (big !== undefined) throw new Error(big)
       table.set(normalName(name), [...addresses])
     },
     remove: (name) => { table.delete(normalName(name)) },

@@ -13,7 +13,7 @@
  */
 import { Client, Pool } from 'undici'
 import { Balancer, type Random } from './balancer.js'
-import { EndpointSet, type Endpoint, type Lookup } from './endpoints.js'
+import { connectLookup, EndpointSet, type Endpoint, type Lookup } from './endpoints.js'
 import { HealthState, type HealthOptions } from './health.js'
 import { RetryBudget } from './retry.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
@@ -30,6 +30,12 @@ export interface EnginePoolOptions {
   tryTimeoutMs?: number
   /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
   lookup?: Lookup
+  /**
+   * Connections to a name ask `lookup` too, not getaddrinfo (UPSTREAM_DNS_SERVERS,
+   * whose names the system resolver may not know): a call before the name's
+   * first answer still reaches the engine. Addresses need no lookup.
+   */
+  connectWithLookup?: boolean
   /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes unreachable or none is in rotation. */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
@@ -113,7 +119,7 @@ export class EngineClient {
     // The bounds that exist for one engine hold per endpoint.
     const connection = {
       pipelining: opts.pipelining ?? 1,
-      connect: { timeout: opts.connectTimeoutMs ?? 2_000 },
+      connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(opts.connectWithLookup === true && opts.lookup !== undefined ? { lookup: connectLookup(opts.lookup) } : {}) },
       // An idle pooled socket closes after this. undici would follow the engine's
       // `Keep-Alive: timeout=N` hint up to keepAliveMaxTimeout (default 600 s):
       // capped at the same value, the bound is ours whatever the engine says.

@@ -14,11 +14,18 @@
  * this file only knows which endpoints exist.
  */
 import { lookup as dnsLookup, Resolver } from 'node:dns/promises'
-import { isIP } from 'node:net'
+import { isIP, type LookupFunction } from 'node:net'
 import type { Client, Pool } from 'undici'
 
 /** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
-export type Lookup = (hostname: string) => Promise<ReadonlyArray<{ address: string, family: number }>>
+export interface Lookup {
+  (hostname: string): Promise<ReadonlyArray<{ address: string, family: number }>>
+  /**
+   * Give up the lookups in flight (EndpointSet.close): a query waiting on a
+   * silent server would otherwise keep the process alive for its tries.
+   */
+  cancel?: () => void
+}
 
 export const systemLookup: Lookup = async (hostname) => await dnsLookup(hostname, { all: true })
 
@@ -45,13 +52,41 @@ export const RESOLVER_TRIES = 2
 export function serversLookup (servers: readonly string[]): Lookup {
   const resolver = new Resolver({ timeout: RESOLVER_TIMEOUT_MS, tries: RESOLVER_TRIES })
   resolver.setServers(servers)
-  return async (hostname) => {
+  const lookup = async (hostname: string): Promise<Array<{ address: string, family: number }>> => {
     try {
       return (await resolver.resolve4(hostname)).map((address) => ({ address, family: 4 }))
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENODATA') throw err
     }
     return (await resolver.resolve6(hostname)).map((address) => ({ address, family: 6 }))
+  }
+  // Pending queries fail with ECANCELLED; the resolver stays usable.
+  return Object.assign(lookup, { cancel: () => { resolver.cancel() } })
+}
+
+/**
+ * `lookup` in net.connect's shape, for the engine pools' `connect.lookup`
+ * (UPSTREAM_DNS_SERVERS): a connection to a name (the endpoint that stands for
+ * it until its first answer) asks the configured servers too, not
+ * getaddrinfo, which may not know the name at all. Its addresses as
+ * preferredAddresses picks them (V4_PREFERRED), narrowed to the family asked
+ * for; `all` (Node's autoSelectFamily asks for it) gets every one.
+ */
+export function connectLookup (lookup: Lookup): LookupFunction {
+  return (hostname, options, callback) => {
+    const family = options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
+    lookup(hostname).then((found) => {
+      const addresses = (preferredAddresses(found) ?? []).filter((a) => family === 0 || isIP(a) === family)
+      const first = addresses[0]
+      if (first === undefined) {
+        // getaddrinfo's code for a name without an address: the upstream error map and the checks know it.
+        callback(Object.assign(new Error(`lookup ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname }), '')
+      } else if (options.all === true) {
+        callback(null, addresses.map((address) => ({ address, family: isIP(address) })))
+      } else {
+        callback(null, first, isIP(first))
+      }
+    }, (err: NodeJS.ErrnoException) => { callback(err, '') })
   }
 }
 
@@ -188,7 +223,8 @@ export class EndpointSet {
     this.#onRemoved = opts.onRemoved
     this.#onLookup = opts.onLookup
     // Until a name is resolved, it is one endpoint by name: undici resolves it
-    // per connection, as the gateway did with one URL. Resolution replaces it.
+    // per connection, as the gateway did with one URL (with UPSTREAM_DNS_SERVERS,
+    // through connectLookup, asking the same servers). Resolution replaces it.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
     this.#named = this.#sources.some((s) => s.named)
     const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
@@ -246,14 +282,16 @@ export class EndpointSet {
         let timer: NodeJS.Timeout | undefined
         try {
           const deadline = new Promise<never>((_resolve, reject) => {
-            timer = setTimeout(() => { reject(new Error('DNS lookup timed out')) }, this.#lookupTimeoutMs)
+            // Unref'd: a lookup still pending at close must not hold the process for its deadline.
+            timer = setTimeout(() => { reject(new Error('DNS lookup timed out')) }, this.#lookupTimeoutMs).unref()
           })
           const addresses = preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
           if (addresses === undefined) throw new Error('no IPv4 or IPv6 address')
-          this.#onLookup?.(s.hostname, undefined)
+          if (!this.#closed) this.#onLookup?.(s.hostname, undefined)
           return addresses
         } catch (err) {
-          this.#onLookup?.(s.hostname, err as Error)
+          // A lookup cancelled by close() is not a DNS failure to report.
+          if (!this.#closed) this.#onLookup?.(s.hostname, err as Error)
           return undefined
         } finally {
           clearTimeout(timer)
@@ -308,6 +346,7 @@ export class EndpointSet {
   async close (): Promise<void> {
     this.#closed = true
     clearInterval(this.#timer)
+    this.#lookup.cancel?.()
     await Promise.all(this.list.map(async (e) => { await e.retire() }))
   }
 }

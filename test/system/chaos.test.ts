@@ -34,6 +34,11 @@ const USERS = ['ana', 'ben', 'chloe', 'dev']
 /** How long after an engine's death a gateway may still write on a connection to it (its event loop has not yet seen the FIN). */
 const CLOSE_NOTICED_MS = 250
 
+/** How soon after the name changes every gateway must know it: a refresh (UPSTREAM_DNS_REFRESH_MS, 5 s) and 2 s. */
+const LEARN_MS = 5_000 + 2_000
+/** Between the endpoints update for a new engine's readiness and the one for the old engine's termination. */
+const ENDPOINT_UPDATES_GAP_MS = 100
+
 const statusOf = (o: Outcome): string => `${o.op} ${o.proto} ${String(o.status)}${o.body === undefined ? '' : ` ${o.body}`}`
 
 t.test('the topology rides out a rolling restart, an engine rollout to new addresses, an engine crash and a Redis failover under load', async (t) => {
@@ -98,26 +103,83 @@ t.test('the topology rides out a rolling restart, an engine rollout to new addre
     }
   })
 
+  // The gateways' sets against the name (GET /status on the metrics port): the endpoints each sends to now.
+  const enginePort = ports.engines[0]!
+  const known = async (metricsPort: number): Promise<string[]> => {
+    const status = JSON.parse((await httpText(`http://127.0.0.1:${metricsPort}/status`)).body) as GatewayStatus
+    return status.engine.endpoints.map((e) => e.endpoint).sort()
+  }
+  let nameChangedAt = 0
+  const setName = (addresses: readonly string[]): void => {
+    engineName.set(addresses)
+    nameChangedAt = performance.now()
+  }
+  /**
+   * Until every gateway's set passes `wanted`, at most a refresh and 2 s after
+   * `since` (a change of the name); the time that took, or what each had.
+   */
+  const learned = async (wanted: (have: string[]) => boolean, since: number): Promise<{ ms: number } | { failed: string }> => {
+    for (;;) {
+      const have = await Promise.all(ports.gatewayMetrics.map(known))
+      const ms = performance.now() - since
+      if (have.every(wanted)) return { ms }
+      if (ms > LEARN_MS) return { failed: `${Math.round(ms)} ms after the change, the name having ${engineName.addresses().join(', ')}: ${have.map((h, i) => `${GATEWAYS[i]!} had ${h.join(', ')}`).join('; ')}` }
+      await sleep(100)
+    }
+  }
+  const learnedWithin: string[] = []
+
   // Kubernetes' rolling update with the recipe's maxSurge 1, maxUnavailable 0, without its minReadySeconds
-  // and preStop pause: each new engine gets a new address, and the old one leaves the name at the moment
-  // it gets SIGTERM, so a gateway may still send to it until its next resolution (up to 5 s) or its next
-  // health check sees the drain notice's 500 (DECISIONS 24, 25). Nothing may fail: the engine drains.
+  // and preStop pause. Each new engine gets a new address and joins the name once ready; the old one it
+  // replaces then leaves the name and gets SIGTERM at once (a separate endpoints update: a resolution may
+  // see the name with both), so a gateway may still send to it until its next resolution (up to 5 s) or its
+  // next health check sees the drain notice's 500 (DECISIONS 24, 25). The second new engine starts as soon as
+  // the first old one terminates, and the second old one leaves once it is ready, while the first may still
+  // drain. Nothing may fail: the engines drain. Within a refresh and 2 s of each replacement the gateways
+  // must have learned it from DNS: after the first, every gateway sends to the first new engine and not to
+  // the old one; after the second, every gateway knows exactly the name's addresses.
   const replaced: Array<[EngineRef, EngineRef]> = []
   const rollout = await phase('rollout of both engines to new addresses', async (mark) => {
-    for (const old of topology!.engines()) {
+    /** Start the new engine and put it in the name, take the old one out and SIGTERM it; its exit, not waited for. */
+    const replace = async (old: EngineRef): Promise<{ fresh: EngineRef, changed: number, exited: Promise<void> }> => {
       const fresh = await topology!.startEngine() // resolves once its /health is 200
-      // In the name before the old address leaves (maxUnavailable 0), but no wait for the gateways to
-      // learn it (no minReadySeconds): the old one leaves the name and gets SIGTERM at once.
-      engineName.set([...engineName.addresses(), fresh.address])
-      engineName.set(engineName.addresses().filter((a) => a !== old.address))
-      await parts.signal(old.part, 'SIGTERM') // resolves once it has exited: notice, stop accepting, in-flight done
-      mark(`${old.part} exited`)
+      setName([...engineName.addresses(), fresh.address])
+      await sleep(ENDPOINT_UPDATES_GAP_MS)
+      setName(engineName.addresses().filter((a) => a !== old.address))
       replaced.push([old, fresh])
+      const exited = parts.signal(old.part, 'SIGTERM') // resolves once it has exited: notice, stop accepting, in-flight done
+      return { fresh, changed: nameChangedAt, exited: exited.then(() => { mark(`${old.part} exited`) }) }
     }
+    const check = async (what: string, wanted: (have: string[]) => boolean, since: number): Promise<void> => {
+      const result = await learned(wanted, since)
+      if ('ms' in result) {
+        mark(`every gateway ${what}`)
+        learnedWithin.push(`${what}: ${Math.round(result.ms)} ms`)
+      }
+      t.equal('failed' in result ? result.failed : undefined, undefined, `every gateway ${what} within ${LEARN_MS} ms of the change`)
+    }
+    const endpointOf = (e: EngineRef): string => `${e.address}:${enginePort}`
+    const [old1, old2] = topology!.engines() as [EngineRef, EngineRef]
+    const first = await replace(old1)
+    // While the second new engine starts, the gateways learn the first replacement (the second one can only
+    // add to that: the first new address stays, the first old one does not come back).
+    const [second] = await Promise.all([
+      replace(old2),
+      check(`sends to ${first.fresh.part}, not ${old1.part}`, (have) => have.includes(endpointOf(first.fresh)) && !have.includes(endpointOf(old1)), first.changed)
+    ])
+    const now = (): string[] => engineName.addresses().map((a) => `${a}:${enginePort}`).sort()
+    await check(`knows exactly the name's addresses after both replacements`, (have) => have.join() === now().join(), second.changed)
+    await Promise.all([first.exited, second.exited])
   })
+  t.comment(`the gateways learned the name after each replacement in ${learnedWithin.join(', ')}`)
 
   const victim = topology.engines()[0]!
   const engineKill = await phase(`SIGKILL of ${victim.part}, and its restart on its address`, async (mark) => {
+    // Every request the rollout started has its answer before the kill, and a second of steady load comes
+    // first: a request the kill cuts belongs to this phase, where it is excused, not to the rollout, where
+    // nothing is.
+    await running.settled(performance.now())
+    await sleep(1_000)
     mark('kill')
     await parts.signal(victim.part, 'SIGKILL')
     await sleep(2_000)
@@ -195,11 +257,7 @@ t.test('the topology rides out a rolling restart, an engine rollout to new addre
   for (const e of current) t.equal(await httpStatus(`${e.url}/health`), 200, `${e.part} /health`)
   t.same([...engineName.addresses()].sort(), current.map((e) => e.address), `${ENGINE_NAME} names the new engines only`)
   // Every gateway sends to the new addresses only: the old ones left its set at a resolution (GET /status, metrics port).
-  const known = async (metricsPort: number): Promise<string[]> => {
-    const status = JSON.parse((await httpText(`http://127.0.0.1:${metricsPort}/status`)).body) as GatewayStatus
-    return status.engine.endpoints.map((e) => e.endpoint).sort()
-  }
-  const expected = current.map((e) => `${e.address}:${ports.engines[0]!}`)
+  const expected = current.map((e) => `${e.address}:${enginePort}`)
   for (const [i, port] of ports.gatewayMetrics.entries()) t.same(await known(port), expected, `${GATEWAYS[i]!} knows exactly the current engine addresses`)
   t.same(await gatewayStates(socket), Object.fromEntries(GATEWAYS.map((g) => [g, 'UP'])), 'haproxy has every gateway UP')
   t.equal(await agreedPrimary(ports.sentinels), ports.redisReplica, 'the sentinels agree: the replica is the new primary')

@@ -98,8 +98,26 @@ export class Load {
   private readonly transports: Transport[] = []
   private readonly image = readFileSync(PNG_IMAGE)
   private keys = 0
+  /** The start of each attempt still waiting for its answer. */
+  private readonly pending = new Set<{ start: number }>()
+  /** Told after each attempt ends (settled() waits on them). */
+  private readonly ended = new Set<() => void>()
 
   constructor (private readonly opts: LoadOptions) {}
+
+  /** Resolves once no attempt that started before `before` (performance.now()) is still waiting for its answer. */
+  async settled (before: number): Promise<void> {
+    const done = (): boolean => ![...this.pending].some((p) => p.start < before)
+    if (done()) return
+    await new Promise<void>((resolve) => {
+      const check = (): void => {
+        if (!done()) return
+        this.ended.delete(check)
+        resolve()
+      }
+      this.ended.add(check)
+    })
+  }
 
   private transport (proto: Proto): Transport {
     const ca = readFileSync(this.opts.caFile, 'utf8')
@@ -110,6 +128,8 @@ export class Load {
 
   private async attempt (t: Transport, proto: Proto, user: string, op: Op, req: Request, key?: string): Promise<Outcome> {
     const start = performance.now()
+    const mine = { start }
+    this.pending.add(mine)
     let outcome: Outcome
     try {
       const answer = await t.send(req)
@@ -121,6 +141,8 @@ export class Load {
     }
     if (key !== undefined) outcome.key = key
     this.outcomes.push(outcome)
+    this.pending.delete(mine)
+    for (const check of [...this.ended]) check()
     return outcome
   }
 
