@@ -34,8 +34,9 @@ t.test('an endpoint ejected is one warning with its state; its return one info l
   const { url } = await build(t, {
     upstreamUrls: [a.url, b.url],
     logger: { level: 'info', stream },
-    // Ejection for 300 ms; checks every 100 ms end it once the engine is well.
-    cluster: { health: { intervalMs: 100, ejectionBaseMs: 300 }, random: () => 0 }
+    // Ejection for 300 ms; checks every 100 ms end it once the engine is well. A check may take 5 s on a
+    // loaded runner: a slow check must not read as the engine leaving rotation (a second warning).
+    cluster: { health: { intervalMs: 100, timeoutMs: 5_000, ejectionBaseMs: 300 }, random: () => 0 }
   })
   for (let i = 0; i < 10; i++) {
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })

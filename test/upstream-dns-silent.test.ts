@@ -13,6 +13,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { startDnsServer, type DnsServer } from '../deploy/local/dns.js'
+import { waitUntil } from '../deploy/local/parts.js'
 import { startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
 import { EngineClient } from '../src/engine-client/client.js'
 import { connectLookup, serversLookup, type Lookup } from '../src/engine-client/endpoints.js'
@@ -89,6 +90,24 @@ t.test('before its first answer, a name\'s connections ask the configured lookup
   t.equal(pingsOf(engine), 1, 'the call reached the engine at the lookup\'s IPv4 address (V4_PREFERRED)')
   t.same(asked, [NAME, NAME], 'the first resolution, then the connection')
   t.same(cluster.status().endpoints.map((e) => e.endpoint), [`${NAME}:${port}`], 'through the connection\'s own lookup: no resolution of the set was needed')
+})
+
+t.test('before its first answer, a name\'s health checks ask the configured lookup too: the check passes on the name itself, and nothing re-resolves the set', async (t) => {
+  const port = await freePort()
+  const engine = await engineAt(t, '127.0.0.3', port)
+  let answering = false
+  const lookup: Lookup = async (hostname) => {
+    if (!answering) throw Object.assign(new Error(`queryA ETIMEOUT ${hostname}`), { code: 'ETIMEOUT' })
+    return [{ address: '127.0.0.3', family: 4 }]
+  }
+  const cluster = new EngineClient({ url: `http://${NAME}:${port}`, timeoutMs: 5_000, lookup, connectWithLookup: true, resolveIntervalMs: 0, health: { intervalMs: 50, timeoutMs: 5_000 } })
+  t.teardown(async () => { await cluster.close() })
+  await cluster.ready()
+  answering = true
+  // getaddrinfo does not know the name: a check through it fails (ENOTFOUND), which asks DNS again
+  // and replaces the name by its address before any check reaches the engine.
+  await waitUntil('a health check reaching the engine', async () => engine.requests.some((r) => r.url === '/health'), 10_000)
+  t.same(cluster.status().endpoints.map((e) => [e.endpoint, e.state]), [[`${NAME}:${port}`, 'up']], 'the check reached the engine through the name itself, which is still the set')
 })
 
 t.test('connectLookup answers in net.connect\'s shape: one address, all of them, or the family asked for', async (t) => {

@@ -117,9 +117,11 @@ export class EngineClient {
     const random = opts.random ?? Math.random
     const idleMs = opts.keepAliveTimeoutMs ?? 4_000
     // The bounds that exist for one engine hold per endpoint.
+    // With UPSTREAM_DNS_SERVERS, connections to a name not yet resolved ask those servers too.
+    const viaLookup = opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
     const connection = {
       pipelining: opts.pipelining ?? 1,
-      connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(opts.connectWithLookup === true && opts.lookup !== undefined ? { lookup: connectLookup(opts.lookup) } : {}) },
+      connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
       // An idle pooled socket closes after this. undici would follow the engine's
       // `Keep-Alive: timeout=N` hint up to keepAliveMaxTimeout (default 600 s):
       // capped at the same value, the bound is ours whatever the engine says.
@@ -142,7 +144,7 @@ export class EngineClient {
       onRemoved: (e) => { this.#removed?.(e.key) },
       onLookup: (name, error) => { this.#ctx?.cluster?.lookup?.(name, error) }
     })
-    this.#health = new HealthState(this.#set, opts.health, {
+    this.#health = new HealthState(this.#set, { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) }, {
       ejected: (e) => this.#ctx.cluster?.ejected?.(e.key),
       rotation: (e) => this.#ctx.cluster?.rotation?.(e.key, stateOf(e))
     })

@@ -22,6 +22,7 @@
  * (endpoints.ts, one resolution in flight at most): after a rollout the old
  * addresses refuse connections, and the new ones are in DNS.
  */
+import type { LookupFunction } from 'node:net'
 import { Client } from 'undici'
 import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
@@ -51,6 +52,8 @@ export interface HealthOptions {
   timeoutMs?: number
   /** Base ejection time (30 s); tests shorten it. The longest ejection is ten times it. */
   ejectionBaseMs?: number
+  /** How the check connection resolves a name (the engine pools' own, with UPSTREAM_DNS_SERVERS); the system's by default. */
+  connectLookup?: LookupFunction
 }
 
 /** What one check found. */
@@ -74,6 +77,7 @@ export class HealthState {
   readonly #events: HealthEvents
   readonly #intervalMs: number
   readonly #timeoutMs: number
+  readonly #connectLookup: LookupFunction | undefined
   readonly #ejectionBaseMs: number
   readonly #ejectionMaxMs: number
   /** Endpoints whose pool events are watched; a new one is also checked at once. */
@@ -89,6 +93,7 @@ export class HealthState {
     this.#events = events
     this.#intervalMs = opts.intervalMs ?? 5_000
     this.#timeoutMs = opts.timeoutMs ?? 1_000
+    this.#connectLookup = opts.connectLookup
     this.#ejectionBaseMs = opts.ejectionBaseMs ?? EJECTION_BASE_MS
     this.#ejectionMaxMs = EJECTION_MAX_MS * this.#ejectionBaseMs / EJECTION_BASE_MS
     this.membershipChanged()
@@ -238,7 +243,7 @@ export class HealthState {
   async #probe (e: Endpoint): Promise<Verdict> {
     const checker = e.checker ??= new Client(e.origin, {
       pipelining: 1,
-      connect: { timeout: this.#timeoutMs },
+      connect: { timeout: this.#timeoutMs, ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup }) },
       headersTimeout: this.#timeoutMs,
       bodyTimeout: this.#timeoutMs,
       // Kept for the next check unless the engine says shorter (its Keep-Alive hint), and never
