@@ -94,8 +94,9 @@ export function createBareProxy (upstream: string, secret: string): http.Server 
 }
 
 /**
- * The same proxy on Fastify: one onRequest hook for the token, one route per
- * call, the body passed on as the stream it is. What any gateway built on
+ * The same proxy on Fastify, for the routes the bench measures (ping and
+ * update; any other path is Fastify's 404): one onRequest hook for the token,
+ * one route per call, the body passed on as the stream it is. What any gateway built on
  * Fastify pays before it does anything of its own; beside the bare proxy it
  * shows the framework's share of the gateway's cost.
  */

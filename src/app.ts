@@ -99,7 +99,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   installTraceContext(app)
   if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis', trustProxy: config.trustProxy })
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
-  logEngineEvents(app.log, deps.engine)
+  logEngineEvents(app, deps.engine)
   // The level is fixed at start; a quieter level then costs no hook at all. The access line has a
   // fixed shape and goes straight to the log's destination: no child logger, no object walk.
   if (['info', 'debug', 'trace'].includes(app.log.level)) {

@@ -90,21 +90,13 @@ const upstreamUrl = config.upstreamUrl ?? await embedded!.listen({ port: 0, host
 // With UPSTREAM_DNS_SERVERS the pools' connections to a name ask those servers too (connectWithLookup): the
 // system resolver may not know a name only they serve (a cluster DNS the host does not use).
 const engine = new EngineClient({ url: config.upstreamUrls ?? upstreamUrl, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, maxQueue: config.limits.upstreamMaxQueue, resolveIntervalMs: config.upstreamDnsRefreshMs, ...(config.upstreamDnsServers === undefined ? {} : { lookup: serversLookup(config.upstreamDnsServers), connectWithLookup: true }) })
-/** Each name's first lookup: its error when it failed. The log's own observer comes with buildApp, after it. */
-const firstLookups = new Map<string, Error | undefined>()
-if (config.upstreamDnsServers !== undefined) {
-  engine.observeCluster({ lookup: (name, error) => { if (!firstLookups.has(name)) firstLookups.set(name, error) } })
-  // Listen with the names' addresses when the servers answer within the lookup deadline (at most 5 s).
-  await engine.ready()
-}
+// Listen with the names' addresses when the servers answer within the lookup deadline (at most 5 s).
+// Silent or failing servers: the gateway listens anyway (calls still ask them per connection), and
+// the log says so as soon as it is installed (engine-log.ts: `engine name lookup failed`).
+if (config.upstreamDnsServers !== undefined) await engine.ready()
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger, ...(tracing === undefined ? {} : { tracing }) })
-// Servers silent or failing at start-up: the gateway listens anyway (calls still ask them per connection), and says why.
-for (const [name, error] of firstLookups) {
-  if (error === undefined) continue
-  app.log.warn({ name, reason: (error as NodeJS.ErrnoException).code ?? error.message, upstreamDnsServers: config.upstreamDnsServers }, 'engine name has no answer from UPSTREAM_DNS_SERVERS at start-up: listening anyway; each new engine connection asks the servers until a refresh (UPSTREAM_DNS_REFRESH_MS) gets the addresses')
-}
 // Not an error (nothing is harmed), but an operator who set it expects it used: say that it is not.
 if (config.upstreamDnsServers !== undefined && !namesAHost(config.upstreamUrls ?? [])) {
   app.log.warn({ upstreamDnsServers: config.upstreamDnsServers }, 'UPSTREAM_DNS_SERVERS is set, but UPSTREAM_URL names no host (only IP addresses, or unset): nothing is resolved, the servers are never asked')

@@ -5,11 +5,16 @@
  * only: nothing is logged per request.
  */
 import { Writable } from 'node:stream'
+import Fastify from 'fastify'
 import t from 'tap'
 import { request } from 'undici'
 import { startDnsServer } from '../deploy/local/dns.js'
 import { waitUntil } from '../deploy/local/parts.js'
 import { contractHandler, json, startStubUpstream, type StubHandler } from '../fixtures/stub-upstream.js'
+import { EngineClient } from '../src/engine-client/client.js'
+import { serversLookup } from '../src/engine-client/endpoints.js'
+import { LOOKUP_WARNING_EVERY_MS, logEngineEvents } from '../src/observability/engine-log.js'
+import type { ClusterObserver } from '../src/observability/metrics.js'
 import { bearer, build, SECRET } from './helpers/app.js'
 import { gatewayUrl, lines, SERVER, start } from './helpers/gateway-process.js'
 import { ensureBuilt, freePort } from './helpers/processes.js'
@@ -101,4 +106,84 @@ t.test('a gateway process: the set changing with DNS is one info line; a failing
     [30, 'engine name resolves again', name, undefined, undefined],
     [30, 'engine endpoints changed (DNS)', undefined, undefined, [`127.0.0.3:${port}`]]
   ], 'each change once, in order')
+})
+
+t.test('a name that fails at start is logged and counted as soon as the gateway listens, not at the next refresh', async (t) => {
+  ensureBuilt()
+  const dns = await startDnsServer()
+  t.teardown(dns.close)
+  const metricsPort = await freePort()
+  const name = 'unknown.test'
+  const child = start(t, SERVER, {
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    JWT_SECRET: SECRET,
+    METRICS_PORT: String(metricsPort),
+    UPSTREAM_URL: `http://${name}:4000`,
+    UPSTREAM_DNS_SERVERS: dns.address,
+    // No refresh within the test: only the lookup at start can be told.
+    UPSTREAM_DNS_REFRESH_MS: '3600000'
+  })
+  await gatewayUrl(child)
+  const engineLines = lines(child.out()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line).filter((l) => ENGINE_LINES.test(l.msg))
+  t.same(engineLines.map((l) => [l.level, l.msg, l['name'], l['reason'], l['failures']]), [
+    [40, 'engine name lookup failed: its endpoints are kept as they were, and it is asked again at the next refresh', name, 'ENOTFOUND', 1]
+  ], 'the start-up failure, before the gateway listens')
+  const res = await request(`http://127.0.0.1:${metricsPort}/metrics`)
+  t.equal(valueOf(parseExposition(await res.body.text()), 'gateway_engine_dns_failures_total', { name }), 1, 'and counted')
+  t.equal(dns.queries(name), 1, 'one lookup made')
+})
+
+/** An engine client's cluster reports as the log sees them, driven by the test. */
+function clusterSource (): { source: { observeCluster: (o: ClusterObserver) => () => void }, observers: ClusterObserver[] } {
+  const observers: ClusterObserver[] = []
+  return {
+    observers,
+    source: {
+      observeCluster: (o) => {
+        observers.push(o)
+        return () => { observers.splice(observers.indexOf(o), 1) }
+      }
+    }
+  }
+}
+
+t.test('a name that fails every other lookup: one warning and one answer line a minute, the failures between counted in the next warning', async (t) => {
+  const logged: Line[] = []
+  const stream = new Writable({ write (chunk: Buffer, _enc, done) { for (const l of lines(chunk.toString())) logged.push(JSON.parse(l) as Line); done() } })
+  const app = Fastify({ logger: { level: 'info', stream } })
+  t.teardown(async () => { await app.close() })
+  const { source, observers } = clusterSource()
+  let clock = 0
+  logEngineEvents(app, source, () => clock)
+  const timeout = Object.assign(new Error('queryA ETIMEOUT engines.test'), { code: 'ETIMEOUT' })
+  // A lookup every 100 ms for 59.9 s, failing every other one.
+  for (let i = 0; i < 600; i++, clock += 100) observers[0]!.lookup!('engines.test', i % 2 === 0 ? timeout : undefined)
+  t.same(logged.map((l) => [l.msg.split(':')[0], l['failures']]), [['engine name lookup failed', 1], ['engine name resolves again', undefined]], 'two lines in the first minute')
+  clock = LOOKUP_WARNING_EVERY_MS
+  observers[0]!.lookup!('engines.test', timeout)
+  t.same(logged.slice(2).map((l) => [l.msg.split(':')[0], l['reason'], l['failures']]), [['engine name lookup failed', 'ETIMEOUT', 300]], 'a minute on, one warning with the 299 failures untold and this one')
+})
+
+t.test('an app\'s close stops its reports: an engine client built into a second app tells each change once', async (t) => {
+  const { source, observers } = clusterSource()
+  const first = Fastify({ logger: false })
+  logEngineEvents(first, source)
+  t.equal(observers.length, 1)
+  await first.close()
+  t.equal(observers.length, 0, 'the closed app no longer listens')
+
+  // The engine client's own side: an observer that stops is told nothing more; one that comes later hears a name failing now.
+  const dns = await startDnsServer()
+  t.teardown(dns.close)
+  const cluster = new EngineClient({ url: 'http://engines.test:4000', timeoutMs: 1_000, lookup: serversLookup([dns.address]), resolveIntervalMs: 0, health: { intervalMs: 0 } })
+  t.teardown(async () => { await cluster.close() })
+  await cluster.ready()
+  const heard: string[] = []
+  const stop = cluster.observeCluster({ lookup: (name, error) => { heard.push(`a ${name} ${(error as NodeJS.ErrnoException | undefined)?.code ?? 'ok'}`) } })
+  cluster.observeCluster({ lookup: (name, error) => { heard.push(`b ${name} ${(error as NodeJS.ErrnoException | undefined)?.code ?? 'ok'}`) } })
+  stop()
+  dns.set('engines.test', ['127.0.0.2'])
+  await cluster.resolve()
+  t.same(heard, ['a engines.test ENOTFOUND', 'b engines.test ENOTFOUND', 'b engines.test ok'], 'both heard the failure at start when they came; only the one still listening heard the answer')
 })

@@ -111,6 +111,8 @@ export class EngineClient {
   readonly #queued: (pool: Pool) => number
   #removed: ((endpoint: string) => void) | undefined = undefined
   #clusterObservers: readonly ClusterObserver[] = []
+  /** Each name's last lookup that failed (and has not answered since): told to an observer that comes later. */
+  readonly #failedLookups = new Map<string, Error>()
 
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
@@ -142,7 +144,11 @@ export class EngineClient {
         this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
       },
       onRemoved: (e) => { this.#removed?.(e.key) },
-      onLookup: (name, error) => { this.#ctx?.cluster?.lookup?.(name, error) }
+      onLookup: (name, error) => {
+        if (error === undefined) this.#failedLookups.delete(name)
+        else this.#failedLookups.set(name, error)
+        this.#ctx?.cluster?.lookup?.(name, error)
+      }
     })
     this.#health = new HealthState(this.#set, { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) }, {
       ejected: (e) => this.#ctx.cluster?.ejected?.(e.key),
@@ -179,11 +185,22 @@ export class EngineClient {
     this.#ctx.observer = observer
   }
 
-  /** Report ejections, retries, an exhausted retry budget, rotation, membership and DNS lookups; every observer set is told. */
-  observeCluster (observer: ClusterObserver): void {
-    const all = [...this.#clusterObservers, observer]
+  /**
+   * Report ejections, retries, an exhausted retry budget, rotation, membership
+   * and DNS lookups; every observer set is told. A name whose lookup has failed
+   * (the first one, at start, comes before any observer) is told at once to an
+   * observer that comes later. The returned function stops the reports (an app's
+   * close: an engine client may outlive it).
+   */
+  observeCluster (observer: ClusterObserver): () => void {
+    this.#setClusterObservers([...this.#clusterObservers, observer])
+    for (const [name, error] of this.#failedLookups) observer.lookup?.(name, error)
+    return () => { this.#setClusterObservers(this.#clusterObservers.filter((o) => o !== observer)) }
+  }
+
+  #setClusterObservers (all: readonly ClusterObserver[]): void {
     this.#clusterObservers = all
-    this.#ctx.cluster = all.length === 1 ? observer : everyOf(all)
+    this.#ctx.cluster = all.length <= 1 ? all[0] : everyOf(all)
   }
 
   /** Tell `observer` of each try as it starts and ends (tracing); at most one: the last one set wins. */

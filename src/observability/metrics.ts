@@ -62,7 +62,7 @@ export interface EngineMetricsSource {
   poolState: () => EnginePoolState
   endpointStates: () => Array<{ endpoint: string, up: boolean }>
   observe: (observer: EngineCallObserver) => void
-  observeCluster: (observer: ClusterObserver) => void
+  observeCluster: (observer: ClusterObserver) => () => void
   observeRemovals: (observer: (endpoint: string) => void) => void
 }
 

@@ -116,12 +116,13 @@ declare module 'fastify' {
 export function installMetrics (app: FastifyInstance, engine: EngineMetricsSource, opts: { perRequest: boolean }): GatewayMetrics {
   const metrics = new GatewayMetrics({ enginePool: () => engine.poolState(), engineEndpoints: () => engine.endpointStates() })
   // The cluster's events are rare (ejections, retries): counted whether or not anything scrapes.
-  engine.observeCluster({
+  const stopCluster = engine.observeCluster({
     ejected: (endpoint) => { metrics.engineEjected(endpoint) },
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
     budgetExhausted: () => { metrics.engineRetryBudgetSpent() },
     lookup: (name, error) => { if (error !== undefined) metrics.engineLookupFailed(name) }
   })
+  app.addHook('onClose', async () => { stopCluster() })
   // An address that left the set takes its series with it (a headless Service's pods come and go).
   engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })
   if (opts.perRequest) {
