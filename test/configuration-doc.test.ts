@@ -10,8 +10,7 @@ import t from 'tap'
 import { Env } from '../schemas/env.js'
 import { configurationDocument } from '../src/cli/configuration-document.js'
 import { EngineEnv } from '../src/reference-engine/engine-env.js'
-
-const ROOT = path.resolve(import.meta.dirname, '..')
+import { ROOT } from './helpers/processes.js'
 
 t.test('the committed docs/configuration.md is the generated one: run npm run docs:config', async (t) => {
   t.equal(readFileSync(path.join(ROOT, 'docs', 'configuration.md'), 'utf8'), configurationDocument())

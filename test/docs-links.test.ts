@@ -8,8 +8,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
+import { ROOT } from './helpers/processes.js'
 
-const ROOT = path.resolve(import.meta.dirname, '..')
 const DECISIONS_DIR = 'docs/decisions'
 
 function filesUnder (dir: string, keep: (name: string) => boolean): string[] {

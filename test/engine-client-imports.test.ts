@@ -6,8 +6,9 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
+import { ROOT } from './helpers/processes.js'
 
-const DIR = path.resolve(import.meta.dirname, '..', 'src', 'engine-client')
+const DIR = path.join(ROOT, 'src', 'engine-client')
 const IMPORT = /^\s*(?:import|export)\s[^'"]*?from\s+'(\.{1,2}\/[^']+)'/gm
 
 const files = readdirSync(DIR).filter((n) => n.endsWith('.ts'))

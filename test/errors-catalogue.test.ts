@@ -1,9 +1,11 @@
 /** The catalogue in src/http/errors.ts and the table in docs/errors.md say the same thing. */
 import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
 import { CATALOGUE, GatewayError, wireBody } from '../src/http/errors.js'
+import { ROOT } from './helpers/processes.js'
 
-const page = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8')
+const page = readFileSync(join(ROOT, 'docs', 'errors.md'), 'utf8')
 const start = page.indexOf('\n## The catalogue\n')
 if (start < 0) throw new Error('docs/errors.md has no "## The catalogue" section')
 const next = page.indexOf('\n## ', start + 1)

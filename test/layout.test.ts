@@ -13,8 +13,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import ts from 'typescript'
-
-const ROOT = path.resolve(import.meta.dirname, '..')
+import { ROOT } from './helpers/processes.js'
 
 /**
  * The layers, bottom first. A file may import files of its own layer and of

@@ -4,6 +4,8 @@
  * saying what DECISIONS 19 says, route by route.
  */
 import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { Validator } from '@seriousme/openapi-schema-validator'
 import openapiTS, { astToString, COMMENT_HEADER } from 'openapi-typescript'
 import t from 'tap'
@@ -11,8 +13,9 @@ import { request } from 'undici'
 import { openApiDocument } from '../src/cli/openapi-document.js'
 import { IMAGE_TYPE_NAMES, NOT_AN_IMAGE } from '../src/shared/image-type.js'
 import { build } from './helpers/app.js'
+import { ROOT } from './helpers/processes.js'
 
-const COMMITTED = new URL('../openapi.json', import.meta.url)
+const COMMITTED = pathToFileURL(join(ROOT, 'openapi.json'))
 
 interface Operation {
   security?: unknown
@@ -43,7 +46,7 @@ t.test('openapi.json is in step with the schemas (npm run openapi regenerates it
 t.test('client/schema.ts is in step with openapi.json', async (t) => {
   // What `openapi-typescript openapi.json -o client/schema.ts` (npm run openapi) writes.
   const generated = COMMENT_HEADER + astToString(await openapiTS(COMMITTED))
-  t.equal(generated, await readFile(new URL('../client/schema.ts', import.meta.url), 'utf8'), 'run `npm run openapi` and commit client/schema.ts')
+  t.equal(generated, await readFile(join(ROOT, 'client', 'schema.ts'), 'utf8'), 'run `npm run openapi` and commit client/schema.ts')
 })
 
 t.test('a valid OpenAPI 3.1 document', async (t) => {

@@ -8,9 +8,10 @@ import { existsSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 
-export const ROOT = fileURLToPath(new URL('../..', import.meta.url))
+import { ROOT } from './processes.js'
+
+export { ROOT }
 export const dist = (...parts: string[]): string => path.join(ROOT, 'dist', ...parts)
 
 /** A tap `skip` value: false when every compiled file is there, else why not. */

@@ -10,7 +10,19 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
 
-export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+/**
+ * The repository: the nearest folder up with a package.json. Two up from
+ * test/helpers, three from its compiled copy in dist/test/helpers, which is
+ * what npm test runs.
+ */
+export const ROOT = ((): string => {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  while (!existsSync(join(dir, 'package.json'))) {
+    if (dirname(dir) === dir) throw new Error(`no package.json above ${fileURLToPath(import.meta.url)}`)
+    dir = dirname(dir)
+  }
+  return dir
+})()
 export const GATEWAY_SCRIPT = join(ROOT, 'dist', 'src', 'server.js')
 export const ENGINE_SCRIPT = join(ROOT, 'dist', 'src', 'reference-engine', 'standalone.js')
 const WAIT_MS = 15_000
