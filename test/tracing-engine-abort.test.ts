@@ -1,7 +1,8 @@
 /**
  * A create the client abandons mid-upload: the gateway aborts its engine
  * request, and the reference engine still exports its server span, marked
- * error.type=client_aborted, under the gateway's try span.
+ * error.type=client_aborted, under the gateway's try span; the gateway's own
+ * server span ends the same way.
  */
 import { once } from 'node:events'
 import { connect } from 'node:net'
@@ -39,4 +40,9 @@ t.test('an upload cut off mid-body: the engine\'s span ends with error.type clie
   const all = await sink.until((s) => s.some((x) => x.spanId === engineSpan.parentSpanId))
   const parent = all.find((s) => s.spanId === engineSpan.parentSpanId)!
   t.match(parent, { service: 'portfolio-gateway', kind: CLIENT, name: 'POST /api/portfolio/create', traceId: engineSpan.traceId })
+  // The gateway's own server span ends too, and says the client went away.
+  const withServer = await sink.until((s) => s.some((x) => x.service === 'portfolio-gateway' && x.kind === SERVER && x.traceId === engineSpan.traceId))
+  const server = withServer.find((x) => x.service === 'portfolio-gateway' && x.kind === SERVER && x.traceId === engineSpan.traceId)!
+  t.match(server, { name: 'POST /api/portfolio/create', attributes: { 'error.type': 'client_aborted', 'http.route': '/api/portfolio/create' } }, 'the gateway\'s server span: client_aborted')
+  t.equal(parent.parentSpanId, server.spanId, 'the try under it')
 })

@@ -12,9 +12,9 @@
  * `portfolio.*` where none does. Never a token, a subject, a key or a body:
  * nothing here reads the Authorization header, `request.userId` or a payload.
  *
- * Cost: an unsampled request makes one non-recording span (the sampler's
- * decision) and nothing else; the engine and store hooks see no trace on it
- * and return at once.
+ * Cost: an unsampled request costs the sampler's decision (Tracing.decide)
+ * and nothing else, not even a non-recording span; the engine and store hooks
+ * see no trace on it and return at once.
  */
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
@@ -108,20 +108,33 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   app.addHook('onRequest', (request, _reply, done) => {
     let parent = remoteParent(request.headers.traceparent)
     // From anyone but a trusted proxy, the trace id is kept (logs, the engine) but the sampler decides afresh.
-    if (parent !== ROOT_CONTEXT && !trusted(request.socket.remoteAddress)) parent = parent.setValue(UNTRUSTED_PARENT, true)
-    // A trace the gateway starts keeps the id its log lines already carry (trace-context.ts).
-    if (parent === ROOT_CONTEXT) tracing.nextTraceId = request.traceparent.slice(3, 35)
-    const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
-    tracing.nextTraceId = undefined
-    if (!span.isRecording()) {
+    const untrusted = parent !== ROOT_CONTEXT && !trusted(request.socket.remoteAddress)
+    if (untrusted) parent = parent.setValue(UNTRUSTED_PARENT, true)
+    // The client's trace id, or the one a trace the gateway starts gets: the id its log lines already carry (trace-context.ts).
+    const traceId = trace.getSpanContext(parent)?.traceId ?? request.traceparent.slice(3, 35)
+    // Decided before any span is built: a request not recorded (99% by default) costs the decision and nothing more.
+    const decided = tracing.decide(parent, traceId)
+    if (decided === undefined) {
       // The engine must not follow an untrusted client's sampled flag either: it gets this decision's (not sampled).
-      if (parent.getValue(UNTRUSTED_PARENT) === true) setTraceparent(request.raw, traceparentOf(span))
+      if (untrusted) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
       return done()
     }
+    if (parent === ROOT_CONTEXT) tracing.nextTraceId = traceId
+    const span = startServerSpan(tracer, request.method, request.routeOptions.url, decided)
+    tracing.nextTraceId = undefined
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
     request.trace = { span, tracer, context: trace.setSpan(ROOT_CONTEXT, span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.
     setTraceparent(request.raw, traceparentOf(span))
+    // The client went away before the answer: the span still ends, and says so. Watched on the recorded
+    // requests alone (Fastify's onRequestAbort hook would add a listener to every request).
+    const raw = request.raw
+    raw.once('close', () => {
+      if (raw.aborted && span.isRecording()) {
+        span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
+        span.end()
+      }
+    })
     done()
   })
   app.addHook('onError', (request, _reply, error, done) => {
@@ -131,15 +144,6 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   app.addHook('onResponse', (request, reply, done) => {
     const t = request.trace
     if (t !== undefined && t.span.isRecording()) endServerSpan(t.span, reply.statusCode)
-    done()
-  })
-  // The client went away before the answer: the span still ends, and says so.
-  app.addHook('onRequestAbort', (request, done) => {
-    const t = request.trace
-    if (t !== undefined && t.span.isRecording()) {
-      t.span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
-      t.span.end()
-    }
     done()
   })
 

@@ -16,11 +16,11 @@
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
-import { createContextKey, type Attributes, type Context, type Link, type SpanKind, type Tracer } from '@opentelemetry/api'
+import { createContextKey, SpanKind, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, TraceIdRatioBasedSampler,
+  AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, SamplingDecision, TraceIdRatioBasedSampler,
   type IdGenerator, type ReadableSpan, type Sampler, type SamplingResult, type SpanExporter, type SpanProcessor, type Span as SdkSpan
 } from '@opentelemetry/sdk-trace-base'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
@@ -45,6 +45,14 @@ export interface Tracing {
    * random one: the gateway sets it to the id its log lines already carry.
    */
   nextTraceId: string | undefined
+  /**
+   * The sampling decision for a server span under `parent` in trace `traceId`,
+   * made before any span exists: undefined when it is not recorded (nothing more
+   * is built for the request), else the context to start the span in, which
+   * carries the decision so the span's own sampling returns it unchanged (one
+   * decision per request, even where it draws a random number).
+   */
+  decide: (parent: Context, traceId: string) => Context | undefined
   /** Spans finished and not yet exported or dropped (tests). */
   readonly pending: number
   /** Export what is queued, within `timeoutMs`, then stop; spans still queued then are dropped. */
@@ -77,10 +85,11 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     exportTimeoutMillis: exportTimeoutMs + 1_000
   })
   const ids = new GivenTraceIds()
+  const sampler = samplerOf(settings)
   const provider = new BasicTracerProvider({
     idGenerator: ids,
     resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
-    sampler: samplerOf(settings),
+    sampler: new DecidedFirst(sampler),
     spanProcessors: [new BoundedSpanProcessor(batches, queueMax, state)]
   })
   const tracer = provider.getTracer('portfolio-gateway')
@@ -90,6 +99,10 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     set onDropped (fn) { state.onDropped = fn },
     get nextTraceId () { return ids.next },
     set nextTraceId (id) { ids.next = id },
+    decide: (parent, traceId) => {
+      const decided = sampler.shouldSample(parent, traceId, '', SpanKind.SERVER, {}, [])
+      return decided.decision === SamplingDecision.NOT_RECORD ? undefined : parent.setValue(DECIDED, decided)
+    },
     get pending () { return state.pending },
     shutdown: async (timeoutMs) => {
       let timer: NodeJS.Timeout | undefined
@@ -128,6 +141,19 @@ class GivenTraceIds implements IdGenerator {
  * Envoy follows the client's flag (envoyproxy/envoy#35721); an edge should not.
  */
 export const UNTRUSTED_PARENT = createContextKey('portfolio untrusted parent')
+
+/** A decision made for the request before its span (Tracing.decide), which the span's sampling returns as it is. */
+const DECIDED = createContextKey('portfolio sampling decided')
+
+class DecidedFirst implements Sampler {
+  constructor (readonly inner: Sampler) {}
+
+  shouldSample (context: Context, traceId: string, name: string, kind: SpanKind, attributes: Attributes, links: Link[]): SamplingResult {
+    return (context.getValue(DECIDED) as SamplingResult | undefined) ?? this.inner.shouldSample(context, traceId, name, kind, attributes, links)
+  }
+
+  toString (): string { return this.inner.toString() }
+}
 
 function samplerOf (settings: TracingSettings): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
