@@ -8,6 +8,8 @@ import { once } from 'node:events'
 import { connect } from 'node:net'
 import t from 'tap'
 import { startOtlpSink } from '../bench/otlp-sink.js'
+import { waitUntil } from '../deploy/local/parts.js'
+import { faults, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build } from './helpers/app.js'
 import { startEngine } from './helpers/engine.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
@@ -45,4 +47,25 @@ t.test('an upload cut off mid-body: the engine\'s span ends with error.type clie
   const server = withServer.find((x) => x.service === 'portfolio-gateway' && x.kind === SERVER && x.traceId === engineSpan.traceId)!
   t.match(server, { name: 'POST /api/portfolio/create', attributes: { 'error.type': 'client_aborted', 'http.route': '/api/portfolio/create' } }, 'the gateway\'s server span: client_aborted')
   t.equal(parent.parentSpanId, server.spanId, 'the try under it')
+})
+
+t.test('a client gone after sending its whole form, while the engine has not answered: the gateway\'s server span still ends client_aborted', async (t) => {
+  const sink = await startOtlpSink()
+  t.teardown(async () => { await sink.close() })
+  const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: 'always_on' }
+  const engine = await startStubUpstream(faults.hang)
+  t.teardown(engine.close)
+  const gateway = await build(t, { upstreamUrl: engine.url, env: { ...otel, UPSTREAM_TIMEOUT_MS: '30000' }, tracing: tracingFrom(t, otel, 'portfolio-gateway') })
+  const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(4096))])
+  const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1')
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  const head = Object.entries({ host: 'x', ...bearer(), 'content-type': contentType, 'content-length': String(body.length) }).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\n${head}\r\n`)
+  socket.write(body)
+  // The engine has the whole form (the stub records a request once its body ended) and never answers.
+  await waitUntil('the engine holding the whole form', async () => engine.requests.length === 1, 10_000)
+  socket.resetAndDestroy()
+  const spans = await sink.until((all) => all.some((s) => s.service === 'portfolio-gateway' && s.kind === SERVER))
+  t.match(spans.find((s) => s.service === 'portfolio-gateway' && s.kind === SERVER), { name: 'POST /api/portfolio/create', attributes: { 'error.type': 'client_aborted' } })
 })

@@ -7,7 +7,8 @@
 import t from 'tap'
 import { request } from 'undici'
 import { bearer } from './helpers/app.js'
-import { clientTraceparent, ofTrace, SERVER, tracedPair } from './helpers/tracing.js'
+import type { DecodedSpan } from '../bench/otlp-sink.js'
+import { clientTraceparent, CLIENT, ofTrace, SERVER, tracedPair } from './helpers/tracing.js'
 
 t.test('ratio 0: no parent or an unsampled one exports nothing; a trusted proxy\'s sampled parent is followed', async (t) => {
   const { sink, gateway } = await tracedPair(t, { OTEL_TRACES_SAMPLER_ARG: '0' }, { env: { TRUST_PROXY: '127.0.0.1' } })
@@ -71,4 +72,27 @@ t.test('ratio 0: a sampled flag from a peer outside TRUST_PROXY is not followed;
   // The engine's spans leave 20 ms after they end: by now, after 50 more requests and their export, any would have arrived.
   t.same(untrusted.sink.spans.filter((s) => s.service === 'portfolio-engine'), [], 'the engine was told not sampled')
   t.equal(sent.length, 50)
+})
+
+t.test('an untrusted client\'s sampled parent: the gateway draws once per request, so the share recorded is the ratio (not its square), and every recorded request has its try span', async (t) => {
+  const ratio = 0.5
+  const { sink, gateway } = await tracedPair(t, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: String(ratio) })
+  const n = 400
+  const traces: string[] = []
+  for (let i = 0; i < n; i++) {
+    const parent = clientTraceparent(true)
+    traces.push(parent.traceId)
+    const res = await request(`${gateway.url}/api/portfolio/ping`, { headers: { ...bearer(), traceparent: parent.header } })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+  }
+  // Each recorded ping ends with its server span; the last one's is in once the sink holds every span ended so far.
+  const servers = (): DecodedSpan[] => sink.spans.filter((s) => s.service === 'portfolio-gateway' && s.kind === SERVER)
+  await sink.until(() => servers().length > 0 && servers().every((s) => sink.spans.some((c) => c.service === 'portfolio-gateway' && c.kind === CLIENT && c.parentSpanId === s.spanId)))
+  const share = servers().length / n
+  // Drawn twice (server, then again), the share would be the ratio squared, 0.25; 0.1 is four standard deviations.
+  t.ok(Math.abs(share - ratio) <= 0.1, `recorded ${servers().length} of ${n} (${share.toFixed(2)}, ratio ${ratio})`)
+  t.ok(servers().every((s) => traces.includes(s.traceId)), 'the client\'s trace ids are kept')
+  const withTry = servers().filter((s) => sink.spans.some((c) => c.service === 'portfolio-gateway' && c.kind === CLIENT && c.parentSpanId === s.spanId))
+  t.equal(withTry.length, servers().length, 'every recorded ping has its try span (children follow the request\'s decision)')
 })

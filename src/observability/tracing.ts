@@ -25,7 +25,7 @@ import {
 } from '@opentelemetry/semantic-conventions'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { BlockList, isIP } from 'node:net'
-import { UNTRUSTED_PARENT, type Tracing } from '../shared/tracing-sdk.js'
+import { recordedChild, UNTRUSTED_PARENT, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
@@ -105,7 +105,7 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
   app.decorateRequest('trace', undefined)
 
-  app.addHook('onRequest', (request, _reply, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
     let parent = remoteParent(request.headers.traceparent)
     // From anyone but a trusted proxy, the trace id is kept (logs, the engine) but the sampler decides afresh.
     const untrusted = parent !== ROOT_CONTEXT && !trusted(request.socket.remoteAddress)
@@ -115,22 +115,25 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
     // Decided before any span is built: a request not recorded (99% by default) costs the decision and nothing more.
     const decided = tracing.decide(parent, traceId)
     if (decided === undefined) {
-      // The engine must not follow an untrusted client's sampled flag either: it gets this decision's (not sampled).
-      if (untrusted) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+      // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
+      // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
+      if (request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
       return done()
     }
     if (parent === ROOT_CONTEXT) tracing.nextTraceId = traceId
     const span = startServerSpan(tracer, request.method, request.routeOptions.url, decided)
     tracing.nextTraceId = undefined
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
-    request.trace = { span, tracer, context: trace.setSpan(ROOT_CONTEXT, span), store: opts.store }
+    request.trace = { span, tracer, context: trace.setSpan(recordedChild(ROOT_CONTEXT), span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.
     setTraceparent(request.raw, traceparentOf(span))
     // The client went away before the answer: the span still ends, and says so. Watched on the recorded
-    // requests alone (Fastify's onRequestAbort hook would add a listener to every request).
-    const raw = request.raw
-    raw.once('close', () => {
-      if (raw.aborted && span.isRecording()) {
+    // requests alone (Fastify's onRequestAbort hook would add a listener to every request), and on the
+    // response: a client gone after sending its whole body leaves the request not `aborted`, and the
+    // answer, written to a dead socket, never reaches onResponse.
+    const res = reply.raw
+    res.once('close', () => {
+      if (!res.writableFinished && span.isRecording()) {
         span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
         span.end()
       }
@@ -153,7 +156,7 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
 /** A client span for one engine try, under the server span the try's traceparent names; none for an unsampled request. */
 export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefined {
   const header = info.request.traceparent
-  // "00-<trace id>-<span id>-<flags>": only a sampled request gets try spans.
+  // "00-<trace id>-<span id>-<flags>": only a recorded request's header is sampled (installTracing), and only it gets try spans.
   if (header === undefined || (header.charCodeAt(54) & 1) === 0) return undefined
   const parent = parseTraceParent(header)
   if (parent === null) return undefined
@@ -170,7 +173,7 @@ export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefine
       ...(info.attempt > 1 ? { [ATTR_HTTP_REQUEST_RESEND_COUNT]: info.attempt - 1 } : {}),
       ...(info.retryReason === undefined ? {} : { [ATTR.retryReason]: info.retryReason })
     }
-  }, trace.setSpanContext(ROOT_CONTEXT, parent))
+  }, trace.setSpanContext(recordedChild(ROOT_CONTEXT), parent))
   if (!span.isRecording()) return undefined
   return {
     traceparent: traceparentOf(span),

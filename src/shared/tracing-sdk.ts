@@ -145,6 +145,16 @@ export const UNTRUSTED_PARENT = createContextKey('portfolio untrusted parent')
 /** A decision made for the request before its span (Tracing.decide), which the span's sampling returns as it is. */
 const DECIDED = createContextKey('portfolio sampling decided')
 
+/**
+ * A child of a recorded request's span (an engine try, a store operation) is
+ * recorded too: the request's decision, not a new draw (`traceidratio` ignores
+ * the parent, and an untrusted parent's request was decided on a random id).
+ */
+export function recordedChild (context: Context): Context {
+  return context.setValue(DECIDED, RECORDED)
+}
+const RECORDED: SamplingResult = { decision: SamplingDecision.RECORD_AND_SAMPLED }
+
 class DecidedFirst implements Sampler {
   constructor (readonly inner: Sampler) {}
 
