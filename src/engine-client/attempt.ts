@@ -29,6 +29,8 @@ export interface AttemptOwner {
   attemptEnded: (attempt: Attempt, err: Error | undefined) => void
   /** Headers are in (the route's onResponseStart). */
   attemptResponded: (attempt: Attempt) => void
+  /** Asked as the try reaches a socket: true (and the try given up) when the call's deadline has passed. */
+  tooLate: (attempt: Attempt) => boolean
 }
 
 /**
@@ -108,6 +110,9 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart (c: Controller): void {
+    // Past the deadline while it waited for a socket, its timer not yet run (a stalled event loop runs
+    // I/O before late timers): given up here, never sent.
+    if (this.#failure === undefined) this.owner.tooLate(this)
     if (this.#failure !== undefined) {
       // Given up while queued: fail the request here, before a byte is written, and the socket stays.
       this.#leftQueue()

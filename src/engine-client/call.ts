@@ -209,6 +209,12 @@ export class Call implements AttemptOwner {
     attempt.poolQueued = ctx.queued(pool) > queuedBefore
   }
 
+  tooLate (attempt: Attempt): boolean {
+    if (this.#deadlineAt === 0 || performance.now() < this.#deadlineAt) return false
+    this.attemptTimedOut(attempt, true)
+    return true
+  }
+
   attemptTimedOut (attempt: Attempt, lastChance: boolean): void {
     if (attempt !== this.#attempt) return
     if (lastChance) this.#stopped ??= new GatewayError('UPSTREAM_TIMEOUT')
