@@ -10,13 +10,13 @@
 import { once } from 'node:events'
 import { createServer, type Server } from 'node:http'
 import { connect } from 'node:net'
-import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { build, hs256 } from './helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
 import { eventually } from './helpers/engine.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { listenOnLoopback } from './helpers/processes.js'
 
 const FORM = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(64 * 1024))])
 
@@ -35,14 +35,7 @@ async function slowEngine (t: Test, delayMs: number): Promise<{ url: string, sta
     }, delayMs))
   })
   server.keepAliveTimeout = 500
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    server.closeAllConnections()
-    server.close()
-    await once(server, 'close')
-  })
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, stats }
+  return { url: `http://127.0.0.1:${await listenOnLoopback(t, server)}`, stats }
 }
 
 /** Send the whole create on a raw socket and hang up after `hangUpMs`; resolves with what was read by then. */

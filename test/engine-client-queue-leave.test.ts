@@ -8,7 +8,7 @@
  */
 import { once } from 'node:events'
 import { createServer } from 'node:http'
-import { connect, type AddressInfo, type Socket } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
@@ -18,6 +18,7 @@ import { bearer, build, validUpdate } from './helpers/app.js'
 import { attemptUntil, eventually } from './helpers/engine.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
 import { metricOf } from './helpers/prometheus.js'
+import { listenOnLoopback } from './helpers/processes.js'
 
 const PING = { method: 'GET', path: '/api/portfolio/ping', requestId: 'r' } as const
 const UPDATE = { method: 'POST', path: '/api/portfolio/update', requestId: 'r', contentType: 'application/json', body: '{}' } as const
@@ -58,14 +59,7 @@ async function saturated (t: { teardown: (fn: () => unknown) => void }, hold: nu
   })
   server.keepAliveTimeout = 10_000
   server.on('connection', () => { stats.connections++ })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    server.closeAllConnections()
-    server.close()
-    await once(server, 'close')
-  })
-  const port = (server.address() as AddressInfo).port
+  const port = await listenOnLoopback(t, server)
   return { url: `http://127.0.0.1:${port}`, endpoint: `127.0.0.1:${port}`, stats, release: () => { for (const answer of held.splice(0)) answer() } }
 }
 

@@ -4,9 +4,8 @@
  * (DECISIONS 24), the per-try observer a tracer plugs in, and status(), the
  * cluster's state for GET /status.
  */
-import { once } from 'node:events'
 import { createServer, type IncomingMessage } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
 import { contractHandler, json, refusedPort, startStubUpstream, type StubHandler } from '../fixtures/stub-upstream.js'
@@ -14,6 +13,7 @@ import { EngineClient, type EngineTryInfo } from '../src/engine-client/client.js
 import type { EngineOutcome } from '../src/observability/metrics.js'
 import { bearer, build } from './helpers/app.js'
 import { parseExposition, valueOf } from './helpers/prometheus.js'
+import { listenOnLoopback } from './helpers/processes.js'
 
 const PING = { method: 'GET', path: '/api/portfolio/ping', requestId: 'r' } as const
 const sick503: StubHandler = (_req, res) => json(res, 503, { success: false, error: { source: 'engine', code: 'UNAVAILABLE', message: 'overloaded', function: 'any' } })
@@ -37,14 +37,7 @@ t.test('a single engine that resets a kept-alive socket: the ping is retried on 
   })
   engine.keepAliveTimeout = 10_000
   engine.on('connection', () => { connections++ })
-  engine.listen(0, '127.0.0.1')
-  await once(engine, 'listening')
-  t.teardown(async () => {
-    engine.closeAllConnections()
-    engine.close()
-    await once(engine, 'close')
-  })
-  const { app, url } = await build(t, { upstreamUrl: `http://127.0.0.1:${(engine.address() as AddressInfo).port}`, engineKeepAliveMs: 5_000 })
+  const { app, url } = await build(t, { upstreamUrl: `http://127.0.0.1:${await listenOnLoopback(t, engine)}`, engineKeepAliveMs: 5_000 })
   for (let i = 0; i < 4; i++) {
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
     t.equal(res.statusCode, 200, `ping ${i + 1}`)

@@ -5,6 +5,8 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { existsSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -47,6 +49,21 @@ export function ensureBuilt (): void {
 
 /** One free loopback port: the deployment recipe's own helper (deploy/local/parts.ts). */
 export { freePort } from '../../deploy/local/parts.js'
+
+/**
+ * A server of the test's own (a stand-in engine) listening on 127.0.0.1 at a
+ * free port; closed with every connection it holds when the test ends. Its port.
+ */
+export async function listenOnLoopback (t: Pick<Test, 'teardown'>, server: Server): Promise<number> {
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(async () => {
+    server.closeAllConnections()
+    server.close()
+    await once(server, 'close')
+  })
+  return (server.address() as AddressInfo).port
+}
 
 export interface Proc {
   proc: ChildProcess
