@@ -223,8 +223,8 @@ const ENTRIES: readonly ScenarioEntry[] = [
     cost: feature('Idempotency-Key on update (in-process store)', 'update')
   },
   // Traces (DECISIONS 29): prod-ping plus an OTLP export to a sink process, at 1% and at 100% of requests.
-  { name: 'prod-ping-traced', description: 'everything on: ping, traces at 1% to an OTLP sink', target: 'gateway-prod-traced', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
-  { name: 'prod-ping-traced-all', description: 'everything on: ping, every request traced to an OTLP sink', target: 'gateway-prod-traced-all', method: 'GET', path: PING, auth: true, localOnly: true, fresh: ['traceparent'] },
+  { name: 'prod-ping-traced', description: 'everything on: ping, traces at 1% to an OTLP sink', target: 'gateway-prod-traced', method: 'GET', path: PING, auth: true, localOnly: true },
+  { name: 'prod-ping-traced-all', description: 'everything on: ping, every request traced to an OTLP sink', target: 'gateway-prod-traced-all', method: 'GET', path: PING, auth: true, localOnly: true },
   // Everything on (key-set token, rate limit, metrics, shedding, info logging, traceparent).
   ...(['gateway-prod', 'gateway-prod-redis'] as const).flatMap((target): ScenarioEntry[] => {
     const prefix = target === 'gateway-prod' ? 'prod' : 'prod-redis'

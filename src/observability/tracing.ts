@@ -3,7 +3,7 @@
  * configured: with tracing off, no hook, no decorator, no observer exists.
  *
  *   server span   `{method} {route}`, one per request, continuing the client's traceparent
- *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts UNTRUSTED_PARENT)
+ *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts newTraceDraw)
  *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
  *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
  *   └─ internal span `upload connection wait`, a create's turn for an upload connection
@@ -25,7 +25,7 @@ import {
 } from '@opentelemetry/semantic-conventions'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { BlockList, isIP } from 'node:net'
-import { recordedChild, UNTRUSTED_PARENT, type Tracing } from '../shared/tracing-sdk.js'
+import { recordedChild, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
@@ -106,22 +106,24 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   app.decorateRequest('trace', undefined)
 
   app.addHook('onRequest', (request, reply, done) => {
-    let parent = remoteParent(request.headers.traceparent)
-    // From anyone but a trusted proxy, the trace id is kept (logs, the engine) but the sampler decides afresh.
-    const untrusted = parent !== ROOT_CONTEXT && !trusted(request.socket.remoteAddress)
-    if (untrusted) parent = parent.setValue(UNTRUSTED_PARENT, true)
-    // The client's trace id, or the one a trace the gateway starts gets: the id its log lines already carry (trace-context.ts).
-    const traceId = trace.getSpanContext(parent)?.traceId ?? request.traceparent.slice(3, 35)
+    const header = request.headers.traceparent
+    // A client's sampled flag is followed only from a trusted proxy. Anyone else's request is decided as a
+    // new trace is (tracing-sdk.ts, newTraceDraw), though its trace id is kept (logs, the engine, the span).
+    const followed = header !== undefined && trusted(request.socket.remoteAddress) ? remoteParent(header) : ROOT_CONTEXT
     // Decided before any span is built: a request not recorded (99% by default) costs the decision and nothing more.
-    const decided = tracing.decide(parent, traceId)
+    const decided = tracing.decide(followed)
     if (decided === undefined) {
       // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
       // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
-      if (request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+      if (header !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
       return done()
     }
-    if (parent === ROOT_CONTEXT) tracing.nextTraceId = traceId
-    const span = startServerSpan(tracer, request.method, request.routeOptions.url, decided)
+    // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
+    const client = followed === ROOT_CONTEXT && header !== undefined ? trace.getSpanContext(remoteParent(header)) : undefined
+    const parent = client === undefined ? decided : trace.setSpanContext(decided, client)
+    // A new trace gets the id its log lines already carry (trace-context.ts).
+    if (trace.getSpanContext(parent) === undefined) tracing.nextTraceId = request.traceparent.slice(3, 35)
+    const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
     tracing.nextTraceId = undefined
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
     request.trace = { span, tracer, context: trace.setSpan(recordedChild(ROOT_CONTEXT), span), store: opts.store }

@@ -16,7 +16,7 @@
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
-import { createContextKey, SpanKind, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
+import { createContextKey, ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
@@ -46,13 +46,15 @@ export interface Tracing {
    */
   nextTraceId: string | undefined
   /**
-   * The sampling decision for a server span under `parent` in trace `traceId`,
-   * made before any span exists: undefined when it is not recorded (nothing more
-   * is built for the request), else the context to start the span in, which
-   * carries the decision so the span's own sampling returns it unchanged (one
-   * decision per request, even where it draws a random number).
+   * The sampling decision for a server span under `parent` (a trusted caller's
+   * span context), or for a new trace when `parent` is ROOT_CONTEXT, made before
+   * any span exists: undefined when it is not recorded (nothing more is built for
+   * the request), else the context to start the span in, which carries the
+   * decision so the span's own sampling returns it unchanged (one decision per
+   * request). A new trace's decision allocates nothing: 99% of requests by
+   * default pay a random draw and a comparison.
    */
-  decide: (parent: Context, traceId: string) => Context | undefined
+  decide: (parent: Context) => Context | undefined
   /** Spans finished and not yet exported or dropped (tests). */
   readonly pending: number
   /** Export what is queued, within `timeoutMs`, then stop; spans still queued then are dropped. */
@@ -86,6 +88,7 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
   })
   const ids = new GivenTraceIds()
   const sampler = samplerOf(settings)
+  const recordsNewTrace = newTraceDraw(settings)
   const provider = new BasicTracerProvider({
     idGenerator: ids,
     resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
@@ -99,8 +102,9 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     set onDropped (fn) { state.onDropped = fn },
     get nextTraceId () { return ids.next },
     set nextTraceId (id) { ids.next = id },
-    decide: (parent, traceId) => {
-      const decided = sampler.shouldSample(parent, traceId, '', SpanKind.SERVER, {}, [])
+    decide: (parent) => {
+      if (parent === ROOT_CONTEXT) return recordsNewTrace() ? NEW_TRACE_RECORDED : undefined
+      const decided = sampler.shouldSample(parent, trace.getSpanContext(parent)?.traceId ?? '', '', SpanKind.SERVER, {}, [])
       return decided.decision === SamplingDecision.NOT_RECORD ? undefined : parent.setValue(DECIDED, decided)
     },
     get pending () { return state.pending },
@@ -132,16 +136,6 @@ class GivenTraceIds implements IdGenerator {
   }
 }
 
-/**
- * Set on a span's parent context when the parent came from a peer the process
- * does not trust (the gateway: anyone outside TRUST_PROXY). Such a parent's
- * trace id is kept, but its sampled flag and its trace id take no part in the
- * decision: otherwise any client could have every request it sends recorded
- * and exported (and, through the trace id, pick the ratio sampler's outcome).
- * Envoy follows the client's flag (envoyproxy/envoy#35721); an edge should not.
- */
-export const UNTRUSTED_PARENT = createContextKey('portfolio untrusted parent')
-
 /** A decision made for the request before its span (Tracing.decide), which the span's sampling returns as it is. */
 const DECIDED = createContextKey('portfolio sampling decided')
 
@@ -154,6 +148,8 @@ export function recordedChild (context: Context): Context {
   return context.setValue(DECIDED, RECORDED)
 }
 const RECORDED: SamplingResult = { decision: SamplingDecision.RECORD_AND_SAMPLED }
+/** The context a recorded new trace's server span starts in: one object for every such request. */
+const NEW_TRACE_RECORDED = ROOT_CONTEXT.setValue(DECIDED, RECORDED)
 
 class DecidedFirst implements Sampler {
   constructor (readonly inner: Sampler) {}
@@ -165,29 +161,42 @@ class DecidedFirst implements Sampler {
   toString (): string { return this.inner.toString() }
 }
 
+/** The configured sampler, for a trusted parent's requests (the gateway) and every span of the standalone engine. */
 function samplerOf (settings: TracingSettings): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
   switch (settings.sampler) {
     case 'always_on': return new AlwaysOnSampler()
     case 'always_off': return new AlwaysOffSampler()
-    case 'traceidratio': return new UntrustedParentAsRoot(ratio, ratio)
-    case 'parentbased_always_on': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: new AlwaysOnSampler() }), new AlwaysOnSampler())
-    case 'parentbased_always_off': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: new AlwaysOffSampler() }), new AlwaysOffSampler())
-    case 'parentbased_traceidratio': return new UntrustedParentAsRoot(new ParentBasedSampler({ root: ratio }), ratio)
+    case 'traceidratio': return ratio
+    case 'parentbased_always_on': return new ParentBasedSampler({ root: new AlwaysOnSampler() })
+    case 'parentbased_always_off': return new ParentBasedSampler({ root: new AlwaysOffSampler() })
+    case 'parentbased_traceidratio': return new ParentBasedSampler({ root: ratio })
   }
 }
 
-/** `sampler`, except under an untrusted parent: then `root` decides, on a random trace id (never the client's). */
-class UntrustedParentAsRoot implements Sampler {
-  readonly #random = new RandomIdGenerator()
-  constructor (readonly sampler: Sampler, readonly root: Sampler) {}
-
-  shouldSample (context: Context, traceId: string, name: string, kind: SpanKind, attributes: Attributes, links: Link[]): SamplingResult {
-    if (context.getValue(UNTRUSTED_PARENT) !== true) return this.sampler.shouldSample(context, traceId, name, kind, attributes, links)
-    return this.root.shouldSample(context, this.#random.generateTraceId(), name, kind, attributes, links)
+/**
+ * Whether a new trace is recorded: the sampler's root decision. The ratio
+ * samplers decide on the trace id so that services sharing a trace agree; a
+ * trace the gateway starts has a random id, so a random draw is the same
+ * decision at a fraction of the cost (no id validation, no hex walk). A
+ * request whose client sent a traceparent from outside TRUST_PROXY is decided
+ * here too: its trace id is kept, but neither its sampled flag nor its trace
+ * id (which the client picks) has a say; otherwise any client could have
+ * every request it sends recorded and exported. Envoy follows the client's
+ * flag (envoyproxy/envoy#35721); an edge should not.
+ */
+function newTraceDraw (settings: TracingSettings): () => boolean {
+  switch (settings.sampler) {
+    case 'always_on':
+    case 'parentbased_always_on': return () => true
+    case 'always_off':
+    case 'parentbased_always_off': return () => false
+    case 'traceidratio':
+    case 'parentbased_traceidratio': {
+      const ratio = settings.ratio
+      return () => Math.random() < ratio
+    }
   }
-
-  toString (): string { return `UntrustedParentAsRoot{${this.sampler.toString()}}` }
 }
 
 interface Pending { pending: number, onDropped: (count: number) => void }
