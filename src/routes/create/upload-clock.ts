@@ -1,6 +1,6 @@
 /**
- * Timing a streamed upload (issue: the upstream timeout measures the engine,
- * not the client). undici's own headersTimeout follows socket activity while
+ * Timing a streamed upload: the upstream timeout measures the engine, not
+ * the client. undici's own headersTimeout follows socket activity while
  * a body is written (re-armed on backpressure) and fires on a one-second grid;
  * streamed calls keep this explicit clock instead, whose meaning is exact:
  * - UPSTREAM_TIMEOUT_MS counts while the call waits for a pool connection
@@ -27,6 +27,7 @@ export class UploadClock implements UploadTiming {
   readonly #stallTimeoutMs: number
   #timer: NodeJS.Timeout | undefined
   #responded = false
+  #stopped = false
   readonly #rate: { watch: MinRate, cut: (err: GatewayError) => void } | undefined
   #meter: RateMeter | undefined
   #sending = false
@@ -37,9 +38,13 @@ export class UploadClock implements UploadTiming {
     this.#rate = rate
   }
 
-  /** Give the engine call up with `reason` (what the call then rejects with). The first reason stays. */
+  /**
+   * Give the engine call up with `reason` (what the call then rejects with). The first reason stays.
+   * The clock stops for good: a chunk the form still hands over afterwards arms nothing (a timer
+   * left armed would hold the request's objects, and a closing process, for the stall limit).
+   */
   abort (reason: GatewayError): void {
-    this.#stopMeter()
+    this.stop()
     this.#abort.abort(reason)
   }
 
@@ -96,14 +101,16 @@ export class UploadClock implements UploadTiming {
     this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
   }
 
+  /** Stop for good: the call is over (or needs no more timing); nothing arms the clock again. */
   stop (): void {
+    this.#stopped = true
     this.#stopMeter()
     clearTimeout(this.#timer)
     this.#timer = undefined
   }
 
   #startMeter (): void {
-    if (this.#sending || this.#rate === undefined || this.#responded) return
+    if (this.#sending || this.#rate === undefined || this.#responded || this.#stopped) return
     this.#sending = true
     const rate = this.#rate
     this.#meter = rate.watch.watch((err) => {
@@ -120,7 +127,7 @@ export class UploadClock implements UploadTiming {
 
   #arm (ms: number, message: string): void {
     clearTimeout(this.#timer)
-    if (this.#responded) return
+    if (this.#responded || this.#stopped) return
     this.#timer = setTimeout(() => this.#abort.abort(new GatewayError('UPSTREAM_TIMEOUT', message)), ms)
   }
 }
