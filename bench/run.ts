@@ -339,7 +339,7 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
 let otlpSink: Promise<{ url: string }> | undefined
 async function otlpSinkEnv (ratio: number): Promise<Record<string, string>> {
   const { url } = await (otlpSink ??= startOtlpSinkProcess())
-  return { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: String(ratio) }
+  return { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_TRACES_SAMPLER_ARG: String(ratio) }
 }
 
 const KEY_SET_ISSUER = 'https://bench-issuer.invalid'
