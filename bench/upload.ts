@@ -1,5 +1,5 @@
 /**
- * Upload benchmarks of the "Portfolio creation" issue:
+ * Upload benchmarks of portfolio creation:
  *
  * - Upload time: 1 MiB and 10 MiB images, sequential creates straight to the
  *   reference engine, through nginx passing the body through unbuffered

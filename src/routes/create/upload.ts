@@ -1,6 +1,6 @@
 /**
- * Reading the create form while it streams (issue: validated multipart
- * uploads). Text fields are checked one by one as they arrive; the image is
+ * Reading the create form while it streams: validated multipart uploads.
+ * Text fields are checked one by one as they arrive; the image is
  * checked by its first bytes before the engine is called and by its size as it
  * passes; the engine gets a form re-encoded by MultipartWriter. Memory per
  * upload: the chunk in hand.
