@@ -73,7 +73,7 @@ const logger = {
 const sdk = config.tracing === undefined ? undefined : await import('./shared/tracing-sdk.js')
 const tracing = config.tracing === undefined ? undefined : sdk!.startTracing(config.tracing)
 /** The embedded engine, traced too when tracing is on, as its own service (its spans nest under the gateway's tries). */
-const engineTracing = config.tracing === undefined || config.upstreamUrl !== undefined ? undefined : sdk!.startTracing({ ...config.tracing, serviceName: 'portfolio-engine' })
+const engineTracing = config.tracing === undefined || config.upstreamUrl !== undefined ? undefined : sdk!.startTracing({ ...config.tracing, serviceName: 'portfolio-engine' }, {}, { followCaller: true })
 /** How long the last spans get to leave on shutdown: a dead collector never holds the exit up longer. */
 const TRACE_FLUSH_MS = 2_000
 

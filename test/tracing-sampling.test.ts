@@ -5,6 +5,8 @@
  * from a TRUST_PROXY peer, and only then.
  */
 import t from 'tap'
+import { ROOT_CONTEXT } from '@opentelemetry/api'
+import { SamplingDecision, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base'
 import { request } from 'undici'
 import { bearer } from './helpers/app.js'
 import type { DecodedSpan } from '../bench/otlp-sink.js'
@@ -95,4 +97,54 @@ t.test('an untrusted client\'s sampled parent: the gateway draws once per reques
   t.ok(servers().every((s) => traces.includes(s.traceId)), 'the client\'s trace ids are kept')
   const withTry = servers().filter((s) => sink.spans.some((c) => c.service === 'portfolio-gateway' && c.kind === CLIENT && c.parentSpanId === s.spanId))
   t.equal(withTry.length, servers().length, 'every recorded ping has its try span (children follow the request\'s decision)')
+})
+
+t.test('traceidratio: a trace the gateway starts is decided on its trace id, as every service that samples on the id decides', async (t) => {
+  const ratio = 0.5
+  const { sink, gateway, gatewayTracing } = await tracedPair(t, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: String(ratio) })
+  const n = 200
+  for (let i = 0; i < n; i++) {
+    const res = await request(`${gateway.url}/api/portfolio/ping`, { headers: bearer() })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+  }
+  await gatewayTracing.shutdown(2_000)
+  const recorded = sink.spans.filter((s) => s.service === 'portfolio-gateway' && s.kind === SERVER).map((s) => s.traceId)
+  const byId = new TraceIdRatioBasedSampler(ratio)
+  const refused = recorded.filter((id) => byId.shouldSample(ROOT_CONTEXT, id).decision === SamplingDecision.NOT_RECORD)
+  // A random draw instead would record about half of these against the ratio sampler's verdict on their ids.
+  t.ok(recorded.length > n * 0.3 && recorded.length < n * 0.7, `recorded ${recorded.length} of ${n}`)
+  t.same(refused, [], 'every recorded trace is one the ratio sampler accepts on its id')
+})
+
+t.test('traceidratio: the engine follows the gateway\'s flag, so a trace id an untrusted client picked records nothing there', async (t) => {
+  const { sink, gateway, gatewayTracing, engineTracing } = await tracedPair(t, { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.01' })
+  // The ratio sampler accepts this id at any ratio above 0 (the XOR of its words is 1).
+  const picked = '00000000000000000000000000000001'
+  t.equal(new TraceIdRatioBasedSampler(0.01).shouldSample(ROOT_CONTEXT, picked).decision, SamplingDecision.RECORD_AND_SAMPLED)
+  for (let i = 0; i < 50; i++) {
+    const parent = clientTraceparent(i % 2 === 0)
+    const res = await request(`${gateway.url}/api/portfolio/ping`, { headers: { ...bearer(), traceparent: parent.header.replace(parent.traceId, picked) } })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+  }
+  await gatewayTracing.shutdown(2_000)
+  await engineTracing.shutdown(2_000)
+  const tries = new Set(sink.spans.filter((s) => s.service === 'portfolio-gateway' && s.kind === CLIENT).map((s) => s.spanId))
+  const engine = sink.spans.filter((s) => s.service === 'portfolio-engine')
+  t.same(engine.filter((s) => !tries.has(s.parentSpanId)), [], 'an engine span only under a try the gateway recorded')
+  t.ok(engine.length <= 5, `the engine recorded ${engine.length} of 50, the gateway's draws at 1%`)
+})
+
+t.test('a traceparent the gateway rejects (a later version over 512 characters) starts a new trace in the span too, as in the log lines', async (t) => {
+  const { sink, gateway, gatewayTracing } = await tracedPair(t, { OTEL_TRACES_SAMPLER: 'always_on' }, { env: { TRUST_PROXY: '127.0.0.1' } })
+  const parent = clientTraceparent(true)
+  const header = `01-${parent.traceId}-${parent.parentId}-01-${'x'.repeat(500)}`
+  const res = await request(`${gateway.url}/api/portfolio/ping`, { headers: { ...bearer(), traceparent: header } })
+  t.equal(res.statusCode, 200)
+  await res.body.dump()
+  await gatewayTracing.shutdown(2_000)
+  const server = sink.spans.find((s) => s.service === 'portfolio-gateway' && s.kind === SERVER)
+  t.not(server?.traceId, parent.traceId, 'not the rejected header\'s trace')
+  t.equal(server?.parentSpanId, '', 'a root span')
 })

@@ -43,8 +43,9 @@ const ALL_ZERO_PARENT = '0'.repeat(16)
  * without captures and three slices do it.
  */
 export function parseTraceParent (header: string | string[] | undefined): TraceParent | undefined {
-  // Several traceparent headers are invalid (spec §3.2: one header only).
-  if (typeof header !== 'string' || header.length > 512) return undefined
+  // Several traceparent headers are invalid (spec §3.2: one header only); Node joins repeated ones
+  // with ", ", which a later version's free tail would otherwise accept.
+  if (typeof header !== 'string' || header.length > 512 || header.includes(',')) return undefined
   const valid = header.startsWith('00') ? header.length === 55 && VERSION_00.test(header) : LATER_VERSION.test(header)
   if (!valid) return undefined
   const traceId = header.slice(3, 35)
@@ -89,6 +90,8 @@ interface Trace {
   traceId: string
   /** The `traceparent` the engine gets. */
   traceparent: string
+  /** The client's valid `traceparent`, parsed: the trace continued; undefined for a trace the gateway started. */
+  client: TraceParent | undefined
 }
 
 const kTrace = Symbol('trace')
@@ -101,7 +104,7 @@ function newTrace (raw: IncomingMessage): Trace {
   // The client's sampled bit is kept; other bits are cleared (spec §3.2.2.5). A trace
   // the gateway starts is not sampled: it records no spans of its own.
   const flags = given === undefined ? '00' : ((parseInt(given.flags, 16) & 0x01) === 1 ? '01' : '00')
-  return { traceId, traceparent: formatTraceParent(traceId, newSpanId(), flags) }
+  return { traceId, traceparent: formatTraceParent(traceId, newSpanId(), flags), client: given }
 }
 
 /**
@@ -120,6 +123,11 @@ function traceOf (raw: IncomingMessage): Trace {
  */
 export function setTraceparent (raw: IncomingMessage, traceparent: string): void {
   traceOf(raw).traceparent = traceparent
+}
+
+/** The client's valid `traceparent` (the one parse of it), or undefined when the gateway started the trace. */
+export function clientTraceParent (raw: IncomingMessage): TraceParent | undefined {
+  return traceOf(raw).client
 }
 
 /** The trace id every log line of the request carries beside `reqId`. */

@@ -16,7 +16,7 @@
  * and nothing else, not even a non-recording span; the engine and store hooks
  * see no trace on it and return at once.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type Tracer } from '@opentelemetry/api'
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import {
@@ -26,10 +26,10 @@ import {
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { BlockList, isIP } from 'node:net'
 import { recordedChild, type Tracing } from '../shared/tracing-sdk.js'
-import { endServerSpan, remoteParent, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
+import { endServerSpan, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
-import { setTraceparent } from './trace-context.js'
+import { clientTraceParent, setTraceparent, type TraceParent } from './trace-context.js'
 
 /** A sampled request's trace: its server span and what its children need. */
 export interface RequestTrace {
@@ -106,23 +106,24 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   app.decorateRequest('trace', undefined)
 
   app.addHook('onRequest', (request, reply, done) => {
-    const header = request.headers.traceparent
-    // A client's sampled flag is followed only from a trusted proxy. Anyone else's request is decided as a
-    // new trace is (tracing-sdk.ts, newTraceDraw), though its trace id is kept (logs, the engine, the span).
-    const followed = header !== undefined && trusted(request.socket.remoteAddress) ? remoteParent(header) : ROOT_CONTEXT
-    // Decided before any span is built: a request not recorded (99% by default) costs the decision and nothing more.
-    const decided = tracing.decide(followed)
+    // The client's traceparent, parsed once (trace-context.ts), so the span, the engine and the log lines share one trace id.
+    const client = clientTraceParent(request.raw)
+    // A client's sampled flag is followed only from a trusted proxy.
+    const followed = client !== undefined && trusted(request.socket.remoteAddress) ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client)) : ROOT_CONTEXT
+    // Anyone else's request is decided as a new trace is, though its trace id is kept (logs, the engine, the span):
+    // a trace the gateway started on its own id, as the ratio sampler decides everywhere; a client's id, which the
+    // client picked, by a random draw (tracing-sdk.ts, decide).
+    const decided = tracing.decide(followed, client === undefined ? request.traceparent.slice(3, 35) : undefined)
     if (decided === undefined) {
       // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
       // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
-      if (header !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+      if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
       return done()
     }
     // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
-    const client = followed === ROOT_CONTEXT && header !== undefined ? trace.getSpanContext(remoteParent(header)) : undefined
-    const parent = client === undefined ? decided : trace.setSpanContext(decided, client)
-    // A new trace gets the id its log lines already carry (trace-context.ts).
-    if (trace.getSpanContext(parent) === undefined) tracing.nextTraceId = request.traceparent.slice(3, 35)
+    const parent = client !== undefined && followed === ROOT_CONTEXT ? trace.setSpanContext(decided, spanContextOf(client)) : decided
+    // A new trace gets the id its log lines already carry.
+    if (client === undefined) tracing.nextTraceId = request.traceparent.slice(3, 35)
     const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
     tracing.nextTraceId = undefined
     span.setAttribute(REQUEST_ID_ATTR, [request.id])
@@ -189,6 +190,11 @@ export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefine
       span.end()
     }
   }
+}
+
+/** A client's parsed traceparent as the remote parent of a span. */
+function spanContextOf (parent: TraceParent): SpanContext {
+  return { traceId: parent.traceId, spanId: parent.parentId, traceFlags: parseInt(parent.flags, 16), isRemote: true }
 }
 
 /** "host:port" or "[v6]:port", as the metrics' endpoint label. */

@@ -30,7 +30,7 @@ if (!traced.ok) {
   process.stderr.write(`portfolio-engine: ${traced.message}\n`)
   process.exit(1)
 }
-const tracing = traced.value === undefined ? undefined : (await import('../shared/tracing-sdk.js')).startTracing(traced.value)
+const tracing = traced.value === undefined ? undefined : (await import('../shared/tracing-sdk.js')).startTracing(traced.value, {}, { followCaller: true })
 
 const lifecycle = { draining: false }
 let metricsServer: Server | undefined

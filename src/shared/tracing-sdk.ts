@@ -51,10 +51,12 @@ export interface Tracing {
    * any span exists: undefined when it is not recorded (nothing more is built for
    * the request), else the context to start the span in, which carries the
    * decision so the span's own sampling returns it unchanged (one decision per
-   * request). A new trace's decision allocates nothing: 99% of requests by
-   * default pay a random draw and a comparison.
+   * request). A new trace is decided on `ownTraceId`, the id this process gave
+   * it, as the ratio sampler decides (so a service behind that samples on the id
+   * agrees); without one (the id is an untrusted client's, who could pick it),
+   * by a random draw. Neither allocates.
    */
-  decide: (parent: Context) => Context | undefined
+  decide: (parent: Context, ownTraceId?: string) => Context | undefined
   /** Spans finished and not yet exported or dropped (tests). */
   readonly pending: number
   /** Export what is queued, within `timeoutMs`, then stop; spans still queued then are dropped. */
@@ -68,7 +70,7 @@ export interface TracingTuning {
 }
 
 /** The provider for `settings`: an exporter, a bounded batch processor, the sampler. */
-export function startTracing (settings: TracingSettings, tuning: TracingTuning = {}): Tracing {
+export function startTracing (settings: TracingSettings, tuning: TracingTuning = {}, opts: { followCaller?: boolean } = {}): Tracing {
   const queueMax = tuning.queueMax ?? QUEUE_MAX
   const exportTimeoutMs = tuning.exportTimeoutMs ?? EXPORT_TIMEOUT_MS
   const state = { pending: 0, onDropped: (_count: number): void => {} }
@@ -87,8 +89,8 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     exportTimeoutMillis: exportTimeoutMs + 1_000
   })
   const ids = new GivenTraceIds()
-  const sampler = samplerOf(settings)
-  const recordsNewTrace = newTraceDraw(settings)
+  const sampler = samplerOf(settings, opts.followCaller === true)
+  const recordsNewTrace = newTraceDecision(settings)
   const provider = new BasicTracerProvider({
     idGenerator: ids,
     resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
@@ -102,8 +104,8 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     set onDropped (fn) { state.onDropped = fn },
     get nextTraceId () { return ids.next },
     set nextTraceId (id) { ids.next = id },
-    decide: (parent) => {
-      if (parent === ROOT_CONTEXT) return recordsNewTrace() ? NEW_TRACE_RECORDED : undefined
+    decide: (parent, ownTraceId) => {
+      if (parent === ROOT_CONTEXT) return recordsNewTrace(ownTraceId) ? NEW_TRACE_RECORDED : undefined
       const decided = sampler.shouldSample(parent, trace.getSpanContext(parent)?.traceId ?? '', '', SpanKind.SERVER, {}, [])
       return decided.decision === SamplingDecision.NOT_RECORD ? undefined : parent.setValue(DECIDED, decided)
     },
@@ -161,13 +163,19 @@ class DecidedFirst implements Sampler {
   toString (): string { return this.inner.toString() }
 }
 
-/** The configured sampler, for a trusted parent's requests (the gateway) and every span of the standalone engine. */
-function samplerOf (settings: TracingSettings): Sampler {
+/**
+ * The configured sampler, for a trusted parent's requests (the gateway) and
+ * every span of the standalone engine. `followCaller` (the engine, which only
+ * gateways call): plain `traceidratio` follows the caller's flag too, since it
+ * would otherwise decide on a trace id an untrusted client may have picked,
+ * which the gateway passes on unrecorded.
+ */
+function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
   switch (settings.sampler) {
     case 'always_on': return new AlwaysOnSampler()
     case 'always_off': return new AlwaysOffSampler()
-    case 'traceidratio': return ratio
+    case 'traceidratio': return followCaller ? new ParentBasedSampler({ root: ratio }) : ratio
     case 'parentbased_always_on': return new ParentBasedSampler({ root: new AlwaysOnSampler() })
     case 'parentbased_always_off': return new ParentBasedSampler({ root: new AlwaysOffSampler() })
     case 'parentbased_traceidratio': return new ParentBasedSampler({ root: ratio })
@@ -175,17 +183,16 @@ function samplerOf (settings: TracingSettings): Sampler {
 }
 
 /**
- * Whether a new trace is recorded: the sampler's root decision. The ratio
- * samplers decide on the trace id so that services sharing a trace agree; a
- * trace the gateway starts has a random id, so a random draw is the same
- * decision at a fraction of the cost (no id validation, no hex walk). A
- * request whose client sent a traceparent from outside TRUST_PROXY is decided
- * here too: its trace id is kept, but neither its sampled flag nor its trace
- * id (which the client picks) has a say; otherwise any client could have
- * every request it sends recorded and exported. Envoy follows the client's
- * flag (envoyproxy/envoy#35721); an edge should not.
+ * Whether a new trace is recorded: the sampler's root decision, on the trace id
+ * this process gave it (the ratio sampler's own arithmetic, so every service
+ * that samples on the id decides alike), or by a random draw when the id came
+ * from a client outside TRUST_PROXY: such a request's trace id is kept, but
+ * neither its sampled flag nor its id (which the client picks) has a say;
+ * otherwise any client could have every request it sends recorded and
+ * exported. Envoy follows the client's flag (envoyproxy/envoy#35721); an edge
+ * should not.
  */
-function newTraceDraw (settings: TracingSettings): () => boolean {
+function newTraceDecision (settings: TracingSettings): (ownTraceId: string | undefined) => boolean {
   switch (settings.sampler) {
     case 'always_on':
     case 'parentbased_always_on': return () => true
@@ -194,7 +201,10 @@ function newTraceDraw (settings: TracingSettings): () => boolean {
     case 'traceidratio':
     case 'parentbased_traceidratio': {
       const ratio = settings.ratio
-      return () => Math.random() < ratio
+      const byId = new TraceIdRatioBasedSampler(ratio)
+      return (id) => id === undefined
+        ? Math.random() < ratio
+        : byId.shouldSample(ROOT_CONTEXT, id).decision !== SamplingDecision.NOT_RECORD
     }
   }
 }

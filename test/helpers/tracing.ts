@@ -15,12 +15,12 @@ import { startEngine } from './engine.js'
 export const FAST_EXPORT: TracingTuning = { exportDelayMs: 20 }
 
 /** A provider as server.ts makes one, from OTEL_* variables. */
-export function tracingFrom (t: Test, env: Record<string, string>, service: string, tuning: TracingTuning = FAST_EXPORT): Tracing {
+export function tracingFrom (t: Test, env: Record<string, string>, service: string, tuning: TracingTuning = FAST_EXPORT, opts: { followCaller?: boolean } = {}): Tracing {
   const read = readEnv(OtelEnv, env)
   if (!read.ok) throw new Error(`${read.name}: ${read.problem}`)
   const settings = tracingSettingsOf(read.value, service)
   if (!settings.ok || settings.value === undefined) throw new Error(settings.ok ? 'no endpoint' : settings.message)
-  const tracing = startTracing(settings.value, tuning)
+  const tracing = startTracing(settings.value, tuning, opts)
   t.teardown(async () => { await tracing.shutdown(1_000) })
   return tracing
 }
@@ -29,6 +29,7 @@ export interface TracedPair {
   sink: OtlpSink
   gateway: Built
   gatewayTracing: Tracing
+  engineTracing: Tracing
   engineOrigin: string
 }
 
@@ -37,11 +38,12 @@ export async function tracedPair (t: Test, env: Record<string, string> = {}, opt
   const sink = await startOtlpSink()
   t.teardown(async () => { await sink.close() })
   const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, ...env }
-  const engineTracing = tracingFrom(t, otel, 'portfolio-engine')
+  // As the engine runs (server.ts, standalone.ts): it only serves gateways, so it follows their flag.
+  const engineTracing = tracingFrom(t, otel, 'portfolio-engine', FAST_EXPORT, { followCaller: true })
   const engine = await startEngine(t, { tracer: engineTracing.tracer })
   const gatewayTracing = tracingFrom(t, otel, 'portfolio-gateway')
   const gateway = await build(t, { upstreamUrl: engine.origin, ...opts, ...(upstreams === undefined ? {} : { upstreamUrls: upstreams(engine.origin) }), env: { ...otel, ...opts.env }, tracing: gatewayTracing })
-  return { sink, gateway, gatewayTracing, engineOrigin: engine.origin }
+  return { sink, gateway, gatewayTracing, engineTracing, engineOrigin: engine.origin }
 }
 
 export const ofTrace = (spans: DecodedSpan[], traceId: string): DecodedSpan[] => spans.filter((s) => s.traceId === traceId)
