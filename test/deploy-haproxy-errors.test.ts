@@ -88,12 +88,13 @@ interface StubGateway {
 
 /**
  * A stand-in gateway on raw TCP: it answers haproxy's health check (GET
- * /health) with 200, and any other request as `answer` says: never, with
+ * /health) with 200, and any other request as `answer` says: with the
+ * traceparent headers it received, never, with
  * bytes that are not HTTP, with a TCP reset (a gateway killed or crashed
  * before it answered), or with 200 to the first request on a connection and
  * a reset to the second (a gateway that dies between two requests).
  */
-async function stubGateway (t: Test, answer: 'hang' | 'garbage' | 'reset' | 'reset-second'): Promise<StubGateway> {
+async function stubGateway (t: Test, answer: 'hang' | 'garbage' | 'reset' | 'reset-second' | 'echo-traceparent'): Promise<StubGateway> {
   const sockets = new Set<Socket>()
   let requests = 0
   const server: Server = createServer((socket) => {
@@ -106,7 +107,11 @@ async function stubGateway (t: Test, answer: 'hang' | 'garbage' | 'reset' | 'res
       if (head.startsWith('GET /health ')) return socket.write('HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n')
       requests++
       onThisConnection++
-      if (answer === 'garbage') socket.end('this is not HTTP\r\n\r\n')
+      if (answer === 'echo-traceparent') {
+        // The traceparent header lines haproxy passed on, as a JSON list.
+        const body = JSON.stringify(head.split('\r\n').filter((line) => /^traceparent:/i.test(line)).map((line) => line.slice(line.indexOf(':') + 1).trim()))
+        socket.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+      } else if (answer === 'garbage') socket.end('this is not HTTP\r\n\r\n')
       else if (answer === 'reset' || (answer === 'reset-second' && onThisConnection > 1)) socket.resetAndDestroy()
       else if (answer === 'reset-second') socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok')
     })
@@ -313,4 +318,23 @@ t.test('HTTP/1 parse errors get haproxy\'s built-in HTML, as documented', { skip
     t.notMatch(head, /x-request-id/i, 'no request id')
     t.match(body, /^<html><body><h1>408 Request Time-out<\/h1>/)
   })
+})
+
+t.test('a client\'s traceparent reaches the gateways with its trace id but never its sampled flag', { skip: present ? false : MISSING }, async (t) => {
+  const echo = await stubGateway(t, 'echo-traceparent')
+  const balancer = await startHaproxy(t, [echo.address, await deadAddress(), await deadAddress()])
+  await waitGatewaysUp(balancer.socket, ['gateway-1'], 20_000)
+  const trace = '4bf92f3577b34da6a3ce929d0e0e4736'
+  const parent = '00f067aa0ba902b7'
+  const passed = async (traceparent?: string | string[]): Promise<unknown> => {
+    const answer = await get(balancer, '/api/portfolio/ping', traceparent === undefined ? {} : { traceparent } as Record<string, string>)
+    t.equal(answer.status, 200)
+    return JSON.parse(answer.text)
+  }
+  t.same(await passed(`00-${trace}-${parent}-01`), [`00-${trace}-${parent}-00`], 'sampled: the flag cleared, the trace and parent kept')
+  t.same(await passed(`00-${trace}-${parent}-00`), [`00-${trace}-${parent}-00`], 'unsampled: as sent')
+  t.same(await passed(`cc-${trace}-${parent}-09-what-the-future-adds`), [`cc-${trace}-${parent}-00-what-the-future-adds`], 'a later version: its flags field cleared, the rest kept')
+  t.same(await passed(), [], 'none sent, none made')
+  t.same(await passed([`00-${trace}-${parent}-01`, `00-${trace}-${parent}-01`]), [], 'two headers (invalid): both removed')
+  t.equal(echo.requests(), 5)
 })
