@@ -138,7 +138,11 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             // DECISIONS 16: the fingerprint covers the whole form. An engine that answered
             // mid-upload left the rest unread: read and hash it (the client sends it anyway)
             // before the record is stored; a form that cannot be read to its end stores nothing.
-            if (key !== undefined) await form.finishReading()
+            if (key !== undefined) {
+              const socket = request.raw.socket
+              clock.readingRest(() => socket.bytesRead)
+              await form.finishReading()
+            }
           }
           if (form.refusal !== undefined) throw form.refusal
           assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)

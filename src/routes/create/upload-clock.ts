@@ -101,6 +101,22 @@ export class UploadClock implements UploadTiming {
     this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
   }
 
+  /**
+   * The engine has answered, but the rest of the form is still read (a keyed
+   * create's fingerprint covers it all): the client is held to the minimum
+   * rate while it sends it, counted on its socket's bytes. The engine's
+   * timers stay stopped; stop() ends this watch too.
+   */
+  readingRest (received: () => number): void {
+    const rate = this.#rate
+    if (rate === undefined || this.#meter !== undefined) return
+    this.#meter = rate.watch.watch((err) => {
+      this.#meter = undefined
+      rate.cut(err)
+    })
+    this.#meter.countReceived(received)
+  }
+
   /** Stop for good: the call is over (or needs no more timing); nothing arms the clock again. */
   stop (): void {
     this.#stopped = true
