@@ -9,6 +9,8 @@ declare module 'autocannon' {
       connections?: number
       /** Seconds; fractions are allowed. */
       duration?: number
+      /** ms between samples (default 1000); the run ends at the first sample after `duration`. */
+      sampleInt?: number
       /** Seconds to wait for a response before counting a timeout. */
       timeout?: number
       pipelining?: number

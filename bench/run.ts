@@ -222,7 +222,10 @@ async function cannon (url: string, request: BuiltRequest, connections: number, 
       // Fixed header sets in turn: no setupRequest, so autocannon builds each request once.
       ...(request.rotate === undefined ? {} : { requests: request.rotate.map((headers) => ({ headers: { ...request.headers, ...headers } })) }),
       connections,
-      duration
+      duration,
+      // autocannon stops at its first sample tick after the duration, one a second by default:
+      // a sub-second --duration (the test suite's smoke run) would otherwise last a whole second.
+      sampleInt: Math.min(1000, duration * 1000)
     }, (err, result) => {
       if (err !== null) reject(err)
       else resolve({ result, latencies: all.sorted() })

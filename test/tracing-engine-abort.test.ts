@@ -54,8 +54,12 @@ t.test('a client gone after sending its whole form, while the engine has not ans
   t.teardown(async () => { await sink.close() })
   const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: 'always_on' }
   const engine = await startStubUpstream(faults.hang)
-  t.teardown(engine.close)
+  // A long engine deadline: only the client's going can end the span before the engine answers.
   const gateway = await build(t, { upstreamUrl: engine.url, env: { ...otel, UPSTREAM_TIMEOUT_MS: '30000' }, tracing: tracingFrom(t, otel, 'portfolio-gateway') })
+  // Registered after the gateway, so it runs first (teardowns run last in, first out): the engine's
+  // connections close, the hanging create ends with a 502, and the gateway's close need not wait
+  // out the 30 s deadline for it.
+  t.teardown(engine.close)
   const { body, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(4096))])
   const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1')
   socket.on('error', () => {})

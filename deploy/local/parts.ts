@@ -168,7 +168,13 @@ export class PartSet {
       const names = wave.filter((n) => this.parts.has(n))
       for (const name of names) await this.signal(name, 'SIGTERM', false)
       const all = Promise.all(names.map(async (n) => await this.get(n).exited))
-      if (await Promise.race([all, sleep(graceMs).then(() => 'timeout' as const)]) === 'timeout') {
+      // The grace timer is cancelled once the wave has exited: left running, it would hold the
+      // process (the chaos test's, deploy:local's) open for the whole grace after the last part.
+      const grace = new AbortController()
+      const timedOut = sleep(graceMs, 'timeout' as const, { signal: grace.signal }).catch(() => 'exited' as const)
+      const outcome = await Promise.race([all, timedOut])
+      grace.abort()
+      if (outcome === 'timeout') {
         for (const name of names) await this.signal(name, 'SIGKILL', false)
         await all
       }

@@ -23,14 +23,14 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
     options: Record<string, unknown>
     uploadTime: Array<Record<string, unknown>>
     memory: { goal: unknown, gatewayGrowthMb: unknown, met: unknown, atReady?: { gatewayMb?: unknown, engineMb?: unknown }, gatewayHwmOverReadyMb: unknown, phases: Array<Record<string, unknown>> }
-  }>(t, UPLOAD, ['--rounds', '1', '--uploads', '1', '--concurrency', '2', '--waves', '1'], 110_000)
+  }>(t, UPLOAD, ['--rounds', '1', '--uploads', '1', '--warmup', '0', '--concurrency', '2', '--waves', '1'], 110_000)
   t.equal(run.code, 0, run.code === 0 ? 'bench exits 0' : `bench exits 0, stderr:\n${run.stderr}`)
   const report = run.report!
 
   t.ok(isCount(report.machine.cpus), 'machine.cpus')
   t.equal(typeof report.machine.node, 'string', 'machine.node')
   t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
-  t.match(report.options, { rounds: 1, uploads: 1, concurrency: 2, waves: 1 }, 'options echo the command line')
+  t.match(report.options, { rounds: 1, uploads: 1, warmup: 0, concurrency: 2, waves: 1 }, 'options echo the command line')
 
   t.same(report.uploadTime.map((s) => s.label), ['1 MiB', '10 MiB'], 'both sizes are timed')
   for (const size of report.uploadTime) {

@@ -54,6 +54,13 @@ t.test('the topology rides out a rolling restart, an engine rollout to new addre
   let load: Load | undefined
   t.teardown(async () => {
     await load?.stop(0)
+    // A passing run needs nothing more from the parts: SIGKILL them all at once instead of the
+    // recipe's waves of drains (each gateway and engine announces its drain for 5 s), about 10 s.
+    // A failing run stops them gracefully, so their logs end complete.
+    if (topology !== undefined && t.passing()) {
+      const parts = topology.parts
+      await Promise.all([...parts.parts.keys()].map(async (name) => await parts.signal(name, 'SIGKILL')))
+    }
     await topology?.stop()
     if (t.passing()) rmSync(runDir, { recursive: true, force: true })
     else t.comment(`logs kept in ${runDir}/logs`)
