@@ -152,11 +152,6 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: '502 engine reset mid-upload',
-    // The engine resets as the request arrives. The gateway's stall timer, armed when the first chunk
-    // went to the engine, is not cleared when the call fails (UploadClock.abort), so it holds the test
-    // process open for the stall limit after the last test: 5 s instead of the default 30 s. Far above
-    // the moment the reset comes, so the answer is still the reset's 502, never a stall's 504.
-    gateway: { uploadStallTimeoutMs: 5_000 },
     engine: (stub) => { stub.early = (req) => { req.socket.resetAndDestroy() } },
     request: (size, sub) => create(sub, form('valid', size, valid)),
     status: 502,
