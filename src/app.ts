@@ -96,7 +96,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   })
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
   closeConnectionsWhenNeeded(app, lifecycle, linger)
-  installTraceContext(app)
+  installTraceContext(app, config.trustProxy)
   if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis', trustProxy: config.trustProxy })
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
   logEngineEvents(app, deps.engine)

@@ -54,15 +54,15 @@ t.test('new ids are random, the right length, and never all zeros', async (t) =>
   t.equal(traces.size, 200, 'no repeats')
 })
 
-async function gatewayAndStub (t: Test) {
+async function gatewayAndStub (t: Test, env: Record<string, string> = {}) {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { url } = await build(t, { upstreamUrl: stub.url, env })
   return { stub, url }
 }
 
-t.test('a valid traceparent: the engine gets the same trace id with a new span id, sampled flag kept', async (t) => {
-  const { stub, url } = await gatewayAndStub(t)
+t.test('a valid traceparent from a trusted proxy: the engine gets the same trace id with a new span id, sampled flag kept', async (t) => {
+  const { stub, url } = await gatewayAndStub(t, { TRUST_PROXY: '127.0.0.1' })
   const res = await request(`${url}/api/portfolio/update`, {
     method: 'POST',
     headers: { ...bearer(), 'content-type': 'application/json', traceparent: VALID },
@@ -82,6 +82,17 @@ t.test('a valid traceparent: the engine gets the same trace id with a new span i
   t.equal(second?.[1], TRACE_ID)
   t.not(second?.[2], parentId, 'every request its own span')
   t.equal(second?.[3], '01', 'flags the gateway does not know are cleared')
+})
+
+t.test('a sampled traceparent from anyone else: the trace id kept, the flag cleared (the engine follows it), tracing off or on', async (t) => {
+  const { stub, url } = await gatewayAndStub(t, { TRUST_PROXY: '10.0.0.0/8' })
+  const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), traceparent: VALID } })
+  t.equal(res.statusCode, 200)
+  await res.body.dump()
+  const [, traceId, parentId, flags] = WELL_FORMED.exec(String(stub.requests[0]?.headers.traceparent)) ?? []
+  t.equal(traceId, TRACE_ID, 'same trace')
+  t.not(parentId, PARENT_ID)
+  t.equal(flags, '00', 'not sampled: the client is not a trusted proxy')
 })
 
 t.test('an invalid or missing traceparent: a fresh valid one', async (t) => {

@@ -9,6 +9,7 @@
  * engine nor logs.
  */
 import { randomFillSync } from 'node:crypto'
+import { BlockList, isIP } from 'node:net'
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 
@@ -88,8 +89,8 @@ export function formatTraceParent (traceId: string, spanId: string, flags: strin
 
 interface Trace {
   traceId: string
-  /** The `traceparent` the engine gets. */
-  traceparent: string
+  /** The `traceparent` the engine gets, made when the engine call first asks for it (or set by the tracer). */
+  traceparent: string | undefined
   /** The client's valid `traceparent`, parsed: the trace continued; undefined for a trace the gateway started. */
   client: TraceParent | undefined
 }
@@ -97,14 +98,10 @@ interface Trace {
 const kTrace = Symbol('trace')
 type TracedRequest = IncomingMessage & { [kTrace]?: Trace }
 
-/** The `traceparent` for the engine: the client's trace continued, or a new one. */
+/** The client's trace continued, or a new one. */
 function newTrace (raw: IncomingMessage): Trace {
   const given = parseTraceParent(raw.headers[TRACEPARENT_HEADER])
-  const traceId = given?.traceId ?? newTraceId()
-  // The client's sampled bit is kept; other bits are cleared (spec §3.2.2.5). A trace
-  // the gateway starts is not sampled: it records no spans of its own.
-  const flags = given === undefined ? '00' : ((parseInt(given.flags, 16) & 0x01) === 1 ? '01' : '00')
-  return { traceId, traceparent: formatTraceParent(traceId, newSpanId(), flags), client: given }
+  return { traceId: given?.traceId ?? newTraceId(), traceparent: undefined, client: given }
 }
 
 /**
@@ -135,11 +132,36 @@ export function traceIdOf (raw: IncomingMessage): string {
   return traceOf(raw).traceId
 }
 
-/** Every request has its trace: `request.traceparent` for the engine call. */
-export function installTraceContext (app: FastifyInstance): void {
+/**
+ * Every request has its trace: `request.traceparent` for the engine call,
+ * with the gateway's own span id. Its sampled flag is the client's only when
+ * the client is a trusted proxy (TRUST_PROXY, as for X-Forwarded-For): the
+ * engine follows that flag, so anyone else could have every request it sends
+ * recorded there. Other bits are cleared (spec §3.2.2.5). A trace the gateway
+ * starts is not sampled: it records no spans of its own (tracing.ts, when on,
+ * replaces the header with its own decision).
+ */
+export function installTraceContext (app: FastifyInstance, trustProxy: readonly string[] | undefined): void {
+  const trusted = trustedPeers(trustProxy)
   app.decorateRequest('traceparent', {
     getter (this: FastifyRequest): string {
-      return traceOf(this.raw).traceparent
+      const trace = traceOf(this.raw)
+      if (trace.traceparent !== undefined) return trace.traceparent
+      const client = trace.client
+      const sampled = client !== undefined && (parseInt(client.flags, 16) & 0x01) === 1 && trusted(this.raw.socket.remoteAddress)
+      return (trace.traceparent = formatTraceParent(trace.traceId, newSpanId(), sampled ? '01' : '00'))
     }
   })
+}
+
+/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6 peers match IPv4 entries. */
+export function trustedPeers (entries: readonly string[] | undefined): (address: string | undefined) => boolean {
+  if (entries === undefined || entries.length === 0) return () => false
+  const list = new BlockList()
+  for (const entry of entries) {
+    const [address = '', bits] = entry.split('/')
+    const type = isIP(address) === 6 ? 'ipv6' : 'ipv4'
+    list.addSubnet(address, bits === undefined ? (type === 'ipv6' ? 128 : 32) : Number(bits), type)
+  }
+  return (address) => address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
 }

@@ -24,12 +24,11 @@ import {
   ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
 } from '@opentelemetry/semantic-conventions'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
-import { BlockList, isIP } from 'node:net'
 import { recordedChild, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
-import { clientTraceParent, setTraceparent, type TraceParent } from './trace-context.js'
+import { clientTraceParent, setTraceparent, trustedPeers, type TraceParent } from './trace-context.js'
 
 /** A sampled request's trace: its server span and what its children need. */
 export interface RequestTrace {
@@ -81,18 +80,6 @@ export interface TracingInstallOptions {
   store: 'redis' | 'memory'
   /** TRUST_PROXY's addresses and CIDRs: the peers whose sampled flag is followed. */
   trustProxy?: readonly string[] | undefined
-}
-
-/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6 peers match IPv4 entries. */
-export function trustedPeers (entries: readonly string[] | undefined): (address: string | undefined) => boolean {
-  if (entries === undefined || entries.length === 0) return () => false
-  const list = new BlockList()
-  for (const entry of entries) {
-    const [address = '', bits] = entry.split('/')
-    const type = isIP(address) === 6 ? 'ipv6' : 'ipv4'
-    list.addSubnet(address, bits === undefined ? (type === 'ipv6' ? 128 : 32) : Number(bits), type)
-  }
-  return (address) => address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
 }
 
 /**

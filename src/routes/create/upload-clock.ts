@@ -79,6 +79,9 @@ export class UploadClock implements UploadTiming {
   }
 
   handedOver (bytes: number): void {
+    // A chunk undici pulled just before the engine's answer came (or the call ended) times nothing more:
+    // the rest of the form, if it is still read, is watched on the socket (readingRest), never "on the engine".
+    if (this.#responded || this.#stopped) return
     // The first chunk goes out once undici has a connection: the client holds it from here.
     this.#startMeter()
     const meter = this.#meter
