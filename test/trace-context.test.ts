@@ -84,7 +84,7 @@ t.test('a valid traceparent from a trusted proxy: the engine gets the same trace
   t.equal(second?.[3], '01', 'flags the gateway does not know are cleared')
 })
 
-t.test('a sampled traceparent from anyone else: the trace id kept, the flag cleared (the engine follows it), tracing off or on', async (t) => {
+t.test('a sampled traceparent from anyone else, tracing off: the trace id kept, the flag cleared (the engine follows it; tracing-sampling checks it with tracing on)', async (t) => {
   const { stub, url } = await gatewayAndStub(t, { TRUST_PROXY: '10.0.0.0/8' })
   const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), traceparent: VALID } })
   t.equal(res.statusCode, 200)

@@ -120,7 +120,11 @@ export class UploadClock implements UploadTiming {
     this.#meter.countReceived(received)
   }
 
-  /** Stop for good: the call is over (or needs no more timing); nothing arms the clock again. */
+  /**
+   * Stop for good: the call is over (or needs no more timing); nothing arms the clock again. Only
+   * readingRest still starts a watch on the client afterwards: the engine has answered, and the rest
+   * of a keyed form is read under the minimum rate, which is how a stalled client there is cut off.
+   */
   stop (): void {
     this.#stopped = true
     this.#stopMeter()
