@@ -3,7 +3,7 @@
  * configured: with tracing off, no hook, no decorator, no observer exists.
  *
  *   server span   `{method} {route}`, one per request, continuing the client's traceparent
- *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts newTraceDraw)
+ *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts newTraceDecision)
  *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
  *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
  *   └─ internal span `upload connection wait`, a create's turn for an upload connection
@@ -28,7 +28,7 @@ import { recordedChild, type Tracing } from '../shared/tracing-sdk.js'
 import { endServerSpan, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
-import { clientTraceParent, setTraceparent, trustedPeers, type TraceParent } from './trace-context.js'
+import { clientTraceParent, setTraceparent, traceIdOf, trustedPeers, type TraceParent } from './trace-context.js'
 
 /** A sampled request's trace: its server span and what its children need. */
 export interface RequestTrace {
@@ -100,7 +100,8 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
     // Anyone else's request is decided as a new trace is, though its trace id is kept (logs, the engine, the span):
     // a trace the gateway started on its own id, as the ratio sampler decides everywhere; a client's id, which the
     // client picked, by a random draw (tracing-sdk.ts, decide).
-    const decided = tracing.decide(followed, client === undefined ? request.traceparent.slice(3, 35) : undefined)
+    const traceId = traceIdOf(request.raw)
+    const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
     if (decided === undefined) {
       // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
       // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
@@ -110,7 +111,7 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
     // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
     const parent = client !== undefined && followed === ROOT_CONTEXT ? trace.setSpanContext(decided, spanContextOf(client)) : decided
     // A new trace gets the id its log lines already carry.
-    if (client === undefined) tracing.nextTraceId = request.traceparent.slice(3, 35)
+    if (client === undefined) tracing.nextTraceId = traceId
     const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
     tracing.nextTraceId = undefined
     span.setAttribute(REQUEST_ID_ATTR, [request.id])

@@ -52,8 +52,8 @@ export interface Tracing {
    * the request), else the context to start the span in, which carries the
    * decision so the span's own sampling returns it unchanged (one decision per
    * request). A new trace is decided on `ownTraceId`, the id this process gave
-   * it, as OpenTelemetry JS's ratio sampler decides; without one (the id is an untrusted client's, who could pick it),
-   * by a random draw. Neither allocates.
+   * it, as OpenTelemetry JS's ratio sampler decides; without one (the id is an
+   * untrusted client's, who could pick it), by a random draw.
    */
   decide: (parent: Context, ownTraceId?: string) => Context | undefined
   /** Spans finished and not yet exported or dropped (tests). */
@@ -185,12 +185,11 @@ function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
  * Whether a new trace is recorded: the sampler's root decision, on the trace id
  * this process gave it (OpenTelemetry JS's ratio sampler, so a service on that
  * SDK sampling on the id decides alike; other SDKs read other bits of the id),
- * or by a random draw when the id came
- * from a client outside TRUST_PROXY: such a request's trace id is kept, but
- * neither its sampled flag nor its id (which the client picks) has a say;
- * otherwise any client could have every request it sends recorded and
- * exported. Envoy follows the client's flag (envoyproxy/envoy#35721); an edge
- * should not.
+ * or by a random draw when the id came from a client outside TRUST_PROXY: such
+ * a request's trace id is kept, but neither its sampled flag nor its id (which
+ * the client picks) has a say; otherwise any client could have every request
+ * it sends recorded and exported. Envoy follows the client's flag
+ * (envoyproxy/envoy#35721); an edge should not.
  */
 function newTraceDecision (settings: TracingSettings): (ownTraceId: string | undefined) => boolean {
   switch (settings.sampler) {

@@ -111,13 +111,8 @@ export class UploadClock implements UploadTiming {
    * timers stay stopped; stop() ends this watch too.
    */
   readingRest (received: () => number): void {
-    const rate = this.#rate
-    if (rate === undefined || this.#meter !== undefined) return
-    this.#meter = rate.watch.watch((err) => {
-      this.#meter = undefined
-      rate.cut(err)
-    })
-    this.#meter.countReceived(received)
+    if (this.#rate === undefined || this.#meter !== undefined) return
+    this.#watchClient(this.#rate).countReceived(received)
   }
 
   /**
@@ -135,12 +130,18 @@ export class UploadClock implements UploadTiming {
   #startMeter (): void {
     if (this.#sending || this.#rate === undefined || this.#responded || this.#stopped) return
     this.#sending = true
-    const rate = this.#rate
-    this.#meter = rate.watch.watch((err) => {
+    this.#watchClient(this.#rate)
+  }
+
+  /** The minimum-rate watch on the client: breaking it aborts the engine call (a no-op once it has answered) and hands the 408 to `cut`. */
+  #watchClient (rate: { watch: MinRate, cut: (err: GatewayError) => void }): RateMeter {
+    const meter = rate.watch.watch((err) => {
       this.#meter = undefined
       this.#abort.abort(err)
       rate.cut(err)
     })
+    this.#meter = meter
+    return meter
   }
 
   #stopMeter (): void {
