@@ -48,7 +48,12 @@ export interface LatencyPoint {
 
 export interface LatencyReport {
   capacityFrom: string
+  /** 2xx per second `capacityFrom` sustained in the open loop, offered past saturation: the offered loads are multiples of it. */
   capacityRps: number
+  /** The median closed-loop round's rate (autocannon), where the probe started. */
+  closedLoopRps: number
+  /** Cores busy during the probe: the gateway's processes and the generator (this harness). */
+  probeCpu: { server: number, generator: number }
   baseline: string
   points: LatencyPoint[]
   verdict: { value: number | null, goal: string, met: boolean | null }
@@ -126,7 +131,7 @@ export function formatCosts (costs: CostReport): string {
 
 export function formatLatency (latency: LatencyReport): string {
   const lines = latency.points.map((p) => `${p.scenario.padEnd(12)} ${`${p.multiple}x`.padStart(5)} ${String(p.offeredRps).padStart(7)} req/s  p50 ${fixed(p.p50, 2).padStart(7)} ms  p99 ${fixed(p.p99, 2).padStart(7)} ms  non-2xx ${p.non2xx}  errors ${p.errors}`)
-  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity (${latency.capacityRps} req/s)`, ...lines,
+  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity in the open loop (${latency.capacityRps} req/s, gateway CPU ${fixed(latency.probeCpu.server, 2)}, generator ${fixed(latency.probeCpu.generator, 2)}; closed loop ${latency.closedLoopRps})`, ...lines,
     `p99 at 0.9x, ${latency.capacityFrom} / ${latency.baseline}: ${fixed(latency.verdict.value, 2)}  goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `  (${verdict(latency.verdict.met)})`}`].join('\n')
 }
 
@@ -170,7 +175,7 @@ export function costMarkdown (input: MarkdownInput): string {
   else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
   else {
     out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
-      `of \`${latency.capacityFrom}\`'s measured capacity (${latency.capacityRps} req/s, the median closed-loop round); both targets get the same offered load.`, '',
+      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the 2xx per second it sustained when offered more, with this generator, which kept ${fixed(latency.probeCpu.generator, 2)} of a core busy while the gateway used ${fixed(latency.probeCpu.server, 2)}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
     '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')
     for (const p of latency.points) out.push(`| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`)
     out.push('', `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`)

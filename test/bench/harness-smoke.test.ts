@@ -59,7 +59,7 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
     ratios: Record<string, Record<string, unknown>>
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
     costs: { baseline: string, rows: Array<Record<string, unknown>> }
-    latency: { capacityFrom: string, capacityRps: number, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
+    latency: { capacityFrom: string, capacityRps: number, closedLoopRps: number, probeCpu: { server: number, generator: number }, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
   }>(t, RUN, ['--duration', '0.5', '--connections', '2', '--rounds', '1', '--warmup', '0', '--saturation-connections', '8', '--chart', chart,
     '--cost-chart', costChart, '--markdown', markdown], 230_000)
   t.equal(run.code, 0, run.code === 0 ? 'harness exits 0' : `harness exits 0, stderr:\n${run.stderr}`)
@@ -140,6 +140,8 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
   const latency = report.latency
   t.ok(latency !== null && 'points' in latency, 'the latency pair ran')
   t.match(latency, { capacityFrom: 'prod-ping', baseline: 'bare-ping', capacityRps: Number })
+  t.ok(isCount(latency?.capacityRps) && latency!.capacityRps > 0 && isCount(latency?.closedLoopRps), 'capacity measured in the open loop, beside the closed loop\'s rate')
+  t.ok(isFigure(latency?.probeCpu.server) && isFigure(latency?.probeCpu.generator), 'with the cores the gateway and the generator kept busy meanwhile')
   t.same(latency?.points.map((p) => `${String(p.scenario)}@${String(p.multiple)}`), ['bare-ping@0.5', 'prod-ping@0.5', 'bare-ping@0.9', 'prod-ping@0.9'])
   for (const p of latency?.points ?? []) {
     const label = `${String(p.scenario)} at ${String(p.multiple)}x`
