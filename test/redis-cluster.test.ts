@@ -162,6 +162,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
       t.teardown(() => store.close())
       await untilStoreAnswers(store)
+      await countersReady(store)
       const nodes = (store.client as Cluster).nodes('master')
       t.equal(nodes.length, 3)
       await Promise.all(nodes.map(async (node) => {
@@ -174,6 +175,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
       t.teardown(() => store.close())
       await untilStoreAnswers(store)
+      await countersReady(store)
       const share = new UploadShare({ maxPerUser: 2, maxConnections: 32, endpoints: () => 1, shared: { store: store.uploads!, log: silent as never, metrics: { uploadCapFailedOpen: () => {} } } })
       t.teardown(() => share.close())
       const subject = `ender-${Date.now()}`
@@ -264,6 +266,11 @@ async function redirects (node: ClusterNode): Promise<{ ask: number, moved: numb
   const stats = await node.client.info('errorstats')
   const count = (name: string): number => Number(new RegExp(`^errorstat_${name}:count=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
   return { ask: count('ASK'), moved: count('MOVED') }
+}
+
+/** The store's counters' client has its slot map (untilStoreAnswers waits for the records' client only). */
+async function countersReady (store: RedisStore): Promise<void> {
+  if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")
 }
 
 /** Wait until an async check (a read of Redis) holds. */
