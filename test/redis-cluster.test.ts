@@ -5,22 +5,29 @@
  * one user's counter and records live in that user's slot; the counter batch
  * of a loop turn is split by slot. A slot moved between nodes during load
  * (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE: clients meet ASK, then MOVED)
- * loses no count and no record.
+ * loses no count and no record, and refuses no create the upload cap did not
+ * call for.
  */
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { PassThrough } from 'node:stream'
+import type { Cluster } from 'ioredis'
 import t from 'tap'
 import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
+import { RedisStore } from '../src/limits/redis-store.js'
+import { UploadShare } from '../src/routes/create/upload-share.js'
 import { bearer, hs256 } from './helpers/app.js'
 import { multipartBody } from './helpers/multipart.js'
-import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, waitUntil } from './helpers/redis-gateways.js'
+import { untilStoreAnswers } from './helpers/redis.js'
+import { type Answer, create, CREATED, type Gateway, ping, REPEATED, startEngineProcess, startGateway, untilStoring, waitUntil, within } from './helpers/redis-gateways.js'
 import { type ClusterNode, type ClusterSetup, requireTools, startCluster } from './helpers/redis-topology.js'
 
 // A three-primary Redis Cluster is built, loaded and failed over: its one test allows 120 s, and the file needs room around it.
 t.setTimeout(180_000)
 
 const LIMIT = 10
+const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
 const window = (): number => Math.floor(Date.now() / 60_000)
 /** RateLimit's remaining quota (draft-ietf-httpapi-ratelimit-headers), undefined when the limit failed open. */
 const remaining = (a: Answer): number | undefined => {
@@ -147,6 +154,53 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       t.equal(engine.count(REPEATED), 0, 'no key reached the engine twice')
     })
 
+    t.test("the store opens its connection to every node before a redirection needs it", async (t) => {
+      // ioredis opens a cluster's node connections on their first command, and
+      // fails the other commands that reach a node meanwhile ("Connection is
+      // closed."), to retry them 100 ms later: the first ASK to a node during
+      // a slot move met that, and a ZREM ran after the next ENTER (429).
+      const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
+      t.teardown(() => store.close())
+      await untilStoreAnswers(store)
+      await countersReady(store)
+      const nodes = (store.client as Cluster).nodes('master')
+      t.equal(nodes.length, 3)
+      await Promise.all(nodes.map(async (node) => {
+        if (node.status !== 'ready') await within(once(node, 'ready'), 10_000, `the counters' connection to node ${String(node.options.port)}`)
+      }))
+      t.same(nodes.map((n) => n.status), ['ready', 'ready', 'ready'], 'the counters\' connections to all three nodes are open, though it has sent nothing to two of them')
+    })
+
+    t.test('uploads that end as their slot moves: the user\'s next creates are not refused', async (t) => {
+      const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
+      t.teardown(() => store.close())
+      await untilStoreAnswers(store)
+      await countersReady(store)
+      const share = new UploadShare({ maxPerUser: 2, maxConnections: 32, endpoints: () => 1, shared: { store: store.uploads!, log: silent as never, metrics: { uploadCapFailedOpen: () => {} } } })
+      t.teardown(() => share.close())
+      const subject = `ender-${Date.now()}`
+      const key = `pgw:up:{${subject}}`
+      const { slot, node: from } = await homeOf(cluster, subject)
+      const to = cluster.nodes.find((n) => n !== from)!
+      const ended = [await share.enter(subject), await share.enter(subject)]
+      t.equal(await from.client.zcard(key), 2, 'two uploads in progress, counted on the node of the slot')
+      let next: Array<PromiseSettledResult<() => void>> | undefined
+      await cluster.moveSlot(slot, to, async () => {
+        // Asked of the old node without naming the key (a key it no longer holds would be answered with ASK).
+        if (next !== undefined || (await from.client.call('CLUSTER', 'GETKEYSINSLOT', slot, 1_000) as string[]).includes(key)) return
+        // The leases' key has just moved: every call for it now meets ASK. Both
+        // uploads end, and their users' next creates come right after.
+        for (const leave of ended) leave()
+        const node = (store.client as Cluster).nodes('master').find((n) => n.options.port === to.port)!
+        if (node.status !== 'ready') await within(once(node, 'ready'), 10_000, 'the connection to the new node')
+        next = await Promise.allSettled([share.enter(subject), share.enter(subject)])
+      })
+      t.same(next?.map((r) => r.status === 'fulfilled' ? 'taken' : String((r.reason as Error).message)), ['taken', 'taken'], 'both places the ended uploads gave back are taken again')
+      for (const r of next ?? []) if (r.status === 'fulfilled') r.value()
+      await waitUntilAsync(async () => await to.client.exists(key) === 0)
+      t.pass('every place given back on the new node')
+    })
+
     t.test('a slot moved during load (ASK, then MOVED) loses no count and no record', async (t) => {
       // Gateways whose limit is never reached: every request is counted, none refused.
       const high = { REDIS_CLUSTER_NODES: cluster.nodeList, RATE_LIMIT_PER_MINUTE: '100000' }
@@ -212,6 +266,11 @@ async function redirects (node: ClusterNode): Promise<{ ask: number, moved: numb
   const stats = await node.client.info('errorstats')
   const count = (name: string): number => Number(new RegExp(`^errorstat_${name}:count=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
   return { ask: count('ASK'), moved: count('MOVED') }
+}
+
+/** The store's counters' client has its slot map (untilStoreAnswers waits for the records' client only). */
+async function countersReady (store: RedisStore): Promise<void> {
+  if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")
 }
 
 /** Wait until an async check (a read of Redis) holds. */

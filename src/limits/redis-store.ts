@@ -34,7 +34,7 @@ interface Scripts {
   claimRecord: (keyCount: number, key: string, pending: string, ttlMs: number) => Promise<string | null>
   completeRecord: (keyCount: number, key: string, pending: string, record: string, ttlMs: number) => Promise<number>
   releaseRecord: (keyCount: number, key: string, pending: string) => Promise<number>
-  enterUpload: (keyCount: number, key: string, lease: string, max: number, leaseMs: number) => Promise<number>
+  enterUpload: (keyCount: number, key: string, lease: string, max: number, leaseMs: number, ...ended: string[]) => Promise<number>
   renewUploads: (keyCount: number, key: string, leaseMs: number, ...leases: string[]) => Promise<string[]>
 }
 type ScriptedClient = RedisClient & Scripts
@@ -216,11 +216,12 @@ export class RedisStore implements LimitStore {
 
   /**
    * Upload leases (DECISIONS 23 v2), through the counters' client: one
-   * script call to take a place, a ZREM to give it back, and one renewal
+   * script call to take a place (which also removes the leases given back
+   * whose ZREM is still unanswered), a ZREM to give it back, and one renewal
    * call per subject every few seconds while uploads last.
    */
   readonly uploads: UploadLeaseStore = {
-    enterUpload: async (subject, lease, max, leaseMs) => await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs)) === 1,
+    enterUpload: async (subject, lease, max, leaseMs, ended = []) => await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs, ...ended)) === 1,
     leaveUpload: async (subject, lease) => { await this.#counted(this.#counters.zrem(uploadsKey(subject), lease)) },
     renewUploads: async (leases, leaseMs) => {
       const bySubject = new Map<string, string[]>()

@@ -67,8 +67,13 @@ export interface LimitStore {
  * cannot be reached; the caller then counts in the process.
  */
 export interface UploadLeaseStore {
-  /** Take one of `subject`'s `max` places as `lease` for `leaseMs`: false when all are held. */
-  enterUpload: (subject: string, lease: string, max: number, leaseMs: number) => Promise<boolean>
+  /**
+   * Take one of `subject`'s `max` places as `lease` for `leaseMs`: false when
+   * all are held. `ended` are this gateway's leases of `subject` whose uploads
+   * are over but whose leaveUpload has not been answered yet: they go first,
+   * in the same step, so they never refuse this one.
+   */
+  enterUpload: (subject: string, lease: string, max: number, leaseMs: number, ended?: readonly string[]) => Promise<boolean>
   /** Give `lease` back. */
   leaveUpload: (subject: string, lease: string) => Promise<void>
   /**

@@ -38,7 +38,9 @@
  * one (ioredis forces `enableOfflineQueue: true` there, and its types refuse
  * the option in redisOptions), but a lost node's connection is not
  * reconnected (its queue fails at once), and commandTimeout bounds a command
- * queued for a node still connecting. Its
+ * queued for a node still connecting. Each node's connection is opened as
+ * soon as the node is known, not at its first command (connectingEveryNode:
+ * a redirection must never meet a connection being made). Its
  * autopipelining is off there: a pipeline batched for a node that loses a slot
  * mid-resharding can fail or be retried whole (ioredis issue 2075), and a
  * retried counter script would count twice.
@@ -137,9 +139,30 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         // (the certificate names it), not a reverse-resolved name.
         ...(tls === undefined ? {} : { dnsLookup: (address, callback) => callback(null, address) })
       }
-      return new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options)
+      return connectingEveryNode(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options))
     }
   }
+}
+
+/**
+ * Open each node's connection as soon as the node is known. ioredis makes a
+ * cluster's node connections lazily, on their first command, and with no
+ * offline queue (ours) it fails every other command that reaches a node
+ * while that connection is still being made with "Connection is closed.";
+ * the Cluster client then retries it retryDelayOnFailover (100 ms) later, on
+ * a random node. So the first ASK to a node during a slot move met a
+ * connection being made: a ZREM that gave an upload place back ran 100-150 ms
+ * late, after the same gateway's next ENTER of that user, which found the
+ * place still taken (429), and a count could be late the same way. Open, the
+ * connection takes redirected commands in the order they come. A node whose
+ * connection fails is dropped from the pool and opened again when a slot
+ * refresh or a MOVED brings it back (ioredis never reconnects a node).
+ */
+function connectingEveryNode (cluster: Cluster): Cluster {
+  cluster.on('+node', (node: Redis) => {
+    if (node.status === 'wait') node.connect().catch(() => {})
+  })
+  return cluster
 }
 
 /**

@@ -54,11 +54,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 /**
  * Take an upload place (DECISIONS 23 v2): KEYS[1] is the subject's sorted set
  * of leases scored by expiry; ARGV[1] the lease id, ARGV[2] the cap, ARGV[3]
- * the lease's length in ms. Expired leases (a gateway that died mid-upload)
- * are trimmed first. 1 when taken, 0 when the cap is reached. The key itself
- * expires with its last lease.
+ * the lease's length in ms, ARGV[4..] leases of the same gateway whose
+ * uploads have ended and whose ZREM it has not seen answered: removed here
+ * first, so the order in which that ZREM and this call reach Redis (they can
+ * take different paths in a cluster while a slot moves) never matters.
+ * Expired leases (a gateway that died mid-upload) are trimmed too. 1 when
+ * taken, 0 when the cap is reached. The key itself expires with its last lease.
  */
 export const ENTER_UPLOAD = `${NOW}
+for i = 4, #ARGV do redis.call('ZREM', KEYS[1], ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])

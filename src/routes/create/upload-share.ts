@@ -63,15 +63,26 @@ export class UploadShare {
   readonly #leased = new Set<Place>()
   /**
    * Places given back while the store could not be told (a failover, an
-   * outage): their leases would count against their users until they expire,
-   * so they are given back again every RETURN_RETRY_MS until a ZREM is
-   * answered. Kept until then, however long the outage: a call the gateway
-   * gave up on while Redis hung (an ENTER, a renewal) may still sit in the
-   * receive buffer of the dropped connection and run when Redis resumes,
-   * before any command of a new connection, so only an answered ZREM proves
-   * the lease gone for good. Bounded by UNRETURNED_MAX.
+   * outage), by lease: their leases would count against their users until
+   * they expire, so they are given back again every RETURN_RETRY_MS until a
+   * ZREM (or an ENTER that carried them, #ended) is answered. Kept until then,
+   * however long the outage: a call the gateway gave up on while Redis hung
+   * (an ENTER, a renewal) may still sit in the receive buffer of the dropped
+   * connection and run when Redis resumes, before any command of a new
+   * connection, so only an answered call proves the lease gone for good.
+   * Bounded by UNRETURNED_MAX.
    */
-  readonly #unreturned = new Set<Place>()
+  readonly #unreturned = new Map<string, Place>()
+  /**
+   * Per subject, the leases of its ended uploads that the store has not been
+   * seen to remove: their ZREM is on its way, or failed and waits in
+   * #unreturned. The subject's next ENTER from this gateway carries them and
+   * removes them first, in the same script. Without that, the order of a ZREM
+   * and the next ENTER was left to the connection: in a cluster while a slot
+   * moves, a redirected ZREM can reach Redis after an ENTER sent later, which
+   * then found the ended upload's place still taken (429 the cap did not call for).
+   */
+  readonly #ended = new Map<string, Set<string>>()
   #returning: NodeJS.Timeout | undefined
   #leases = 0
   #renewal: NodeJS.Timeout | undefined
@@ -95,11 +106,10 @@ export class UploadShare {
     const shared = this.#opts.shared
     const place: Place = { subject, lease: `${PROCESS_ID}:${(++this.#leases).toString(36)}` }
     if (shared !== undefined) {
-      // This gateway's own stale leases of the user first, so they never refuse the user's next create.
-      if (this.#unreturned.size > 0) await this.#returnLeft(shared)
       let taken = true
       try {
-        taken = await shared.store.enterUpload(subject, place.lease, max, LEASE_MS)
+        // This gateway's own ended leases of the user go in the same call, so they never refuse the user's next create.
+        taken = await this.#enterShared(shared, place)
         this.#storeAnswered(shared)
       } catch (err) {
         this.#storeFailed(shared, err)
@@ -118,7 +128,12 @@ export class UploadShare {
       left = true
       this.#uncount(subject)
       if (shared !== undefined && this.#leased.delete(place)) {
-        shared.store.leaveUpload(subject, place.lease).catch(() => { this.#leftUnreturned(shared, place) })
+        let ended = this.#ended.get(subject)
+        if (ended === undefined) this.#ended.set(subject, ended = new Set())
+        ended.add(place.lease)
+        shared.store.leaveUpload(subject, place.lease).then(
+          () => { this.#gone(subject, [place.lease]) },
+          () => { if (ended.has(place.lease)) this.#leftUnreturned(shared, place) })
         if (this.#leased.size === 0) this.#stopRenewing()
       }
     }
@@ -131,9 +146,32 @@ export class UploadShare {
     this.#returning = undefined
   }
 
+  /** Take `place` in the store, removing the subject's ended leases first; those are gone once it answers. */
+  async #enterShared (shared: SharedUploadCount, place: Place): Promise<boolean> {
+    const carried = [...this.#ended.get(place.subject) ?? []]
+    const taken = await shared.store.enterUpload(place.subject, place.lease, this.#opts.maxPerUser, LEASE_MS, carried)
+    this.#gone(place.subject, carried)
+    return taken
+  }
+
+  /** The store has removed these leases of `subject`: nothing more to give back. */
+  #gone (subject: string, leases: readonly string[]): void {
+    const ended = this.#ended.get(subject)
+    for (const lease of leases) {
+      ended?.delete(lease)
+      this.#unreturned.delete(lease)
+    }
+    if (ended?.size === 0) this.#ended.delete(subject)
+  }
+
   #leftUnreturned (shared: SharedUploadCount, place: Place): void {
-    if (this.#unreturned.size >= UNRETURNED_MAX) this.#unreturned.delete(this.#unreturned.values().next().value!)
-    this.#unreturned.add(place)
+    if (this.#unreturned.size >= UNRETURNED_MAX) {
+      // The oldest is forgotten, here and in the ENTERs that would carry it: its lease expires by itself.
+      const oldest = this.#unreturned.values().next().value!
+      this.#unreturned.delete(oldest.lease)
+      this.#gone(oldest.subject, [oldest.lease])
+    }
+    this.#unreturned.set(place.lease, place)
     if (this.#returning !== undefined) return
     this.#returning = setInterval(() => { void this.#returnLeft(shared) }, RETURN_RETRY_MS)
     this.#returning.unref()
@@ -141,10 +179,10 @@ export class UploadShare {
 
   /** Give back every place left unreturned. */
   async #returnLeft (shared: SharedUploadCount): Promise<void> {
-    await Promise.all([...this.#unreturned].map(async (place) => {
+    await Promise.all([...this.#unreturned.values()].map(async (place) => {
       try {
         await shared.store.leaveUpload(place.subject, place.lease)
-        this.#unreturned.delete(place)
+        this.#gone(place.subject, [place.lease])
       } catch {}
     }))
     if (this.#unreturned.size === 0) {
@@ -186,7 +224,7 @@ export class UploadShare {
       const place = held.get(lease)
       if (place === undefined) return
       try {
-        await shared.store.enterUpload(place.subject, place.lease, this.#opts.maxPerUser, LEASE_MS)
+        await this.#enterShared(shared, place)
       } catch {}
     }))
   }
