@@ -4,9 +4,9 @@
  * shutdown bound with a collector that never answers.
  */
 import t from 'tap'
-import { collectorFailure } from './helpers/tracing-failure.js'
-import { tracingFrom } from './helpers/tracing.js'
-import { startOtlpSink } from '../bench/otlp-sink.js'
+import { collectorFailure } from '../helpers/tracing-failure.js'
+import { tracingFrom } from '../helpers/tracing.js'
+import { startOtlpSink } from '../../bench/otlp-sink.js'
 
 t.test('the collector is down: requests unaffected, the queue bounded, the dropped spans counted', async (t) => {
   await collectorFailure(t, 'down')

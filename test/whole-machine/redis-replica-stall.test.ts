@@ -14,12 +14,12 @@
 import { performance } from 'node:perf_hooks'
 import { Redis } from 'ioredis'
 import t from 'tap'
-import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { hs256, validUpdate } from './helpers/app.js'
-import { attemptUntil } from './helpers/engine.js'
-import { scrape, valueOf } from './helpers/prometheus.js'
-import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
-import { startGateway, untilStoring, update } from './helpers/redis-gateways.js'
+import { startStubUpstream } from '../../fixtures/stub-upstream.js'
+import { hs256, validUpdate } from '../helpers/app.js'
+import { attemptUntil } from '../helpers/engine.js'
+import { scrape, valueOf } from '../helpers/prometheus.js'
+import { commandCounts, requireRedis, startRedis } from '../helpers/redis.js'
+import { startGateway, untilStoring, update } from '../helpers/redis-gateways.js'
 
 const WORKERS = 40
 const STALL_MS = 10_000

@@ -12,11 +12,11 @@ import { Writable } from 'node:stream'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { request } from 'undici'
-import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { bearer, build, hs256, validUpdate } from './helpers/app.js'
-import { metricOf } from './helpers/prometheus.js'
-import { attemptUntil } from './helpers/engine.js'
-import { commandCounts, requireRedis, startRedis } from './helpers/redis.js'
+import { startStubUpstream } from '../../fixtures/stub-upstream.js'
+import { bearer, build, hs256, validUpdate } from '../helpers/app.js'
+import { metricOf } from '../helpers/prometheus.js'
+import { attemptUntil } from '../helpers/engine.js'
+import { commandCounts, requireRedis, startRedis } from '../helpers/redis.js'
 
 
 function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {

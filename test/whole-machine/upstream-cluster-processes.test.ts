@@ -9,11 +9,11 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
-import { PNG_IMAGE } from '../fixtures/images.js'
-import { bearer, build, validUpdate, type BuildOptions } from './helpers/app.js'
-import { multipartBody } from './helpers/multipart.js'
-import { ensureBuilt, freePort, ROOT, startProcess, type Proc } from './helpers/processes.js'
-import { parseExposition, valueOf } from './helpers/prometheus.js'
+import { PNG_IMAGE } from '../../fixtures/images.js'
+import { bearer, build, validUpdate, type BuildOptions } from '../helpers/app.js'
+import { multipartBody } from '../helpers/multipart.js'
+import { ensureBuilt, freePort, ROOT, startProcess, type Proc } from '../helpers/processes.js'
+import { parseExposition, valueOf } from '../helpers/prometheus.js'
 
 ensureBuilt()
 // Engine processes started, killed and restarted under load: minutes on a loaded 2-core runner.
