@@ -40,7 +40,8 @@
  * reconnected (its queue fails at once), and commandTimeout bounds a command
  * queued for a node still connecting. Each node's connection is opened as
  * soon as the node is known, not at its first command (connectingEveryNode:
- * a redirection must never meet a connection being made). Its
+ * a redirection must never meet a connection being made), and a command whose
+ * caller has been answered is never sent on (neverResendingAbandoned). Its
  * autopipelining is off there: a pipeline batched for a node that loses a slot
  * mid-resharding can fail or be retried whole (ioredis issue 2075), and a
  * retried counter script would count twice.
