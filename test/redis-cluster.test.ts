@@ -201,6 +201,40 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       t.pass('every place given back on the new node')
     })
 
+    t.test('a lease call that timed out is not sent again when its ASK arrives late', async (t) => {
+      const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
+      t.teardown(() => store.close())
+      await untilStoreAnswers(store)
+      await countersReady(store)
+      const subject = `late-${Date.now()}`
+      const key = `pgw:up:{${subject}}`
+      const { slot, node: from } = await homeOf(cluster, subject)
+      const to = cluster.nodes.find((n) => n !== from)!
+      // The slot starts to move; the user has no key yet, so the old node answers every call for it with ASK.
+      await to.client.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id)
+      await from.client.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id)
+      const onTo = async (): Promise<string[]> => (await to.client.pipeline().call('ASKING').zrange(key, 0, -1).exec())![1]![1] as string[]
+      t.teardown(async () => {
+        await to.client.pipeline().call('ASKING').del(key).exec()
+        for (const node of [from, to]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'STABLE')
+      })
+      // The old node hangs past commandTimeout (300 ms), not past socketTimeout (1 s): the gateway gives up on the
+      // ENTER, and the node's ASK for it arrives once it goes on.
+      from.proc.kill('SIGSTOP')
+      let err: Error | undefined
+      try {
+        await store.uploads!.enterUpload(subject, 'given-up', 2, 60_000)
+      } catch (e) {
+        err = e as Error
+      } finally {
+        from.proc.kill('SIGCONT')
+      }
+      t.equal(err?.message, 'Command timed out', 'the caller was told the ENTER failed (and counted the upload itself)')
+      // A later call of the same user takes the same path (the old node, ASK, the new node), behind the ASK of the first.
+      t.equal(await store.uploads!.enterUpload(subject, 'next', 2, 60_000), true)
+      t.same(await onTo(), ['next'], 'only the call that was answered ran: the one given up on was not sent on after its ASK')
+    })
+
     t.test('a slot moved during load (ASK, then MOVED) loses no count and no record', async (t) => {
       // Gateways whose limit is never reached: every request is counted, none refused.
       const high = { REDIS_CLUSTER_NODES: cluster.nodeList, RATE_LIMIT_PER_MINUTE: '100000' }

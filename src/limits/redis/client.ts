@@ -40,7 +40,8 @@
  * reconnected (its queue fails at once), and commandTimeout bounds a command
  * queued for a node still connecting. Each node's connection is opened as
  * soon as the node is known, not at its first command (connectingEveryNode:
- * a redirection must never meet a connection being made). Its
+ * a redirection must never meet a connection being made), and a command whose
+ * caller has been answered is never sent on (neverResendingAbandoned). Its
  * autopipelining is off there: a pipeline batched for a node that loses a slot
  * mid-resharding can fail or be retried whole (ioredis issue 2075), and a
  * retried counter script would count twice.
@@ -139,7 +140,7 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         // (the certificate names it), not a reverse-resolved name.
         ...(tls === undefined ? {} : { dnsLookup: (address, callback) => callback(null, address) })
       }
-      return connectingEveryNode(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options))
+      return neverResendingAbandoned(connectingEveryNode(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options)))
     }
   }
 }
@@ -162,6 +163,32 @@ function connectingEveryNode (cluster: Cluster): Cluster {
   cluster.on('+node', (node: Redis) => {
     if (node.status === 'wait') node.connect().catch(() => {})
   })
+  return cluster
+}
+
+/**
+ * A command whose caller has been answered (commandTimeout rejected it, or
+ * an error the Cluster client does not retry) is never sent again. ioredis
+ * 5.11 keeps handling a cluster command after it rejected it: an ASK or
+ * MOVED that arrives late, or its connection closing, still sends it to
+ * another node, where it runs long after the gateway moved on (an ENTER that
+ * puts back a lease whose ZREM has already run, a hit counted after the
+ * request failed open). The same rule as maxRetriesPerRequest 0 above.
+ * Swallowed where ioredis decides to redirect or retry, so no ASKING is sent
+ * for it either.
+ */
+function neverResendingAbandoned (cluster: Cluster): Cluster {
+  const send = cluster.sendCommand.bind(cluster)
+  cluster.sendCommand = (command, stream, node) => {
+    const sent = send(command, stream, node)
+    let abandoned = false
+    const settle = (): void => { abandoned = true }
+    command.promise.then(settle, settle)
+    // The Cluster client's own redirect handler, installed by send(): reached only while the caller still waits.
+    const redirect = command.reject
+    command.reject = (err: Error) => { if (!abandoned) redirect(err) }
+    return sent
+  }
   return cluster
 }
 
