@@ -11,7 +11,7 @@
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { PassThrough } from 'node:stream'
-import type { Cluster } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
 import t from 'tap'
 import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
@@ -169,6 +169,13 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
         if (node.status !== 'ready') await within(once(node, 'ready'), 10_000, `the counters' connection to node ${String(node.options.port)}`)
       }))
       t.same(nodes.map((n) => n.status), ['ready', 'ready', 'ready'], 'the counters\' connections to all three nodes are open, though it has sent nothing to two of them')
+      // Once closed, a node the client learns of late (a MOVED answered during close adds one) is not opened: its socket would outlive close.
+      const client = store.client as unknown as { connectionPool: { findOrCreate: (node: { host: string, port: number }) => Redis } }
+      await store.close()
+      const late = client.connectionPool.findOrCreate({ host: '127.0.0.2', port: cluster.nodes[0]!.port })
+      await new Promise((resolve) => setImmediate(resolve))
+      t.equal(late.status, 'wait', 'a node added after close stays unopened')
+      late.disconnect()
     })
 
     t.test('uploads that end as their slot moves: the user\'s next creates are not refused', async (t) => {

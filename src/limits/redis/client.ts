@@ -159,9 +159,12 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
  * connection fails is dropped from the pool and opened again when a slot
  * refresh or a MOVED brings it back (ioredis never reconnects a node).
  */
+const CLOSING = new Set(['disconnecting', 'close', 'end'])
+
 function connectingEveryNode (cluster: Cluster): Cluster {
   cluster.on('+node', (node: Redis) => {
-    if (node.status === 'wait') node.connect().catch(() => {})
+    // Never once the client is closing: a node added then (a late MOVED) would hold a socket open past close.
+    if (node.status === 'wait' && !CLOSING.has(cluster.status)) node.connect().catch(() => {})
   })
   return cluster
 }
