@@ -46,14 +46,58 @@ export interface LatencyPoint {
   errors: number
 }
 
+/** One step of the open loop's capacity search. */
+export interface CapacityStep {
+  offeredRps: number
+  /** 2xx per second, over the time until the last answer. */
+  goodputRps: number
+  non2xx: number
+  /** Errors, and requests due but never sent. */
+  errors: number
+  p99: number
+  /** Cores busy meanwhile: the gateway's processes, and the generator (this harness). */
+  cpu: { server: number, generator: number }
+  sustained: boolean
+}
+
+/** A step is sustained when every answer is 2xx, nothing failed or stayed unsent, and the 2xx per second kept up with the offer. */
+export const SUSTAINED_SHARE = 0.97
+/** Each step of the search offers this multiple of the one before. */
+export const CAPACITY_STEP = 1.15
+/** The search starts at this share of the closed loop's rate. */
+export const CAPACITY_START = 0.3
+/** And takes at most this many steps (from 0.3 to 0.3 x 1.15^11 = 1.4 times the closed loop's rate). */
+export const CAPACITY_STEPS_MAX = 12
+
+export function isSustained (step: Omit<CapacityStep, 'sustained'>): boolean {
+  return step.non2xx === 0 && step.errors === 0 && step.goodputRps >= SUSTAINED_SHARE * step.offeredRps
+}
+
+/**
+ * The capacity from the steps, offered in increasing order: the highest
+ * offered rate sustained before the first step that was not. `bounded` is
+ * false when no step failed (the capacity is then only a lower bound), and
+ * the capacity is null when the first step already failed.
+ */
+export function capacityOf (steps: readonly CapacityStep[]): { rps: number | null, bounded: boolean } {
+  let rps: number | null = null
+  for (const step of steps) {
+    if (!step.sustained) return { rps, bounded: true }
+    rps = step.offeredRps
+  }
+  return { rps, bounded: false }
+}
+
 export interface LatencyReport {
   capacityFrom: string
-  /** 2xx per second `capacityFrom` sustained in the open loop, offered past saturation: the offered loads are multiples of it. */
+  /** The highest offered rate `capacityFrom` sustained in the open loop (capacityOf): the offered loads are multiples of it. */
   capacityRps: number
-  /** The median closed-loop round's rate (autocannon), where the probe started. */
+  /** False when every step of the search was sustained: the capacity is then a lower bound. */
+  capacityBounded: boolean
+  /** The median closed-loop round's rate (autocannon), from which the search starts. */
   closedLoopRps: number
-  /** Cores busy during the probe: the gateway's processes and the generator (this harness). */
-  probeCpu: { server: number, generator: number }
+  /** The search, step by step. */
+  capacitySteps: CapacityStep[]
   baseline: string
   points: LatencyPoint[]
   verdict: { value: number | null, goal: string, met: boolean | null }
@@ -129,9 +173,13 @@ export function formatCosts (costs: CostReport): string {
   return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
 }
 
+function formatStep (step: CapacityStep): string {
+  return `  search ${String(step.offeredRps).padStart(7)} req/s offered: 2xx ${String(step.goodputRps).padStart(7)}/s  non-2xx ${step.non2xx}  errors ${step.errors}  p99 ${fixed(step.p99, 1)} ms  CPU gateway ${fixed(step.cpu.server, 2)} generator ${fixed(step.cpu.generator, 2)}  ${step.sustained ? 'sustained' : 'NOT sustained'}`
+}
+
 export function formatLatency (latency: LatencyReport): string {
   const lines = latency.points.map((p) => `${p.scenario.padEnd(12)} ${`${p.multiple}x`.padStart(5)} ${String(p.offeredRps).padStart(7)} req/s  p50 ${fixed(p.p50, 2).padStart(7)} ms  p99 ${fixed(p.p99, 2).padStart(7)} ms  non-2xx ${p.non2xx}  errors ${p.errors}`)
-  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity in the open loop (${latency.capacityRps} req/s, gateway CPU ${fixed(latency.probeCpu.server, 2)}, generator ${fixed(latency.probeCpu.generator, 2)}; closed loop ${latency.closedLoopRps})`, ...lines,
+  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity in the open loop (${latency.capacityRps} req/s${latency.capacityBounded ? '' : ', a lower bound'}; closed loop ${latency.closedLoopRps})`, ...latency.capacitySteps.map(formatStep), ...lines,
     `p99 at 0.9x, ${latency.capacityFrom} / ${latency.baseline}: ${fixed(latency.verdict.value, 2)}  goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `  (${verdict(latency.verdict.met)})`}`].join('\n')
 }
 
@@ -175,7 +223,9 @@ export function costMarkdown (input: MarkdownInput): string {
   else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
   else {
     out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
-      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the 2xx per second it sustained when offered more, with this generator, which kept ${fixed(latency.probeCpu.generator, 2)} of a core busy while the gateway used ${fixed(latency.probeCpu.server, 2)}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
+      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the highest rate it answered in full, all 2xx and on time, in an open-loop search that steps the offer up by ${CAPACITY_STEP}x until a step fails${latency.capacityBounded ? '' : '; no step failed, so this is a lower bound'}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
+    '| Search step | 2xx/s | non-2xx | errors | p99 ms | CPU gateway | CPU generator | |', '|---:|---:|---:|---:|---:|---:|---:|---|',
+    ...latency.capacitySteps.map((st) => `| ${st.offeredRps} | ${st.goodputRps} | ${st.non2xx} | ${st.errors} | ${fixed(st.p99, 1)} | ${fixed(st.cpu.server, 2)} | ${fixed(st.cpu.generator, 2)} | ${st.sustained ? 'sustained' : 'not sustained'} |`), '',
     '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')
     for (const p of latency.points) out.push(`| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`)
     out.push('', `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`)

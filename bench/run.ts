@@ -22,7 +22,7 @@ import { startOtlpSinkProcess } from './otlp-sink.js'
 import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
-import { costTable, formatCosts, formatLatency, latencyVerdict, writeMarkdown, type LatencyPoint, type LatencyReport } from './costs.js'
+import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
 import { renderCostChart } from './chart.js'
 import {
   formatProblems, formatRatios, formatSaturation, formatTable, median, quantile, ratios, saturationVerdict, skippedSummary, summarize,
@@ -50,8 +50,6 @@ const SATURATION = 'saturation'
 const LATENCY_MULTIPLES = [0.5, 0.9] as const
 const LATENCY = 'latency'
 const LATENCY_PAIR = ['bare-ping', 'prod-ping'] as const
-/** The open loop's capacity probe offers this multiple of the closed loop's rate: past saturation, so it reads what is sustained. */
-const CAPACITY_PROBE = 1.3
 const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION, LATENCY]
 const BEFORE = '@before'
 
@@ -591,40 +589,58 @@ async function main (): Promise<void> {
       // generator, in the open loop: the closed loop's autocannon costs the
       // shared cores less per request than the open loop's generator, so 90%
       // of its rate overloads the gateway, and p99 then measures a growing
-      // queue, not the gateway. Offered past saturation, the 2xx answered per
-      // second is what the gateway sustains beside this generator.
+      // queue, not the gateway. The offer steps up until a step is not
+      // answered in full (every answer 2xx, none unsent, 2xx per second at
+      // least 97% of the offer): the capacity is the last step that was.
       const prod = pair[1]!
-      process.stderr.write(`latency: ${prod.name}'s capacity in the open loop, offered ${CAPACITY_PROBE} x ${Math.round(closedLoopRps)} req/s...`)
       const prodPids = await targetOf(prod).server?.pids() ?? []
-      const [serverBefore, ownBefore] = [await cpuSeconds(prodPids), process.cpuUsage()]
-      const probe = await openLoop(targetOf(prod).url, requestsOf.get(prod.name)!, Math.max(1, Math.round(closedLoopRps * CAPACITY_PROBE)), options.duration, options.saturationConnections)
-      const [serverAfter, own] = [await cpuSeconds(prodPids), process.cpuUsage(ownBefore)]
-      const capacity = Math.max(1, Math.round(probe.accepted.length / probe.elapsedS))
-      // What bound it: a gateway (one Node process) near 1.0 is saturated; well under it, the generator or the shared cores were.
-      const share = (seconds: number): number => Math.round((seconds / probe.elapsedS) * 100) / 100
-      const probeCpu = { server: share(serverAfter.user + serverAfter.system - serverBefore.user - serverBefore.system), generator: share((own.user + own.system) / 1e6) }
-      process.stderr.write(` ${capacity} req/s (CPU: gateway ${probeCpu.server}, generator ${probeCpu.generator})\n`)
-      // Interleaved like the rounds: each offered load on one, then the other.
-      for (const multiple of LATENCY_MULTIPLES) {
-        for (const s of pair) {
-          const offered = Math.max(1, Math.round(capacity * multiple))
-          process.stderr.write(`latency: ${s.name} at ${multiple} x ${prodName}'s capacity = ${offered} req/s...`)
-          const run = await openLoop(targetOf(s).url, requestsOf.get(s.name)!, offered, options.duration, options.saturationConnections)
-          const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
-          const point: LatencyPoint = {
-            scenario: s.name,
-            multiple,
-            offeredRps: offered,
-            p50: quantile(run.latencies, 0.5),
-            p99: quantile(run.latencies, 0.99),
-            non2xx: answered - run.accepted.length,
-            errors: run.errors + run.notSent
-          }
-          points.push(point)
-          process.stderr.write(` p50 ${point.p50} ms, p99 ${point.p99} ms\n`)
+      const capacitySteps: CapacityStep[] = []
+      for (let offered = Math.max(1, Math.round(closedLoopRps * CAPACITY_START)); capacitySteps.length < CAPACITY_STEPS_MAX; offered = Math.max(offered + 1, Math.round(offered * CAPACITY_STEP))) {
+        process.stderr.write(`latency: ${prod.name}'s capacity in the open loop, ${offered} req/s offered...`)
+        const [serverBefore, ownBefore] = [await cpuSeconds(prodPids), process.cpuUsage()]
+        const run = await openLoop(targetOf(prod).url, requestsOf.get(prod.name)!, offered, options.duration, options.saturationConnections)
+        const [serverAfter, own] = [await cpuSeconds(prodPids), process.cpuUsage(ownBefore)]
+        const busy = (seconds: number): number => Math.round((seconds / run.elapsedS) * 100) / 100
+        const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+        const step = {
+          offeredRps: offered,
+          goodputRps: Math.round(run.accepted.length / run.elapsedS),
+          non2xx: answered - run.accepted.length,
+          errors: run.errors + run.notSent,
+          p99: quantile(run.latencies, 0.99),
+          cpu: { server: busy(serverAfter.user + serverAfter.system - serverBefore.user - serverBefore.system), generator: busy((own.user + own.system) / 1e6) }
         }
+        capacitySteps.push({ ...step, sustained: isSustained(step) })
+        process.stderr.write(` 2xx ${step.goodputRps}/s, non-2xx ${step.non2xx}, p99 ${step.p99} ms, CPU gateway ${step.cpu.server} generator ${step.cpu.generator}\n`)
+        if (!isSustained(step)) break
       }
-      latencyReport = { capacityFrom: prodName, capacityRps: capacity, closedLoopRps: Math.round(closedLoopRps), probeCpu, baseline: bareName, points, verdict: latencyVerdict(points, bareName, prodName) }
+      const found = capacityOf(capacitySteps)
+      if (found.rps === null) {
+        latencyReport = { skipped: `${prod.name} did not answer the search's first step in full (${capacitySteps[0]!.offeredRps} req/s offered): no capacity to take multiples of` }
+      } else {
+        const capacity = found.rps
+        // Interleaved like the rounds: each offered load on one, then the other.
+        for (const multiple of LATENCY_MULTIPLES) {
+          for (const s of pair) {
+            const offered = Math.max(1, Math.round(capacity * multiple))
+            process.stderr.write(`latency: ${s.name} at ${multiple} x ${prodName}'s capacity = ${offered} req/s...`)
+            const run = await openLoop(targetOf(s).url, requestsOf.get(s.name)!, offered, options.duration, options.saturationConnections)
+            const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+            const point: LatencyPoint = {
+              scenario: s.name,
+              multiple,
+              offeredRps: offered,
+              p50: quantile(run.latencies, 0.5),
+              p99: quantile(run.latencies, 0.99),
+              non2xx: answered - run.accepted.length,
+              errors: run.errors + run.notSent
+            }
+            points.push(point)
+            process.stderr.write(` p50 ${point.p50} ms, p99 ${point.p99} ms\n`)
+          }
+        }
+        latencyReport = { capacityFrom: prodName, capacityRps: capacity, capacityBounded: found.bounded, closedLoopRps: Math.round(closedLoopRps), capacitySteps, baseline: bareName, points, verdict: latencyVerdict(points, bareName, prodName) }
+      }
     }
   }
   const keySetFetches = keyServer?.fetches ?? null

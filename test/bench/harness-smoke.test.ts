@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { dist, isCount, isFigure, isNumber, runBench, skipUnlessBuilt } from '../helpers/bench.js'
+import { capacityOf, isSustained } from '../../bench/costs.js'
 
 const RUN = dist('bench', 'run.js')
 const SCENARIO_MODULE = dist('bench', 'scenarios.js')
@@ -59,7 +60,7 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
     ratios: Record<string, Record<string, unknown>>
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
     costs: { baseline: string, rows: Array<Record<string, unknown>> }
-    latency: { capacityFrom: string, capacityRps: number, closedLoopRps: number, probeCpu: { server: number, generator: number }, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
+    latency: { capacityFrom: string, capacityRps: number, closedLoopRps: number, capacityBounded: boolean, capacitySteps: Array<Record<string, unknown>>, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
   }>(t, RUN, ['--duration', '0.5', '--connections', '2', '--rounds', '1', '--warmup', '0', '--saturation-connections', '8', '--chart', chart,
     '--cost-chart', costChart, '--markdown', markdown], 230_000)
   t.equal(run.code, 0, run.code === 0 ? 'harness exits 0' : `harness exits 0, stderr:\n${run.stderr}`)
@@ -141,7 +142,14 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
   t.ok(latency !== null && 'points' in latency, 'the latency pair ran')
   t.match(latency, { capacityFrom: 'prod-ping', baseline: 'bare-ping', capacityRps: Number })
   t.ok(isCount(latency?.capacityRps) && latency!.capacityRps > 0 && isCount(latency?.closedLoopRps), 'capacity measured in the open loop, beside the closed loop\'s rate')
-  t.ok(isFigure(latency?.probeCpu.server) && isFigure(latency?.probeCpu.generator), 'with the cores the gateway and the generator kept busy meanwhile')
+  t.equal(typeof latency?.capacityBounded, 'boolean', 'whether the search found a step that failed')
+  const steps = latency?.capacitySteps ?? []
+  t.ok(steps.length >= 1, 'the capacity search ran')
+  for (const [i, step] of steps.entries()) {
+    t.match(step, { offeredRps: Number, goodputRps: Number, non2xx: Number, errors: Number, p99: Number, cpu: { server: Number, generator: Number }, sustained: Boolean }, `search step ${i}: its shape`)
+    t.equal(step.sustained, isSustained(step as never), `search step ${i}: sustained as the rule says`)
+  }
+  t.equal(latency?.capacityRps, capacityOf(steps as never).rps, 'the capacity is the last sustained step of the search')
   t.same(latency?.points.map((p) => `${String(p.scenario)}@${String(p.multiple)}`), ['bare-ping@0.5', 'prod-ping@0.5', 'bare-ping@0.9', 'prod-ping@0.9'])
   for (const p of latency?.points ?? []) {
     const label = `${String(p.scenario)} at ${String(p.multiple)}x`
