@@ -6,7 +6,7 @@
  * redirections must neither end the process nor reorder the commands.
  */
 import { once } from 'node:events'
-import type { Cluster, Redis } from 'ioredis'
+import type { Cluster } from 'ioredis'
 import t, { type Test } from 'tap'
 import { RedisStore } from '../src/limits/redis-store.js'
 import { untilStoreAnswers } from './helpers/redis.js'
@@ -21,7 +21,15 @@ const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, 
 async function storeOn (t: Test, cluster: ClusterSetup): Promise<Cluster> {
   const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
   t.teardown(() => store.close())
-  await untilStoreAnswers(store)
+  // A fresh cluster client on this loaded machine sometimes needs more than untilStoreAnswers's 4 s.
+  for (const deadline = Date.now() + 15_000; ;) {
+    try {
+      await untilStoreAnswers(store)
+      break
+    } catch (err) {
+      if (Date.now() > deadline) throw err
+    }
+  }
   if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")
   return store.client as Cluster
 }
@@ -76,26 +84,28 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       await from.client.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', empty.id)
       await from.client.call('MIGRATE', '127.0.0.1', empty.port, '', 0, 5_000, 'KEYS', key)
       // ASK adds the node and queues ASKING on its new connection; the command is refused there and retried with a
-      // slot refresh, which drops the node (CLUSTER SLOTS does not list it) and closes that connection under the ASKING.
-      const dropped = once(client, '-node') as Promise<[Redis]>
+      // slot refresh, which drops the node (CLUSTER SLOTS does not list it) and closes that connection under the
+      // ASKING ("Connection is closed."). Whether the ASKING was answered first is a race the new node usually loses
+      // on a loaded machine; stopped for the moment (as a node slow to answer is), it always loses it: the ASKING
+      // waits in the queue of a connection that never gets ready, and fails at the drop or at commandTimeout.
+      empty.proc.kill('SIGSTOP')
+      const resumed = (): void => { empty.proc.kill('SIGCONT') }
+      t.teardown(resumed)
       const answers: string[] = []
       const count = async (): Promise<void> => {
         answers.push(await client.zcard(key).then((n) => `zcard ${n}`, (err: Error) => `failed: ${err.message}`))
       }
       await within(Promise.all([count(), count(), count()]), 5_000, 'the first commands redirected by ASK')
-      const [node] = await within(dropped, 5_000, 'the slot refresh dropping the new node')
-      t.equal(Number(node.options.port), empty.port, 'the refresh dropped the node without slots')
-      if (node.status !== 'end') await within(once(node, 'end'), 5_000, "the dropped node's connection ending")
-      // A rejection left unhandled is reported after the microtasks of the turn it happened in.
-      await new Promise((resolve) => setImmediate(resolve))
-      await new Promise((resolve) => setImmediate(resolve))
-      t.same(unhandled, [], 'no promise rejection left unhandled (Node would have ended the gateway)')
+      resumed()
       t.ok(answers.every((a) => a === 'zcard 1' || a.startsWith('failed: ')), `each command answered or failed cleanly: ${answers.join(', ')}`)
       // The move completes (SETSLOT NODE everywhere): the store goes on, and finds the key on the new node through MOVED.
       for (const node of [empty, from, ...cluster.nodes.filter((n) => n !== from)]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', empty.id)
       t.teardown(async () => { await cluster.moveSlot(slot, from) })
       t.equal(await client.zcard(key), 1, 'the key answers from the new node')
-      t.same(unhandled, [], 'still none')
+      // An ASKING still queued on the stopped node fails at the latest at its commandTimeout (300 ms), a timer inside
+      // ioredis with no event to wait on: 500 ms covers it; a rejection left unhandled is reported right after.
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      t.same(unhandled, [], 'no promise rejection left unhandled (Node would have ended the gateway)')
     })
   })
 }
