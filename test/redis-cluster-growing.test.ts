@@ -27,7 +27,10 @@ async function storeOn (t: Test, cluster: ClusterSetup): Promise<Cluster> {
       await untilStoreAnswers(store)
       break
     } catch (err) {
-      if (Date.now() > deadline) throw err
+      if (Date.now() > deadline) {
+        const states = await Promise.all([...cluster.nodes, cluster.empty!].map(async (n) => `${n.port} ${/cluster_state:\w+/.exec(await n.client.call('CLUSTER', 'INFO') as string)?.[0] ?? '?'} ${(await n.client.call('CLUSTER', 'SLOTS') as unknown[]).length} ranges`))
+        throw new Error(`${(err as Error).message}; nodes: ${states.join(', ')}`)
+      }
     }
   }
   if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")
