@@ -223,6 +223,12 @@ export interface ClusterNode extends Daemon {
 
 export interface ClusterSetup {
   nodes: ClusterNode[]
+  /**
+   * With `{ empty: true }`: a fourth primary that holds no slot, joined by
+   * CLUSTER MEET, as an operator adds a node before resharding onto it. Not in
+   * `nodes` nor `nodeList`; CLUSTER SLOTS does not list it until it holds a slot.
+   */
+  empty?: ClusterNode
   /** REDIS_CLUSTER_NODES: the three as comma-separated host:port. */
   nodeList: string
   /** The slot of a key (CLUSTER KEYSLOT), as Redis computes it. */
@@ -246,26 +252,37 @@ export interface ClusterSetup {
  * The bus port is chosen free too (cluster-port), not port + 10000, which may
  * be taken or past 65535.
  */
-export async function startCluster (t: Test): Promise<ClusterSetup> {
+export async function startCluster (t: Test, opts: { empty?: boolean } = {}): Promise<ClusterSetup> {
   const dir = tempDir(t, 'redis-cluster-')
-  const started = await Promise.all([0, 1, 2].map(async (i) => {
-    const port = await freePort()
-    const bus = await freePort()
+  const count = opts.empty === true ? 4 : 3
+  // Chosen one after another and never twice: a port closed by freePort may be handed out again at once.
+  const ports = new Set<number>()
+  while (ports.size < count * 2) ports.add(await freePort())
+  const [clientPorts, busList] = [[...ports].slice(0, count), [...ports].slice(count)]
+  const busPorts = new Map(clientPorts.map((port, i) => [port, busList[i]!]))
+  const started = await Promise.all(clientPorts.map(async (port, i) => {
+    const bus = busPorts.get(port)!
     return await daemon(t, `cluster node ${i}`, 'redis-server', [
       ...serverArgs(port, dir), '--dbfilename', `node-${i}.rdb`,
       '--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${i}.conf`), '--cluster-port', String(bus),
-      '--cluster-node-timeout', '5000'
+      '--cluster-node-timeout', '5000',
+      // The empty node stays a primary when a slot moved onto it is moved away again (Redis 7 would make it a replica).
+      ...(i === 3 ? ['--cluster-allow-replica-migration', 'no'] : [])
     ], port, READY)
   }))
-  const created = spawnSync('redis-cli', ['--cluster', 'create', ...started.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { encoding: 'utf8', timeout: WAIT_MS })
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...started.slice(0, 3).map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { encoding: 'utf8', timeout: WAIT_MS })
   if (created.status !== 0 || !created.stdout.includes('All 16384 slots covered')) throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
-  const nodes: ClusterNode[] = await Promise.all(started.map(async (n) => {
+  const all: ClusterNode[] = await Promise.all(started.map(async (n) => {
     const client = probe(t, n.port)
     return Object.assign(n, { client, id: await client.call('CLUSTER', 'MYID') as string })
   }))
-  await Promise.all(nodes.map((n) => until(`cluster node ${n.port} ok`, async () => {
+  const nodes = all.slice(0, 3)
+  const empty = all[3]
+  // The empty node meets the first on its bus port (the free one chosen above, not port + 10000).
+  if (empty !== undefined) await empty.client.call('CLUSTER', 'MEET', '127.0.0.1', nodes[0]!.port, busPorts.get(nodes[0]!.port)!)
+  await Promise.all(all.map((n) => until(`cluster node ${n.port} ok`, async () => {
     const info = await n.client.call('CLUSTER', 'INFO') as string
-    return info.includes('cluster_state:ok') && info.includes('cluster_known_nodes:3') && info.includes('cluster_slots_assigned:16384')
+    return info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${all.length}`) && info.includes('cluster_slots_assigned:16384')
   })))
 
   const slotOf = async (key: string): Promise<number> => await nodes[0]!.client.call('CLUSTER', 'KEYSLOT', key) as number
@@ -273,7 +290,7 @@ export async function startCluster (t: Test): Promise<ClusterSetup> {
     // CLUSTER SLOTS: [[start, end, [ip, port, id], ...], ...]
     const ranges = await nodes[0]!.client.call('CLUSTER', 'SLOTS') as Array<[number, number, [string, number, string]]>
     const range = ranges.find(([start, end]) => start <= slot && slot <= end)
-    const owner = nodes.find((n) => n.id === range?.[2][2])
+    const owner = all.find((n) => n.id === range?.[2][2])
     if (owner === undefined) throw new Error(`slot ${slot} has no owner`)
     return owner
   }
@@ -292,10 +309,10 @@ export async function startCluster (t: Test): Promise<ClusterSetup> {
       await between()
     }
     // The target first, so it never refuses the slot's keys; then the others (redis-cli's order).
-    for (const node of [to, from, ...nodes.filter((n) => n !== to && n !== from)]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id)
+    for (const node of [to, from, ...all.filter((n) => n !== to && n !== from)]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id)
     return { keysMoved }
   }
-  return { nodes, nodeList: nodes.map((n) => `127.0.0.1:${n.port}`).join(','), slotOf, ownerOf, moveSlot }
+  return { nodes, ...(empty === undefined ? {} : { empty }), nodeList: nodes.map((n) => `127.0.0.1:${n.port}`).join(','), slotOf, ownerOf, moveSlot }
 }
 
 // ---------------------------------------------------------------- TLS
