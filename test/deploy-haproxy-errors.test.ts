@@ -324,6 +324,12 @@ t.test('a client\'s traceparent reaches the gateways with its trace id but never
   const echo = await stubGateway(t, 'echo-traceparent')
   const balancer = await startHaproxy(t, [echo.address, await deadAddress(), await deadAddress()])
   await waitGatewaysUp(balancer.socket, ['gateway-1'], 20_000)
+  // And the two dead addresses out of rotation: a request sent to one while
+  // its checks had not yet failed came back 503 on a loaded runner.
+  await waitUntil('haproxy seeing gateway-2 and gateway-3 DOWN', async () => {
+    const states = await gatewayStates(balancer.socket)
+    return /^DOWN/.test(states['gateway-2'] ?? '') && /^DOWN/.test(states['gateway-3'] ?? '')
+  }, 20_000)
   const trace = '4bf92f3577b34da6a3ce929d0e0e4736'
   const parent = '00f067aa0ba902b7'
   const passed = async (traceparent?: string | string[]): Promise<unknown> => {
