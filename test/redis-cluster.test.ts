@@ -154,30 +154,6 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       t.equal(engine.count(REPEATED), 0, 'no key reached the engine twice')
     })
 
-    t.test("the store opens its connection to every node before a redirection needs it", async (t) => {
-      // ioredis opens a cluster's node connections on their first command, and
-      // fails the other commands that reach a node meanwhile ("Connection is
-      // closed."), to retry them 100 ms later: the first ASK to a node during
-      // a slot move met that, and a ZREM ran after the next ENTER (429).
-      const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
-      t.teardown(() => store.close())
-      await untilStoreAnswers(store)
-      await countersReady(store)
-      const nodes = (store.client as Cluster).nodes('master')
-      t.equal(nodes.length, 3)
-      await Promise.all(nodes.map(async (node) => {
-        if (node.status !== 'ready') await within(once(node, 'ready'), 10_000, `the counters' connection to node ${String(node.options.port)}`)
-      }))
-      t.same(nodes.map((n) => n.status), ['ready', 'ready', 'ready'], 'the counters\' connections to all three nodes are open, though it has sent nothing to two of them')
-      // Once closed, a node the client learns of late (a MOVED answered during close adds one) is not opened: its socket would outlive close.
-      const client = store.client as unknown as { connectionPool: { findOrCreate: (node: { host: string, port: number }) => Redis } }
-      await store.close()
-      const late = client.connectionPool.findOrCreate({ host: '127.0.0.2', port: cluster.nodes[0]!.port })
-      await new Promise((resolve) => setImmediate(resolve))
-      t.equal(late.status, 'wait', 'a node added after close stays unopened')
-      late.disconnect()
-    })
-
     t.test('uploads that end as their slot moves: the user\'s next creates are not refused', async (t) => {
       const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
       t.teardown(() => store.close())

@@ -38,12 +38,15 @@
  * one (ioredis forces `enableOfflineQueue: true` there, and its types refuse
  * the option in redisOptions), but a lost node's connection is not
  * reconnected (its queue fails at once), and commandTimeout bounds a command
- * queued for a node still connecting. Each node's connection is opened as
- * soon as the node is known, not at its first command (connectingEveryNode:
- * a redirection must never meet a connection being made), the ASKING ioredis
- * sends unwatched before an ASK-redirected command cannot end the process
- * when it fails (catchingAsking), and a command whose
- * caller has been answered is never sent on (neverResendingAbandoned). Its
+ * queued for a node still connecting. The ASKING ioredis sends unwatched
+ * before an ASK-redirected command cannot end the process when it fails
+ * (catchingAsking), and a command whose caller has been answered is never
+ * sent on (neverResendingAbandoned). A node's connection is still made at its
+ * first command, so the first redirection to a node can be retried 100 ms
+ * later (retryDelayOnFailover): the upload cap does not depend on order (an
+ * ENTER carries the gateway's ended leases). Opening every node at once was
+ * tried and withdrawn: a test process then sometimes stayed up after its
+ * stores were closed. Its
  * autopipelining is off there: a pipeline batched for a node that loses a slot
  * mid-resharding can fail or be retried whole (ioredis issue 2075), and a
  * retried counter script would count twice.
@@ -142,45 +145,9 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         // (the certificate names it), not a reverse-resolved name.
         ...(tls === undefined ? {} : { dnsLookup: (address, callback) => callback(null, address) })
       }
-      return neverResendingAbandoned(connectingEveryNode(catchingAsking(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options))))
+      return neverResendingAbandoned(catchingAsking(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options)))
     }
   }
-}
-
-/**
- * Open each node's connection as soon as the node is known. ioredis makes a
- * cluster's node connections lazily, on their first command, and with no
- * offline queue (ours) it fails every other command that reaches a node
- * while that connection is still being made with "Connection is closed.";
- * the Cluster client then retries it retryDelayOnFailover (100 ms) later, on
- * a random node. So the first ASK to a node during a slot move met a
- * connection being made: a ZREM that gave an upload place back ran 100-150 ms
- * late, after the same gateway's next ENTER of that user, which found the
- * place still taken (429), and a count could be late the same way. Open, the
- * connection takes redirected commands in the order they come. A node whose
- * connection fails is dropped from the pool and opened again when a slot
- * refresh or a MOVED brings it back (ioredis never reconnects a node).
- */
-const CLOSING = new Set(['disconnecting', 'close', 'end'])
-
-function connectingEveryNode (cluster: Cluster): Cluster {
-  cluster.on('+node', (node: Redis) => {
-    // Never once the client is closing: a node added then (a late MOVED) would hold a socket open past close.
-    const connect = (): void => { if (node.status === 'wait' && !CLOSING.has(cluster.status)) node.connect().catch(() => {}) }
-    // Once ready, on the next turn, not now: '+node' is then emitted inside a
-    // MOVED's handling, which sends the redirected command to the node at once.
-    // A node still 'wait' takes it into its offline queue and connects, so it
-    // goes out first; a node already 'connecting' makes the Cluster client
-    // refuse it and retry it retryDelayOnFailover (100 ms) later on a random
-    // node, after commands sent later (a ZCARD overtaking its ZREM). While the
-    // client starts, at once: deferred then, the connections were still being
-    // made when the client's ready check (CLUSTER INFO) came, which failed and
-    // reconnected the whole client, often several times (startup 0.3-1.9 s
-    // instead of 5-60 ms, measured on a local cluster).
-    if (cluster.status === 'ready') setImmediate(connect)
-    else connect()
-  })
-  return cluster
 }
 
 /**
