@@ -33,6 +33,11 @@ export interface OpenLoopResult {
   accepted: Float64Array
 }
 
+/** Answers of every status received (sent requests that errored or were never sent are not answers). */
+export function answeredOf (run: OpenLoopResult): number {
+  return Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+}
+
 export async function openLoop (url: string, request: BuiltRequest, rate: number, durationS: number, connections: number): Promise<OpenLoopResult> {
   const pool = new Pool(url, { connections, pipelining: 1, headersTimeout: TIMEOUT_MS, bodyTimeout: TIMEOUT_MS, keepAliveTimeout: 60_000 })
   const total = Math.max(1, Math.round(rate * durationS))

@@ -14,7 +14,7 @@ import path from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
 import { renderChart } from './chart.js'
-import { openLoop } from './open-loop.js'
+import { answeredOf, openLoop } from './open-loop.js'
 import { detectFeatures, whyUnavailable, type Missing } from './features.js'
 import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
@@ -419,7 +419,7 @@ async function saturation (target: Measured, request: BuiltRequest, capacity: nu
     process.stderr.write(`saturation: ${multiple} x capacity = ${offered} req/s offered...`)
     const run = await openLoop(target.url, request, offered, options.duration, options.saturationConnections)
     const codes = run.statusCodes
-    const answered = Object.values(codes).reduce((n, c) => n + c, 0)
+    const answered = answeredOf(run)
     const share = (n: number): number => answered === 0 ? Number.NaN : Math.round((n / answered) * 10000) / 10000
     const ok = run.accepted.length
     const point: SaturationPoint = {
@@ -601,7 +601,7 @@ async function main (): Promise<void> {
         const run = await openLoop(targetOf(prod).url, requestsOf.get(prod.name)!, offered, options.duration, options.saturationConnections)
         const [serverAfter, own] = [await cpuSeconds(prodPids), process.cpuUsage(ownBefore)]
         const busy = (seconds: number): number => Math.round((seconds / run.elapsedS) * 100) / 100
-        const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+        const answered = answeredOf(run)
         const step = {
           offeredRps: offered,
           goodputRps: Math.round(run.accepted.length / run.elapsedS),
@@ -625,7 +625,7 @@ async function main (): Promise<void> {
             const offered = Math.max(1, Math.round(capacity * multiple))
             process.stderr.write(`latency: ${s.name} at ${multiple} x ${prodName}'s capacity = ${offered} req/s...`)
             const run = await openLoop(targetOf(s).url, requestsOf.get(s.name)!, offered, options.duration, options.saturationConnections)
-            const answered = Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
+            const answered = answeredOf(run)
             const point: LatencyPoint = {
               scenario: s.name,
               multiple,
