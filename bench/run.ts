@@ -610,9 +610,10 @@ async function main (): Promise<void> {
           p99: quantile(run.latencies, 0.99),
           cpu: { server: busy(serverAfter.user + serverAfter.system - serverBefore.user - serverBefore.system), generator: busy((own.user + own.system) / 1e6) }
         }
-        capacitySteps.push({ ...step, sustained: isSustained(step) })
+        const sustained = isSustained(step)
+        capacitySteps.push({ ...step, sustained })
         process.stderr.write(` 2xx ${step.goodputRps}/s, non-2xx ${step.non2xx}, p99 ${step.p99} ms, CPU gateway ${step.cpu.server} generator ${step.cpu.generator}\n`)
-        if (!isSustained(step)) break
+        if (!sustained) break
       }
       const found = capacityOf(capacitySteps)
       if (found.rps === null) {
