@@ -80,14 +80,22 @@ export async function httpText (url: string, timeoutMs = 5_000): Promise<{ statu
   })
 }
 
+/** Ports this process has handed out: the kernel may give a port just closed again at once. */
+const handedOut = new Set<number>()
+
+/** A port free on 127.0.0.1 now and never handed out before by this process, so parts chosen together never share one. */
 export async function freePort (): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  await once(server, 'close')
-  return port
+  for (;;) {
+    const server = createServer()
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    const { port } = server.address() as AddressInfo
+    server.close()
+    await once(server, 'close')
+    if (handedOut.has(port)) continue
+    handedOut.add(port)
+    return port
+  }
 }
 
 export function isAlive (pid: number): boolean {

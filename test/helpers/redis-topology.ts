@@ -255,10 +255,10 @@ export interface ClusterSetup {
 export async function startCluster (t: Test, opts: { empty?: boolean } = {}): Promise<ClusterSetup> {
   const dir = tempDir(t, 'redis-cluster-')
   const count = opts.empty === true ? 4 : 3
-  // Chosen one after another and never twice: a port closed by freePort may be handed out again at once.
-  const ports = new Set<number>()
-  while (ports.size < count * 2) ports.add(await freePort())
-  const [clientPorts, busList] = [[...ports].slice(0, count), [...ports].slice(count)]
+  // freePort never hands out one port twice in a process.
+  const ports: number[] = []
+  while (ports.length < count * 2) ports.push(await freePort())
+  const [clientPorts, busList] = [ports.slice(0, count), ports.slice(count)]
   const busPorts = new Map(clientPorts.map((port, i) => [port, busList[i]!]))
   const started = await Promise.all(clientPorts.map(async (port, i) => {
     const bus = busPorts.get(port)!
