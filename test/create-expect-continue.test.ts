@@ -8,7 +8,7 @@
  */
 import t, { type Test } from 'tap'
 import { startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
-import { build, hs256 } from './helpers/app.js'
+import { build, clearOfWindowEdge, hs256 } from './helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
 import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
@@ -70,6 +70,7 @@ t.test('each check before the body refuses instead of inviting; a valid create i
 t.test('past the rate limit: 429 instead of 100 Continue', async (t) => {
   const stub = await engine(t)
   const { url } = await build(t, { upstreamUrl: stub.url, env: { RATE_LIMIT_PER_MINUTE: '1' } })
+  await clearOfWindowEdge()
   const first = await rawSocket(url, create('limited'), { expectContinue: true })
   t.equal(first.continued, true)
   t.equal(first.status, 200)

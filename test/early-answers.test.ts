@@ -8,7 +8,7 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { CREATE_BODY_MAX_BYTES } from '../schemas/portfolio.js'
-import { build, hs256, type Built } from './helpers/app.js'
+import { build, clearOfWindowEdge, hs256, type Built } from './helpers/app.js'
 
 interface RawUpload {
   socket: Socket
@@ -98,6 +98,7 @@ t.test('a body sent to its end after an early answer: every byte is read, then t
 
 t.test('Expect: 100-continue: a refusal instead of 100 Continue; 100 Continue once auth and the rate limit pass', async (t) => {
   const built = await build(t, { env: { RATE_LIMIT_PER_MINUTE: '1' } })
+  await clearOfWindowEdge()
   const ask = async (auth: string): Promise<string> => {
     const client = await rawUpload(built, `POST /api/portfolio/update HTTP/1.1\r\nhost: x\r\n${auth}content-type: application/json\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n`)
     // The body is not sent: a well-behaved client waits for 100 Continue or the answer.

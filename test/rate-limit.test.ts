@@ -6,7 +6,7 @@ import { PassThrough } from 'node:stream'
 import t from 'tap'
 import { request } from 'undici'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { bearer, build, hs256 } from './helpers/app.js'
+import { bearer, build, clearOfWindowEdge, hs256 } from './helpers/app.js'
 import { metricOf } from './helpers/prometheus.js'
 
 async function get (url: string, headers: Record<string, string> = {}) {
@@ -19,6 +19,7 @@ t.test('past RATE_LIMIT_PER_MINUTE a user gets 429 with Retry-After and the IETF
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
   const { app, url } = await build(t, { upstreamUrl: stub.url, env: { RATE_LIMIT_PER_MINUTE: '3' } })
+  await clearOfWindowEdge()
   const alice = bearer(hs256({ sub: 'alice' }))
 
   // A flood of bad tokens for alice is refused by auth and never counted.
@@ -69,6 +70,7 @@ t.test('a refused POST closes the connection: its body is never read (DECISIONS 
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
   const { url } = await build(t, { upstreamUrl: stub.url, env: { RATE_LIMIT_PER_MINUTE: '1' } })
+  await clearOfWindowEdge()
   const alice = bearer()
   t.equal((await get(`${url}/api/portfolio/ping`, alice)).status, 200)
   // A body that is still coming when the answer is due.
