@@ -121,7 +121,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   //    before the body is read or any handler runs, then the per-user rate limit.
   const authenticate = await createAuthenticator(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
-  const limits = buildLimits(app, config.limits, deps.engine, shedder, callTimeoutMs)
+  const limits = await buildLimits(app, config.limits, deps.engine, shedder, callTimeoutMs)
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)

@@ -9,7 +9,6 @@ import type { EngineClient } from '../engine-client/client.js'
 import { Idempotency } from './idempotency.js'
 import { MemoryStore } from './memory-store.js'
 import { rateLimitHook } from './rate-limit.js'
-import { RedisStore } from './redis-store.js'
 import { watchEventLoop, type EventLoopWatch, type LoadShedder } from './shedding.js'
 import type { LimitStore, StoreStatus, UploadLeaseStore } from './store.js'
 
@@ -40,8 +39,9 @@ export interface SharedUploadCount {
  * loop is watched from onReady, so start-up work (loading, compiling routes)
  * is not mistaken for load.
  */
-export function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Limits {
-  const store: LimitStore = config.redis === undefined ? new MemoryStore() : new RedisStore({ redis: config.redis, log: app.log, metrics: app.metrics })
+export async function buildLimits (app: FastifyInstance, config: LimitsConfig, engine: EngineClient, shedder: LoadShedder, callTimeoutMs: number): Promise<Limits> {
+  // The Redis client's modules load only when REDIS_URL is set: a gateway without Redis starts without them.
+  const store: LimitStore = config.redis === undefined ? new MemoryStore() : new (await import('./redis-store.js')).RedisStore({ redis: config.redis, log: app.log, metrics: app.metrics })
   app.decorate('storeStatus', () => store.status())
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
   if (eventLoop !== undefined) app.addHook('onReady', async () => { eventLoop.start() })

@@ -24,8 +24,8 @@ import {
   ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
 } from '@opentelemetry/semantic-conventions'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
-import { recordedChild, type Tracing } from '../shared/tracing-sdk.js'
-import { endServerSpan, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
+import type { Tracing } from '../shared/tracing-sdk.js'
+import { endServerSpan, recordedChild, startServerSpan, traceparentOf } from '../shared/tracing-spans.js'
 import { toGatewayError } from '../http/error-handler.js'
 import type { EngineCallName, EngineOutcome } from './metrics.js'
 import { clientTraceParent, setTraceparent, traceIdOf, trustedPeers, type TraceParent } from './trace-context.js'

@@ -16,7 +16,6 @@ import { SCHEMA_VALIDATION } from '../shared/schema-validation.js'
 import { isPartAFile } from '../shared/form-parts.js'
 import type { PortfolioStore } from './store.js'
 import { MemoryPortfolioStore } from './memory-store.js'
-import { RedisPortfolioStore } from './redis-store.js'
 import type { EngineMetrics } from './metrics.js'
 import { traceRequests } from '../shared/tracing-spans.js'
 import type { Tracer } from '@opentelemetry/api'
@@ -100,7 +99,8 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   const keyTtl = opts.idempotencyTtlMs === undefined ? {} : { keyTtlMs: opts.idempotencyTtlMs }
   const store: PortfolioStore = opts.redisUrl === undefined
     ? new MemoryPortfolioStore(keyTtl)
-    : new RedisPortfolioStore({ url: opts.redisUrl, log: app.log, ...keyTtl })
+    // ioredis loads only for an engine that keeps its portfolios in Redis.
+    : new (await import('./redis-store.js')).RedisPortfolioStore({ url: opts.redisUrl, log: app.log, ...keyTtl })
   app.decorate('portfolioStore', store)
   app.decorate('portfolios', {
     getter (): MemoryPortfolioStore {

@@ -16,7 +16,7 @@
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
-import { createContextKey, ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
+import { ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
@@ -26,6 +26,7 @@ import {
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import type { TracingSettings } from './tracing-settings.js'
+import { DECIDED, NEW_TRACE_RECORDED } from './tracing-spans.js'
 
 /** Finished spans held at most (queued or in an unanswered export). */
 export const QUEUE_MAX = 2048
@@ -136,21 +137,6 @@ class GivenTraceIds implements IdGenerator {
     return this.#random.generateSpanId()
   }
 }
-
-/** A decision made for the request before its span (Tracing.decide), which the span's sampling returns as it is. */
-const DECIDED = createContextKey('portfolio sampling decided')
-
-/**
- * A child of a recorded request's span (an engine try, a store operation) is
- * recorded too: the request's decision, not a new draw (`traceidratio` ignores
- * the parent, and an untrusted parent's request was decided on a random id).
- */
-export function recordedChild (context: Context): Context {
-  return context.setValue(DECIDED, RECORDED)
-}
-const RECORDED: SamplingResult = { decision: SamplingDecision.RECORD_AND_SAMPLED }
-/** The context a recorded new trace's server span starts in: one object for every such request. */
-const NEW_TRACE_RECORDED = ROOT_CONTEXT.setValue(DECIDED, RECORDED)
 
 class DecidedFirst implements Sampler {
   constructor (readonly inner: Sampler) {}

@@ -3,7 +3,7 @@
  * and the reference engine: light enough to import when tracing is off (the
  * OpenTelemetry API and the W3C parser, never the SDK: see tracing-sdk.ts).
  */
-import { ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api'
+import { createContextKey, ROOT_CONTEXT, SamplingDecision, SpanKind, trace, type Attributes, type Context, type SamplingResult, type Span, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions'
@@ -65,4 +65,24 @@ export function traceRequests (app: FastifyInstance, tracer: Tracer): void {
     }
     done()
   })
+}
+
+/**
+ * A decision made for the request before its span (Tracing.decide in
+ * tracing-sdk.ts), which the span's sampling returns as it is. Here, not in the
+ * SDK's module, so the request path can mark a recorded child without loading
+ * the SDK when tracing is off.
+ */
+export const DECIDED = createContextKey('portfolio sampling decided')
+const RECORDED: SamplingResult = { decision: SamplingDecision.RECORD_AND_SAMPLED }
+/** The context a recorded new trace's server span starts in: one object for every such request. */
+export const NEW_TRACE_RECORDED = ROOT_CONTEXT.setValue(DECIDED, RECORDED)
+
+/**
+ * A child of a recorded request's span (an engine try, a store operation) is
+ * recorded too: the request's decision, not a new draw (`traceidratio` ignores
+ * the parent, and an untrusted parent's request was decided on a random id).
+ */
+export function recordedChild (context: Context): Context {
+  return context.setValue(DECIDED, RECORDED)
 }
