@@ -83,6 +83,8 @@ const HELP = `usage: node dist/bench/run.js [options]
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
                     capacity measured by prod-ping, or ping when prod-ping is not run;
                     latency: open loop on bare-ping and prod-ping at ${LATENCY_MULTIPLES.join(' and ')} x prod-ping's capacity, measured in the open loop)
+  --capacity-steps N  most steps of the latency pair's open-loop capacity search (default ${CAPACITY_STEPS_MAX};
+                    the test suite's smoke run takes 2: it checks the report's shape, not a capacity)
   --saturation-connections N  most connections the open loop opens (default 1000: so the load reaches
                     the gateway, which can then shed it, instead of queueing in the generator)
   --json PATH       also write the results as JSON
@@ -116,6 +118,7 @@ interface Options {
   compare?: string
   prodEnv: Record<string, string>
   saturationConnections: number
+  capacitySteps: number
   target?: string
   token?: string
 }
@@ -137,6 +140,7 @@ function parseOptions (argv: string[]): Options {
       compare: { type: 'string' },
       'prod-env': { type: 'string' },
       'saturation-connections': { type: 'string', default: '1000' },
+      'capacity-steps': { type: 'string', default: String(CAPACITY_STEPS_MAX) },
       target: { type: 'string' },
       token: { type: 'string' },
       help: { type: 'boolean', default: false }
@@ -161,6 +165,7 @@ function parseOptions (argv: string[]): Options {
     warmup: number('warmup', values.warmup, 0, false),
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
+    capacitySteps: number('capacity-steps', values['capacity-steps'], 1, true),
     prodEnv: Object.fromEntries((values['prod-env'] ?? '').split(',').filter((kv) => kv !== '').map((kv) => {
       const at = kv.indexOf('=')
       if (at < 1) throw new Error(`--prod-env ${kv}: expected NAME=value`)
@@ -595,7 +600,7 @@ async function main (): Promise<void> {
       const prod = pair[1]!
       const prodPids = await targetOf(prod).server?.pids() ?? []
       const capacitySteps: CapacityStep[] = []
-      for (let offered = Math.max(1, Math.round(closedLoopRps * CAPACITY_START)); capacitySteps.length < CAPACITY_STEPS_MAX; offered = Math.max(offered + 1, Math.round(offered * CAPACITY_STEP))) {
+      for (let offered = Math.max(1, Math.round(closedLoopRps * CAPACITY_START)); capacitySteps.length < options.capacitySteps; offered = Math.max(offered + 1, Math.round(offered * CAPACITY_STEP))) {
         process.stderr.write(`latency: ${prod.name}'s capacity in the open loop, ${offered} req/s offered...`)
         const [serverBefore, ownBefore] = [await cpuSeconds(prodPids), process.cpuUsage()]
         const run = await openLoop(targetOf(prod).url, requestsOf.get(prod.name)!, offered, options.duration, options.saturationConnections)
@@ -662,7 +667,7 @@ async function main (): Promise<void> {
     machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.version, platform: process.platform, date: new Date().toISOString(),
       loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN } },
     options: { duration: options.duration, connections: options.connections, rounds: options.rounds, warmup: options.warmup, only: options.only, target: options.target ?? null,
-      saturationConnections: options.saturationConnections, prodEnv: options.prodEnv },
+      saturationConnections: options.saturationConnections, capacitySteps: options.capacitySteps, prodEnv: options.prodEnv },
     features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),
     keySetFetches,
     scenarios,
