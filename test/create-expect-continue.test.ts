@@ -8,7 +8,8 @@
  */
 import t, { type Test } from 'tap'
 import { startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
-import { build, clearOfWindowEdge, hs256 } from './helpers/app.js'
+import { build, hs256 } from './helpers/app.js'
+import { clearOfWindowEdge } from './helpers/window.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/multipart.js'
 import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'

@@ -8,7 +8,8 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { CREATE_BODY_MAX_BYTES } from '../schemas/portfolio.js'
-import { build, clearOfWindowEdge, hs256, type Built } from './helpers/app.js'
+import { build, hs256, type Built } from './helpers/app.js'
+import { clearOfWindowEdge } from './helpers/window.js'
 
 interface RawUpload {
   socket: Socket

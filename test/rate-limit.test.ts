@@ -6,7 +6,8 @@ import { PassThrough } from 'node:stream'
 import t from 'tap'
 import { request } from 'undici'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { bearer, build, clearOfWindowEdge, hs256 } from './helpers/app.js'
+import { bearer, build, hs256 } from './helpers/app.js'
+import { clearOfWindowEdge } from './helpers/window.js'
 import { metricOf } from './helpers/prometheus.js'
 
 async function get (url: string, headers: Record<string, string> = {}) {

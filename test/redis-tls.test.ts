@@ -8,6 +8,7 @@
  */
 import t from 'tap'
 import { hs256 } from './helpers/app.js'
+import { clearOfWindowEdge } from './helpers/window.js'
 import { scrape, valueOf } from './helpers/prometheus.js'
 import { create, type Gateway, ping, startEngineProcess, startGateway } from './helpers/redis-gateways.js'
 import { probe, requireTools, startTlsRedis } from './helpers/redis-topology.js'
@@ -28,9 +29,8 @@ if (requireTools(t, ['redis-server', 'openssl'], 'Redis TLS')) {
       const token = hs256({ sub: 'tls-user' })
       // Both of its connections (counters, records) are up: it says so once.
       await gw.waitFor(/redis connected/)
-      // Four requests counted in one clock-aligned window: not in its last seconds.
-      const left = 60_000 - Date.now() % 60_000
-      if (left < 5_000) await new Promise((resolve) => setTimeout(resolve, left + 50))
+      // Four requests counted in one clock-aligned window.
+      await clearOfWindowEdge()
       const first = await create(gw.url, 'tls-1', token)
       t.equal(first.status, 200, first.text)
       const replay = await create(gw.url, 'tls-1', token)

@@ -12,7 +12,8 @@ import { request } from 'undici'
 import { PNG_IMAGE } from '../fixtures/images.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { metricOf } from './helpers/prometheus.js'
-import { bearer, build, clearOfWindowEdge, hs256, MINTS, SECRET, validUpdate } from './helpers/app.js'
+import { bearer, build, hs256, MINTS, SECRET, validUpdate } from './helpers/app.js'
+import { clearOfWindowEdge } from './helpers/window.js'
 import { multipartBody } from './helpers/multipart.js'
 import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess, type Proc } from './helpers/processes.js'
 import { attemptUntil } from './helpers/engine.js'
@@ -33,6 +34,10 @@ const update = (url: string, body: unknown, key?: string, token = hs256()) => ca
 })
 
 const png = readFileSync(PNG_IMAGE)
+
+// Two counts that must fall in one rate-limit window may each wait out the end of one (up to 15 s and
+// 10 s, clearOfWindowEdge) on top of two gateway processes and a Redis killed and restarted.
+t.setTimeout(120_000)
 function create (url: string, key: string, token = hs256()): Promise<Answer> {
   const form = multipartBody([{ name: 'name', value: 'Alpha' }, { name: 'type', value: 'PORTFOLIO' }, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png }])
   return call(`${url}/api/portfolio/create`, { method: 'POST', body: form.body, headers: { ...bearer(token), 'content-type': form.contentType, 'idempotency-key': key } })

@@ -8,8 +8,6 @@ import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
-import { currentWindow } from '../../src/limits/store.js'
-import { setTimeout as sleep } from 'node:timers/promises'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
 
@@ -100,16 +98,6 @@ export function signAsymmetric (alg: 'RS256' | 'ES256', privateKey: string, clai
   const signer = createSign('SHA256').update(input)
   const signature = alg === 'RS256' ? signer.sign(privateKey) : signer.sign({ key: privateKey, dsaEncoding: 'ieee-p1363' })
   return `${input}.${signature.toString('base64url')}`
-}
-
-/**
- * The rate limit counts per clock-aligned 60 s window: a test that counts up
- * to the limit and expects the next request refused starts only with `roomMs`
- * left in the window, or else waits for the next one to begin.
- */
-export async function clearOfWindowEdge (roomMs = 10_000, windowMs = 60_000): Promise<void> {
-  const { resetMs } = currentWindow(windowMs)
-  if (resetMs < roomMs) await sleep(resetMs + 50)
 }
 
 export const bearer = (token = hs256()): Record<string, string> => ({ authorization: `Bearer ${token}` })
