@@ -38,6 +38,7 @@ const png = readFileSync(PNG_IMAGE)
 // Two counts that must fall in one rate-limit window may each wait out the end of one (up to 15 s and
 // 10 s, clearOfWindowEdge) on top of two gateway processes and a Redis killed and restarted.
 t.setTimeout(120_000)
+
 function create (url: string, key: string, token = hs256()): Promise<Answer> {
   const form = multipartBody([{ name: 'name', value: 'Alpha' }, { name: 'type', value: 'PORTFOLIO' }, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png }])
   return call(`${url}/api/portfolio/create`, { method: 'POST', body: form.body, headers: { ...bearer(token), 'content-type': form.contentType, 'idempotency-key': key } })
