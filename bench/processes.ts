@@ -5,7 +5,7 @@
  */
 import { execFile, spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
-import { createServer } from 'node:net'
+import { freePort } from '../deploy/local/parts.js'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -88,17 +88,8 @@ function exitedError (name: string, launched: Launched): Error {
   return new Error(`${name} exited (${signalCode ?? `code ${String(exitCode)}`}) before it was ready:\n${launched.tail()}`)
 }
 
-export async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      const port = typeof address === 'object' && address !== null ? address.port : 0
-      server.close(() => resolve(port))
-    })
-  })
-}
+/** One free loopback port, never the same twice in this process: the deployment recipe's own helper. */
+export { freePort }
 
 /** Poll `url` until it answers 200: the process may listen before it is ready. */
 export async function waitForOk (url: string, timeoutMs: number, launched?: Launched, name = url): Promise<void> {
