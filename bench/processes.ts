@@ -5,11 +5,11 @@
  */
 import { execFile, spawn, type ChildProcess, type StdioOptions } from 'node:child_process'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
-import { freePort } from '../deploy/local/parts.js'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
+import { freePort } from '../deploy/local/parts.js'
 
 /** dist/, the parent of dist/bench/ where this module runs from. */
 const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')

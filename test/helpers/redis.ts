@@ -12,6 +12,7 @@ import { once } from 'node:events'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
 import { freePort } from './processes.js'
+import { attemptUntil } from './until.js'
 
 export const REDIS_MISSING = 'redis-server not found: apt-get install redis-server (Debian/Ubuntu) to run the Redis tests'
 
@@ -81,6 +82,21 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
   // A stopped process ignores SIGKILL's exit until continued on some systems: continue it first.
   t.teardown(async () => { signal('SIGCONT')(); await kill() })
   return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch, stop: signal('SIGSTOP'), cont: signal('SIGCONT') }
+}
+
+/**
+ * A primary and one replica of it (--replicaof), returned once the primary
+ * lists the replica online; `probe` is a client of the primary, disconnected
+ * in teardown. ioredis is loaded here, not by every user of this module.
+ */
+export async function startReplicated (t: Test): Promise<{ primary: RedisServer, replica: RedisServer, probe: Redis }> {
+  const primary = await startRedis(t)
+  const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
+  const { Redis: Client } = await import('ioredis')
+  const probe = new Client(primary.url)
+  t.teardown(() => probe.disconnect())
+  await attemptUntil(async () => await probe.info('replication'), (info) => /^slave0:.*state=online/m.test(info), 15_000)
+  return { primary, replica, probe }
 }
 
 /** Commands Redis has run, by name (those a script runs included), read through `probe`; its own INFO left out. */

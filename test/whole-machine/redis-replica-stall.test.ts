@@ -12,13 +12,12 @@
  *   asks again only now and then: a handful of WAITs, not one per request.
  */
 import { performance } from 'node:perf_hooks'
-import { Redis } from 'ioredis'
 import t from 'tap'
 import { startStubUpstream } from '../../fixtures/stub-upstream.js'
 import { hs256, validUpdate } from '../helpers/app.js'
 import { attemptUntil } from '../helpers/engine.js'
 import { scrape, valueOf } from '../helpers/prometheus.js'
-import { commandCounts, requireRedis, startRedis } from '../helpers/redis.js'
+import { commandCounts, requireRedis, startReplicated } from '../helpers/redis.js'
 import { startGateway, untilStoring, update } from '../helpers/redis-gateways.js'
 
 const WORKERS = 40
@@ -33,11 +32,7 @@ function p99 (values: number[]): number {
 
 if (requireRedis(t)) {
   t.test('a SIGSTOPped replica under 40 concurrent keyed updates: no 503, p99 under 200 ms after the first second, misses counted', async (t) => {
-    const primary = await startRedis(t)
-    const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
-    const probe = new Redis(primary.url)
-    t.teardown(() => probe.disconnect())
-    await attemptUntil(async () => await probe.info('replication'), (info) => /^slave0:.*state=online/m.test(info), 15_000)
+    const { primary, replica, probe } = await startReplicated(t)
     const stub = await startStubUpstream()
     t.teardown(stub.close)
     const gw = await startGateway(t, stub.url, { REDIS_URL: primary.url, RATE_LIMIT_PER_MINUTE: '1000000' })

@@ -9,14 +9,13 @@
  */
 import { performance } from 'node:perf_hooks'
 import { Writable } from 'node:stream'
-import { Redis } from 'ioredis'
 import t from 'tap'
 import { request } from 'undici'
 import { startStubUpstream } from '../../fixtures/stub-upstream.js'
 import { bearer, build, hs256, validUpdate } from '../helpers/app.js'
 import { metricOf } from '../helpers/prometheus.js'
 import { attemptUntil } from '../helpers/engine.js'
-import { commandCounts, requireRedis, startRedis } from '../helpers/redis.js'
+import { commandCounts, requireRedis, startRedis, startReplicated } from '../helpers/redis.js'
 
 
 function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {
@@ -41,11 +40,7 @@ const eventually = async <T>(attempt: () => Promise<T>, done: (value: T) => bool
 
 if (requireRedis(t)) {
   t.test('a record waits for the replica; a stopped replica is a logged, counted miss; a lone master costs no WAIT', async (t) => {
-    const primary = await startRedis(t)
-    const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
-    const probe = new Redis(primary.url)
-    t.teardown(() => probe.disconnect())
-    await eventually(async () => await probe.info('replication'), (info) => /^slave0:.*state=online/m.test(info))
+    const { primary, replica, probe } = await startReplicated(t)
 
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
