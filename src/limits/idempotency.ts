@@ -12,7 +12,6 @@
  *                           with `Idempotent-Replayed: true`
  * Store failures fail closed: 503 with Retry-After (DECISIONS 17).
  */
-import { randomBytes } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'
 import type { EngineResponse } from '../engine-client/client.js'
@@ -20,6 +19,7 @@ import { sendEngineJson } from '../engine-client/answers.js'
 import type { IdempotencyRecord, LimitStore } from './store.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 import { endStoreSpan, startStoreSpan } from '../observability/tracing.js'
+import { randomHex } from '../shared/random-hex.js'
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key'
 export const REPLAYED_HEADER = 'idempotent-replayed'
@@ -117,7 +117,7 @@ export class Idempotency {
     const subject = request.userId
     // Only this request knows its token: complete and release act only while
     // the record is still this claim (a late one never touches a newer claim's record).
-    const owner = randomBytes(16).toString('base64url')
+    const owner = randomHex(16)
     let held
     const claimSpan = startStoreSpan(request, 'claim')
     try {

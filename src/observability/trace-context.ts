@@ -8,10 +8,10 @@
  * time something asks for it, never for a request that neither calls the
  * engine nor logs.
  */
-import { randomFillSync } from 'node:crypto'
 import { BlockList, isIP } from 'node:net'
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { randomHex } from '../shared/random-hex.js'
 
 export const TRACEPARENT_HEADER = 'traceparent'
 
@@ -53,23 +53,6 @@ export function parseTraceParent (header: string | string[] | undefined): TraceP
   const parentId = header.slice(36, 52)
   if (traceId === ALL_ZERO_TRACE || parentId === ALL_ZERO_PARENT) return undefined
   return { traceId, parentId, flags: header.slice(53, 55) }
-}
-
-/**
- * Random hex ids from a pooled buffer: one randomFillSync per 16 KiB (about
- * 680 requests' trace and span ids) instead of a crypto call per id, or per
- * few requests, on the request path.
- */
-const pool = Buffer.allocUnsafe(16 * 1024)
-let offset = pool.length
-function randomHex (bytes: number): string {
-  if (offset + bytes > pool.length) {
-    randomFillSync(pool)
-    offset = 0
-  }
-  const hex = pool.toString('hex', offset, offset + bytes)
-  offset += bytes
-  return hex
 }
 
 /** A random id of `bytes` bytes that is not all zeros (`zero`, the spec's invalid value). */
