@@ -3,7 +3,8 @@
  * that is written carries reqId and traceId; the access line is pino's format
  * with a fixed set of fields.
  */
-import type { IncomingMessage } from 'node:http'
+import { IncomingMessage } from 'node:http'
+import { Socket } from 'node:net'
 import { Writable } from 'node:stream'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import pino from 'pino'
@@ -98,4 +99,34 @@ t.test('the request logger: every kind of call carries reqId and traceId; below 
   ])
   t.equal(logger.level, 'info')
   t.equal(log.lines().length, 5, 'nothing else written')
+})
+
+t.test('the request logger: an object that is not plain fields goes through pino as a child would take it; pino\'s level and binding methods work', async (t) => {
+  const redact = { paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+  const lazy = capture()
+  const real = capture()
+  const raw = { headers: { traceparent: TRACEPARENT } } as unknown as IncomingMessage
+  const lazyParent = pino({ level: 'info', redact, serializers: { req: pino.stdSerializers.req } }, lazy.stream)
+  const realParent = pino({ level: 'info', redact, serializers: { req: pino.stdSerializers.req } }, real.stream)
+  const logger = requestLoggerFactory.call(undefined as never, lazyParent, { reqId: 'r-2' }, {}, raw as never) as FastifyBaseLogger & { isLevelEnabled: (l: string) => boolean, bindings: () => Record<string, unknown>, levelVal: number, flush: () => void }
+  const child = realParent.child({ reqId: 'r-2', traceId: TRACE_ID })
+  // A request as pino knows one (method, url, headers, socket): its serializer keeps method, url and the
+  // headers, which redaction censors; a spread would have written rawHeaders with the token.
+  const message = new IncomingMessage(new Socket())
+  Object.assign(message, { method: 'GET', url: '/x', headers: { authorization: 'Bearer SECRET-TOKEN' }, rawHeaders: ['authorization', 'Bearer SECRET-TOKEN'] })
+  const shaped = { method: 'GET', url: '/y', headers: { authorization: 'Bearer SECRET-TOKEN' }, socket: {} }
+  for (const request of [message, shaped]) {
+    logger.info(request, 'a request')
+    child.info(request, 'a request')
+  }
+  const strip = (l: Record<string, unknown>): Record<string, unknown> => ({ ...l, time: 0 })
+  t.same(lazy.lines().map(strip), real.lines().map(strip), 'the same lines as a pino child writes')
+  t.equal(lazy.lines().length, 2)
+  t.notMatch(lazy.text(), /SECRET-TOKEN/, 'no token in the lines')
+
+  t.equal(logger.isLevelEnabled('info'), true)
+  t.equal(logger.isLevelEnabled('debug'), false)
+  t.equal(logger.levelVal, 30)
+  t.match(logger.bindings(), { reqId: 'r-2', traceId: TRACE_ID })
+  t.doesNotThrow(() => { logger.flush() })
 })

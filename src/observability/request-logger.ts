@@ -9,8 +9,9 @@
  * - a line of fields (and a message) goes out through the app's logger with
  *   the bindings merged in front (`reqId`, `traceId` first, where a child
  *   would write them), with no child made;
- * - anything else (an Error as the first argument, format arguments,
- *   `child()`) makes the real pino child once and hands it the call.
+ * - anything else (an Error or any other object that is not a plain object,
+ *   such as a request, whose serializer pino applies; format arguments;
+ *   `child()`, `bindings()`) makes the real pino child once and hands it the call.
  * Either way every line that is written carries `reqId` and `traceId`.
  */
 import type { IncomingMessage } from 'node:http'
@@ -24,8 +25,20 @@ const LEVEL_VALUE: Readonly<Record<Level, number>> = { trace: 10, debug: 20, inf
 
 type Bindings = Record<string, unknown>
 
+/**
+ * Only a plain object that pino would write as fields is merged. pino treats
+ * others by what they are (an Error as `err`; anything with a method, headers
+ * and a socket as a request, anything with setHeader as a response, each
+ * through its serializer), and merging the bindings into them would lose the
+ * bindings or write what the serializers leave out, such as a request's raw
+ * headers with its token.
+ */
 function isPlainFields (value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !(value instanceof Error) && !Array.isArray(value)
+  if (typeof value !== 'object' || value === null) return false
+  const proto = Object.getPrototypeOf(value) as unknown
+  if (proto !== Object.prototype && proto !== null) return false
+  const fields = value as Record<string, unknown>
+  return !((fields['method'] !== undefined && fields['headers'] !== undefined && fields['socket'] !== undefined) || typeof fields['setHeader'] === 'function')
 }
 
 class RequestLogger {
@@ -70,6 +83,22 @@ class RequestLogger {
 
   set level (level: string) {
     this.#real().level = level
+  }
+
+  get levelVal (): number {
+    return ((this.#child ?? this.#parent) as Logger).levelVal
+  }
+
+  isLevelEnabled (level: string): boolean {
+    return ((this.#child ?? this.#parent) as Logger).isLevelEnabled(level)
+  }
+
+  bindings (): Bindings {
+    return (this.#real() as Logger).bindings()
+  }
+
+  flush (cb?: (err?: Error) => void): void {
+    this.#parent.flush(cb)
   }
 
   trace (...args: unknown[]): void { this.#write('trace', args) }
