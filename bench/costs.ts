@@ -177,7 +177,7 @@ export function formatCosts (costs: CostReport): string {
   const lines = costs.rows.map((r) => r.skipped !== undefined
     ? `${r.scenario.padEnd(20)} skipped: ${r.skipped}`
     : `${r.scenario.padEnd(20)} ${fixed(r.cpuUsPerRequest, 0).padStart(6)} us  x${fixed(r.ratio, 2).padStart(5)}  ${signedPercent(r.share).padStart(7)}  ${r.goal}${r.met === null ? '' : `  (${verdict(r.met)})`}  ${r.feature}`)
-  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
+  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios, each against the base measured beside the row); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
 }
 
 function formatStep (step: CapacityStep): string {
