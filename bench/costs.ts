@@ -1,14 +1,15 @@
 /**
  * The cost table (DECISIONS 30): each row's server CPU per request as a ratio
  * to the bare proxy's, and each feature's own share of it, from the same run.
- * A ratio is taken per round (the rounds interleave the scenarios, so a
- * round's figures saw the same neighbours) and the median of the rounds is
- * reported. Also the open-loop latency of the bare proxy and the everything-on
+ * A ratio is taken per round against the base measured right beside the row
+ * in that round (bench/schedule.ts: a minute apart on a shared machine, the
+ * base itself moves by half), and the median of the rounds is reported. Also the open-loop latency of the bare proxy and the everything-on
  * gateway, and the markdown both go into.
  */
 import { readFile, writeFile } from 'node:fs/promises'
 import { median, type ScenarioSummary } from './report.js'
 import type { Scenario } from './scenarios.js'
+import { ratioInRound, type Measurement } from './schedule.js'
 
 export interface CostRowReport {
   scenario: string
@@ -18,14 +19,16 @@ export interface CostRowReport {
   adds: string | null
   /** Median server CPU µs per request. */
   cpuUsPerRequest: number | null
-  /** Median over rounds of this / base, server CPU per request. */
+  /** Median over rounds of this / base, server CPU per request, the base measured beside this in each round (bench/schedule.ts). */
   ratio: number | null
-  /** Median over rounds of (this - adds) / base: the feature's own cost in units of the bare proxy. */
+  /** Median over rounds of this / base - adds / base: the feature's own cost in units of the bare proxy. */
   share: number | null
   goal: string
   /** null when there is no goal or no figure. */
   met: boolean | null
   rounds: number
+  /** Each round's figures: this row's CPU µs per request, its base's at its place in the round, and their ratio. */
+  perRound: Array<{ cpuUsPerRequest: number | null, baseUsPerRequest: number | null, ratio: number | null }>
   /** Why the row has no figures. */
   skipped?: string
 }
@@ -60,7 +63,11 @@ export interface CapacityStep {
   sustained: boolean
 }
 
-/** A step is sustained when every answer is 2xx, nothing failed or stayed unsent, and the 2xx per second kept up with the offer. */
+/**
+ * A step is sustained when it was answered in full: every answer 2xx, no error and nothing left unsent, and
+ * 2xx per second at least this share of the offer (a queue that grew). Latency is not a test: a slow step
+ * that kept up still counts (its p99 is reported beside it).
+ */
 export const SUSTAINED_SHARE = 0.97
 /** Each step of the search offers this multiple of the one before. */
 export const CAPACITY_STEP = 1.15
@@ -105,11 +112,7 @@ export interface LatencyReport {
 
 const round3 = (v: number): number | null => Number.isFinite(v) ? Math.round(v * 1000) / 1000 : null
 
-function perRound (rows: ScenarioSummary | undefined): number[] {
-  return rows?.rounds.map((r) => r.cpu.serverUsPerRequest) ?? []
-}
-
-export function costTable (scenarios: readonly Scenario[], summaries: Record<string, ScenarioSummary>): CostReport {
+export function costTable (scenarios: readonly Scenario[], summaries: Record<string, ScenarioSummary>, measured: ReadonlyArray<readonly Measurement[]>): CostReport {
   const rows: CostRowReport[] = []
   for (const s of scenarios) {
     if (s.cost === undefined) continue
@@ -122,7 +125,7 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
     ]
     const row: CostRowReport = {
       scenario: s.name, feature: cost.feature, base: cost.base, adds: cost.adds ?? null,
-      cpuUsPerRequest: null, ratio: null, share: null, goal: goals.length === 0 ? 'informational' : goals.join(', '), met: null, rounds: 0
+      cpuUsPerRequest: null, ratio: null, share: null, goal: goals.length === 0 ? 'informational' : goals.join(', '), met: null, rounds: 0, perRound: []
     }
     const base = summaries[cost.base]
     const skipped = summary.skipped ?? base?.skipped ?? (base === undefined ? `${cost.base} was not run` : undefined)
@@ -130,24 +133,28 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
       rows.push({ ...row, skipped })
       continue
     }
-    const own = perRound(summary)
-    const bases = perRound(base)
-    // The share needs the scenario the feature is added to, run and not skipped.
-    const added = cost.adds === undefined || summaries[cost.adds]?.skipped !== undefined ? [] : perRound(summaries[cost.adds])
-    const n = Math.min(own.length, bases.length)
-    const ratio = round3(median(Array.from({ length: n }, (_, i) => own[i]! / bases[i]!)))
-    const share = added.length === 0 ? null : round3(median(Array.from({ length: Math.min(n, added.length) }, (_, i) => (own[i]! - added[i]!) / bases[i]!)))
+    // Each round's ratio against the base measured beside the row (bench/schedule.ts).
+    const own = measured.map((round) => ratioInRound(round, s.name, cost.base)).filter((r) => Number.isFinite(r.ratio))
+    // The share needs the scenario the feature is added to, run and not skipped: the two ratios' difference in
+    // each round, each against its own neighbouring base, so the time between the two cancels as well.
+    const adds = cost.adds === undefined || summaries[cost.adds] === undefined || summaries[cost.adds]!.skipped !== undefined ? undefined : cost.adds
+    const shares = adds === undefined
+      ? []
+      : measured.map((round) => ratioInRound(round, s.name, cost.base).ratio - ratioInRound(round, adds, cost.base).ratio).filter(Number.isFinite)
+    const ratio = round3(median(own.map((r) => r.ratio)))
+    const share = shares.length === 0 ? null : round3(median(shares))
     const checks = [
       ...(cost.goal?.ratio === undefined || ratio === null ? [] : [ratio <= cost.goal.ratio]),
       ...(cost.goal?.share === undefined || share === null ? [] : [share <= cost.goal.share])
     ]
     rows.push({
       ...row,
-      cpuUsPerRequest: round3(median(own)),
+      cpuUsPerRequest: round3(median(own.map((r) => r.usPerRequest))),
       ratio,
       share,
       met: checks.length === 0 ? null : checks.every(Boolean),
-      rounds: n
+      rounds: own.length,
+      perRound: own.map((r) => ({ cpuUsPerRequest: round3(r.usPerRequest), baseUsPerRequest: round3(r.baseUsPerRequest), ratio: round3(r.ratio) }))
     })
   }
   return { baseline: 'bare-ping', rows }
@@ -170,7 +177,7 @@ export function formatCosts (costs: CostReport): string {
   const lines = costs.rows.map((r) => r.skipped !== undefined
     ? `${r.scenario.padEnd(20)} skipped: ${r.skipped}`
     : `${r.scenario.padEnd(20)} ${fixed(r.cpuUsPerRequest, 0).padStart(6)} us  x${fixed(r.ratio, 2).padStart(5)}  ${signedPercent(r.share).padStart(7)}  ${r.goal}${r.met === null ? '' : `  (${verdict(r.met)})`}  ${r.feature}`)
-  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
+  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios, each against the base measured beside the row); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
 }
 
 function formatStep (step: CapacityStep): string {
@@ -186,6 +193,10 @@ export function formatLatency (latency: LatencyReport): string {
 export interface MarkdownInput {
   machine: { cpus: number, cpuModel: string, node: string, date: string, loadavg1m: { before: number, after: number } }
   command: string
+  /** Rounds the medians are taken over. */
+  rounds: number
+  /** Cost rows between two measurements of their base (bench/schedule.ts). */
+  rowsPerBase: number
   costs: CostReport
   latency: LatencyReport | { skipped: string } | null
   /** The cost chart, relative to the markdown file. */
@@ -206,8 +217,10 @@ export function costMarkdown (input: MarkdownInput): string {
     '```',
     '',
     `Server CPU per request (utime + stime of the server process from \`/proc\`) as a ratio to \`${costs.baseline}\`, ` +
-      'the median of per-round ratios (the rounds interleave every scenario). *Own share*: what the feature adds to the ' +
-      'bare gateway (or bare update), in units of the bare proxy\'s cost per request.',
+      `${input.rounds === 1 ? 'from a single round (not a median: rerun with --rounds 3 or more)' : `the median of ${input.rounds} per-round ratios`}. In every round each row is measured next to its base (\`bare-ping\` or \`bare-update\`, ` +
+      `at most ${input.rowsPerBase === 1 ? 'one row' : `${input.rowsPerBase} rows`} between two measurements of it), and its ratio is taken against the base at its place: the base's ` +
+      'measurements on either side, weighted by nearness. *Own share*: what the feature adds to the ' +
+      'bare gateway (or bare update), in units of the bare proxy\'s cost per request (the row\'s ratio less the bare gateway\'s, per round).',
     '',
     '| Scenario | What is on | CPU µs/req | × bare proxy | Own share | Goal | |',
     '|---|---|---:|---:|---:|---|---|'
@@ -223,7 +236,7 @@ export function costMarkdown (input: MarkdownInput): string {
   else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
   else {
     out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
-      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the highest rate it answered in full, all 2xx and on time, in an open-loop search that steps the offer up by ${CAPACITY_STEP}x until a step fails${latency.capacityBounded ? '' : '; no step failed, so this is a lower bound'}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
+      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the highest rate it answered in full: only 2xx, nothing unsent, 2xx per second at least ${Math.round(SUSTAINED_SHARE * 100)}% of the offer, in an open-loop search that steps the offer up by ${CAPACITY_STEP}x until a step fails${latency.capacityBounded ? '' : '; no step failed, so this is a lower bound'}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
     '| Search step | 2xx/s | non-2xx | errors | p99 ms | CPU gateway | CPU generator | |', '|---:|---:|---:|---:|---:|---:|---:|---|',
     ...latency.capacitySteps.map((st) => `| ${st.offeredRps} | ${st.goodputRps} | ${st.non2xx} | ${st.errors} | ${fixed(st.p99, 1)} | ${fixed(st.cpu.server, 2)} | ${fixed(st.cpu.generator, 2)} | ${st.sustained ? 'sustained' : 'not sustained'} |`), '',
     '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')

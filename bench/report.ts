@@ -117,6 +117,40 @@ export function median (values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
+/**
+ * One round's figure for a scenario measured more than once in it (a cost
+ * row's base, bench/schedule.ts), so every scenario has one Round per round:
+ * counts summed; CPU per request weighted by each measurement's requests
+ * (the measurements last equally long, so by req/s); rates, busy cores and
+ * latency quantiles the mean of the measurements'.
+ */
+export function mergeRounds (measured: readonly Round[]): Round {
+  if (measured.length === 1) return measured[0]!
+  const mean = (values: number[]): number => values.reduce((sum, v) => sum + v, 0) / values.length
+  const requests = measured.reduce((sum, r) => sum + r.rps, 0)
+  const statusCodes: Record<string, number> = {}
+  for (const r of measured) {
+    for (const [code, count] of Object.entries(r.statusCodes)) statusCodes[code] = (statusCodes[code] ?? 0) + count
+  }
+  const cpu = (key: keyof CpuUse): number => mean(measured.map((r) => r.cpu[key]))
+  return {
+    rps: Math.round(mean(measured.map((r) => r.rps))),
+    p50: Math.round(mean(measured.map((r) => r.p50)) * 100) / 100,
+    p99: Math.round(mean(measured.map((r) => r.p99)) * 100) / 100,
+    non2xx: measured.reduce((n, r) => n + r.non2xx, 0),
+    errors: measured.reduce((n, r) => n + r.errors, 0),
+    timeouts: measured.reduce((n, r) => n + r.timeouts, 0),
+    statusCodes,
+    cpu: {
+      server: Math.round(cpu('server') * 100) / 100,
+      mock: Math.round(cpu('mock') * 100) / 100,
+      loadgen: Math.round(cpu('loadgen') * 100) / 100,
+      serverUsPerRequest: requests === 0 ? Number.NaN : Math.round(measured.reduce((sum, r) => sum + r.cpu.serverUsPerRequest * r.rps, 0) / requests),
+      serverSystemShare: Math.round(cpu('serverSystemShare') * 100) / 100
+    }
+  }
+}
+
 export function summarize (description: string, url: string, connections: number, rounds: Round[], probe: Probe | null): ScenarioSummary {
   const statusCodes: Record<string, number> = {}
   for (const round of rounds) {

@@ -3,9 +3,10 @@
  *
  * Locally it starts the mock upstream, nginx (when installed) and two
  * gateways (LOG_LEVEL=warn and info) as child processes, then drives load at
- * each scenario in turn from this process. Rounds interleave the scenarios,
- * so slow drift on a shared machine hits all of them alike, and the report
- * takes the median of the rounds.
+ * each scenario in turn from this process. Every round measures every
+ * scenario, each cost row right beside its base (bench/schedule.ts), so a
+ * ratio compares measurements seconds apart, and the report takes the median
+ * of the rounds.
  */
 import { existsSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
@@ -23,9 +24,10 @@ import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
 import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
+import { roundSchedule, ROWS_PER_BASE, type Measurement } from './schedule.js'
 import { renderCostChart } from './chart.js'
 import {
-  formatProblems, formatRatios, formatSaturation, formatTable, median, quantile, ratios, saturationVerdict, skippedSummary, summarize,
+  formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
   type Probe, type Round, type SaturationPoint, type ScenarioSummary
 } from './report.js'
 import {
@@ -52,6 +54,8 @@ const LATENCY = 'latency'
 const LATENCY_PAIR = ['bare-ping', 'prod-ping'] as const
 const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION, LATENCY]
 const BEFORE = '@before'
+/** The fewest rounds a table written with --markdown may be the median of. */
+const MARKDOWN_ROUNDS_MIN = 3
 
 /**
  * --compare: each gateway scenario again on another build (its gateway
@@ -60,24 +64,28 @@ const BEFORE = '@before'
  */
 function withTwins (scenarios: readonly Scenario[], compare: string | undefined): Scenario[] {
   if (compare === undefined) return [...scenarios]
-  const twins = scenarios.filter((s) => isGateway(s.target)).map((s): Scenario => {
+  // Each twin right after its original: between the same two base measurements of a round (bench/schedule.ts).
+  return scenarios.flatMap((s): Scenario[] => {
+    if (!isGateway(s.target)) return [s]
     const target = `${s.target}${BEFORE}`
     GATEWAYS[target] = { ...gatewaySpec(s.target), script: path.join(compare, 'src', 'server.js') }
-    return {
+    return [s, {
       ...s,
       name: `${s.name}${BEFORE}`,
       description: `${s.description} (${compare})`,
       target,
       ...(s.cost === undefined ? {} : { cost: { ...s.cost, feature: `${s.cost.feature} (before)`, ...(s.cost.adds === undefined ? {} : { adds: `${s.cost.adds}${BEFORE}` }) } })
-    }
+    }]
   })
-  return [...scenarios, ...twins]
 }
 
 const HELP = `usage: node dist/bench/run.js [options]
   --duration S      seconds per scenario per round (default 10)
   --connections N   concurrent connections (default 50; create-10mib uses at most 4)
-  --rounds N        rounds; the report shows the median (default 3)
+  --rounds N        rounds; the report shows the median (default 3; --markdown needs at least 3)
+  --rows-per-base N cost rows measured between two measurements of their base (bare-ping or bare-update)
+                    in each round: 2 is B X1 X2 B X3 X4 B, 1 is B X1 B X2 B (more base measurements, a longer run)
+                    (default ${ROWS_PER_BASE})
   --warmup S        seconds of unmeasured load per scenario right before each round (default 1)
   --only a,b        scenarios to run: ${KNOWN.join(', ')}
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
@@ -107,6 +115,7 @@ interface Options {
   duration: number
   connections: number
   rounds: number
+  rowsPerBase: number
   warmup: number
   only: string[]
   json?: string
@@ -130,6 +139,7 @@ function parseOptions (argv: string[]): Options {
       duration: { type: 'string', default: '10' },
       connections: { type: 'string', default: '50' },
       rounds: { type: 'string', default: '3' },
+      'rows-per-base': { type: 'string', default: String(ROWS_PER_BASE) },
       warmup: { type: 'string', default: '1' },
       only: { type: 'string' },
       json: { type: 'string' },
@@ -158,10 +168,18 @@ function parseOptions (argv: string[]): Options {
   const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
   const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@before$/, '')))
   if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
+  const rounds = number('rounds', values.rounds, 1, true)
+  const rowsPerBaseOf = (text: string): number => {
+    if (text !== '1' && text !== '2') throw new Error(`--rows-per-base ${text}: expected 1 or 2 (with more, a row in the middle would not be next to its base)`)
+    return Number(text)
+  }
+  // The published table is a median of rounds: of one or two it would be a single disturbed round's word.
+  if (values.markdown !== undefined && rounds < MARKDOWN_ROUNDS_MIN) throw new Error(`--markdown needs --rounds ${MARKDOWN_ROUNDS_MIN} or more (the table is the median of at least ${MARKDOWN_ROUNDS_MIN} rounds); got --rounds ${rounds}`)
   return {
     duration: number('duration', values.duration, 0.1, false),
     connections: number('connections', values.connections, 1, true),
-    rounds: number('rounds', values.rounds, 1, true),
+    rounds,
+    rowsPerBase: rowsPerBaseOf(values['rows-per-base']),
     warmup: number('warmup', values.warmup, 0, false),
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
@@ -539,17 +557,28 @@ async function main (): Promise<void> {
   }
 
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
+  // Every round in this order: each cost row beside a measurement of its base (bench/schedule.ts).
+  const schedule = roundSchedule(runnable, options.rowsPerBase)
+  const byName = new Map(runnable.map((s) => [s.name, s]))
+  const measured: Measurement[][] = []
   for (let r = 1; r <= options.rounds; r++) {
-    for (const s of runnable) {
-      process.stderr.write(`round ${r}/${options.rounds}: ${s.name}...`)
-      // Warmed right before each round, not once at the start: a gateway that sat idle
+    const sequence: Measurement[] = []
+    const inRound = new Map<string, Round[]>()
+    for (const [slot, name] of schedule.entries()) {
+      const s = byName.get(name)!
+      process.stderr.write(`round ${r}/${options.rounds}, ${slot + 1}/${schedule.length}: ${s.name}...`)
+      // Warmed right before each measurement, not once at the start: a gateway that sat idle
       // through the other scenarios (a minute, in a full run) answers its first seconds
-      // 15-25% slower (docs/PERFORMANCE.md, Method).
+      // 15-25% slower (docs/performance-history.md, Method).
       if (options.warmup > 0) await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, options.warmup)
       const round = await measureRound(s, targetOf(s), mock, requests.get(s.name)!, options)
-      rounds.get(s.name)!.push(round)
-      process.stderr.write(` ${round.rps} req/s, p99 ${round.p99} ms\n`)
+      sequence.push({ scenario: s.name, usPerRequest: round.cpu.serverUsPerRequest })
+      inRound.set(s.name, [...inRound.get(s.name) ?? [], round])
+      process.stderr.write(` ${round.rps} req/s, p99 ${round.p99} ms, ${round.cpu.serverUsPerRequest} us/req\n`)
     }
+    // A base measured several times in the round still gives one Round per round to the summary.
+    for (const [name, list] of inRound) rounds.get(name)!.push(mergeRounds(list))
+    measured.push(sequence)
   }
 
   // Past saturation: open loop at multiples of the capacity the closed loop just measured.
@@ -666,13 +695,15 @@ async function main (): Promise<void> {
   const report = {
     machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.version, platform: process.platform, date: new Date().toISOString(),
       loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN } },
-    options: { duration: options.duration, connections: options.connections, rounds: options.rounds, warmup: options.warmup, only: options.only, target: options.target ?? null,
+    options: { duration: options.duration, connections: options.connections, rounds: options.rounds, rowsPerBase: options.rowsPerBase, warmup: options.warmup, only: options.only, target: options.target ?? null,
       saturationConnections: options.saturationConnections, capacitySteps: options.capacitySteps, prodEnv: options.prodEnv },
     features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),
     keySetFetches,
     scenarios,
     ratios: ratios(scenarios),
-    costs: costTable(all, scenarios),
+    // The order of each round's measurements, and what each measured: the cost table's ratios are read from these.
+    schedule: { rowsPerBase: options.rowsPerBase, order: schedule, rounds: measured },
+    costs: costTable(all, scenarios, measured),
     latency: latencyReport,
     saturation: saturationReport
   }
@@ -712,6 +743,8 @@ async function main (): Promise<void> {
     await writeMarkdown(options.markdown, {
       machine: report.machine,
       command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+      rounds: options.rounds,
+      rowsPerBase: options.rowsPerBase,
       costs: report.costs,
       latency: latencyReport,
       ...(options.costChart === undefined ? {} : { chart: path.relative(path.dirname(options.markdown), options.costChart) })

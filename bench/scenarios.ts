@@ -174,7 +174,7 @@ const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'direct', description: 'mock ping, no auth (the limit)', target: 'mock', method: 'GET', path: PING, auth: false, localOnly: true },
   { name: 'nginx', description: 'nginx -> mock ping, no auth', target: 'nginx', method: 'GET', path: PING, auth: false, localOnly: true },
   // DECISIONS 30: the floor every CPU ratio is stated against.
-  { name: 'bare-ping', description: 'bare Node proxy ping, HS256 (cached)', target: 'bare', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'bare Node proxy (node:http, cached HS256, undici Pool)', base: 'bare-ping' } },
+  { name: 'bare-ping', description: 'bare Node proxy ping, HS256 (cached)', target: 'bare', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'bare Node proxy (node:http, cached HS256, undici Pool dispatch)', base: 'bare-ping' } },
   { name: 'fastify-ping', description: 'the bare proxy on Fastify: ping, HS256 (cached)', target: 'bare-fastify', method: 'GET', path: PING, auth: true, localOnly: true, cost: { feature: 'the bare proxy on Fastify (what the framework alone costs)', base: 'bare-ping' } },
   { name: 'bare-update', description: 'bare Node proxy update, HS256 (cached), body streamed on', target: 'bare', method: 'POST', path: UPDATE, auth: true, localOnly: true, body: updateRequest },
   { name: 'ping', description: 'gateway ping, JWT', target: 'gateway', method: 'GET', path: PING, auth: true, localOnly: false, cost: { feature: 'gateway, nothing on (LOG_LEVEL=warn, no metrics, no limits)', base: 'bare-ping', goal: { ratio: 1.10 } } },

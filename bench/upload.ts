@@ -489,7 +489,7 @@ async function main (): Promise<void> {
   const gatewayPid = (await gateway.pids())[0]
   if (enginePid === undefined || gatewayPid === undefined) throw new Error('no process id for the engine or the gateway')
   // RSS right after start, before any upload: the first few large uploads grow
-  // the heap once (see docs/PERFORMANCE.md), which the waves' baseline excludes.
+  // the heap once (docs/performance-history.md, Uploads, Method: the warm-up uploads), which the waves' baseline excludes.
   const atReady = { gatewayMb: kbToMb((await readStatus(gatewayPid)).rss), engineMb: kbToMb((await readStatus(enginePid)).rss) }
 
   const targets: Target[] = [

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of gateway builds on one load, interleaved round by round, for "measured
-# before and after" (docs/PERFORMANCE.md, "What moved the figures").
+# before and after" (docs/performance-history.md, "What moved the figures").
 #
 #   bench/tools/ab.sh ROUNDS label:DIST_DIR[:ENV=V ...] ...
 #

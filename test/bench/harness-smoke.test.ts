@@ -4,7 +4,8 @@
  * search's first step 97.4% answered against its 97% rule beside a busy
  * neighbour: too near), the open loop past saturation, two steps of the
  * capacity search, the latency pair, the charts
- * and the cost table's markdown. It checks the shape of the JSON
+ * and the cost table's markdown (written from the run's report: --markdown
+ * itself refuses fewer than 3 rounds). It checks the shape of the JSON
  * report and that every answer was the one expected (2xx; past saturation
  * also 503/429), never a figure: figures depend on the machine, and this
  * suite runs on shared, noisy ones.
@@ -17,7 +18,8 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { dist, isCount, isFigure, isNumber, runBench, skipUnlessBuilt } from '../helpers/bench.js'
-import { capacityOf, isSustained } from '../../bench/costs.js'
+import { capacityOf, isSustained, writeMarkdown, type MarkdownInput } from '../../bench/costs.js'
+import { roundSchedule } from '../../bench/schedule.js'
 
 const RUN = dist('bench', 'run.js')
 const SCENARIO_MODULE = dist('bench', 'scenarios.js')
@@ -62,17 +64,18 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
     scenarios: Record<string, Record<string, unknown>>
     ratios: Record<string, Record<string, unknown>>
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
-    costs: { baseline: string, rows: Array<Record<string, unknown>> }
+    costs: MarkdownInput['costs']
+    schedule: { rowsPerBase: number, order: string[], rounds: Array<Array<{ scenario: string, usPerRequest: number | null }>> }
     latency: { capacityFrom: string, capacityRps: number, closedLoopRps: number, capacityBounded: boolean, capacitySteps: Array<Record<string, unknown>>, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
   }>(t, RUN, ['--duration', '0.5', '--connections', '2', '--rounds', '1', '--warmup', '0', '--saturation-connections', '8', '--capacity-steps', '2', '--chart', chart,
-    '--cost-chart', costChart, '--markdown', markdown], 230_000)
+    '--cost-chart', costChart], 230_000)
   t.equal(run.code, 0, run.code === 0 ? 'harness exits 0' : `harness exits 0, stderr:\n${run.stderr}`)
   const report = run.report!
 
   t.ok(isCount(report.machine.cpus), 'machine.cpus')
   t.equal(typeof report.machine.node, 'string', 'machine.node')
   t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
-  t.match(report.options, { duration: 0.5, connections: 2, rounds: 1, warmup: 0, saturationConnections: 8, capacitySteps: 2 }, 'options echo the command line')
+  t.match(report.options, { duration: 0.5, connections: 2, rounds: 1, rowsPerBase: 2, warmup: 0, saturationConnections: 8, capacitySteps: 2 }, 'options echo the command line')
   const missing = Object.keys(report.features)
   t.same(missing.filter((f) => !FEATURES.includes(f)), [], 'features: only known ones reported missing')
 
@@ -140,6 +143,17 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
   }
   t.equal(report.costs.rows.find((r) => r.scenario === 'bare-ping')?.ratio, 1, 'the baseline is 1')
 
+  // The round's order: every run scenario, each cost row next to a measurement of its base.
+  const ran = SCENARIOS.filter((name) => report.scenarios[name]!.skipped === undefined)
+  t.same(report.schedule.order, roundSchedule(declared.filter((s) => ran.includes(s.name)) as never, 2), 'the round ran in the schedule\'s order')
+  t.same([...new Set(report.schedule.order)].sort(), [...ran].sort(), 'every scenario that ran is in it')
+  t.same(report.schedule.rounds.map((round) => round.map((m) => m.scenario)), [report.schedule.order], 'one round, measured in that order')
+  for (const row of report.costs.rows) {
+    if (row.skipped !== undefined || row.scenario === row.base) continue
+    const at = report.schedule.order.indexOf(row.scenario)
+    t.ok(report.schedule.order[at - 1] === row.base || report.schedule.order[at + 1] === row.base, `${row.scenario}: measured next to ${row.base}`)
+  }
+
   // Latency for phones: the bare proxy and everything on, at 0.5 and 0.9 of the everything-on capacity.
   const latency = report.latency
   t.ok(latency !== null && 'points' in latency, 'the latency pair ran')
@@ -162,12 +176,14 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
   }
   t.equal(typeof latency?.verdict.goal, 'string', 'latency verdict')
 
+  await writeMarkdown(markdown, { machine: report.machine as MarkdownInput['machine'], command: 'npm run bench -- (smoke)', rounds: 1, rowsPerBase: 2, costs: report.costs, latency: report.latency as MarkdownInput['latency'] })
   const doc = await readFile(markdown, 'utf8')
   t.match(doc, /^# Kept above\n\n<!-- bench:begin /, 'the text above the table is kept')
   t.match(doc, /\n<!-- bench:end -->\n\nKept below\n$/, 'and the text below')
   t.notMatch(doc, /old table/, 'the old table is replaced')
   t.match(doc, /\| `bare-ping` \| .* \| 1\.00 \|/, 'the table has the baseline row')
   t.match(doc, /### Latency for phones/, 'and the latency table')
+  t.match(doc, /from a single round \(not a median/, 'the text says how many rounds the figures are of')
   t.match(await readFile(costChart, 'utf8'), /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"[^]*bare-ping/, 'the cost chart is an SVG with the rows')
 
   const svg = await readFile(chart, 'utf8')
