@@ -203,3 +203,24 @@ t.test('a call queued for the engine whose client leaves: one 499 line, and the 
   await log.accessLine('r-queued-next')
   t.same(['r-busy', 'r-queued-gone', 'r-queued-next'].map((id) => log.accessLines(id).map((l) => l.status)), [[200], [499], [200]])
 })
+
+t.test('a client that leaves mid-body (an update never reaches a handler): one 499 line', async (t) => {
+  const log = capture()
+  const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  // Expect: 100-continue, so the gateway says when it has admitted the request and waits for the body.
+  socket.write(`POST /api/portfolio/update HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\n` +
+    'Content-Type: application/json\r\nContent-Length: 200\r\nExpect: 100-continue\r\nX-Request-Id: r-mid-body\r\n\r\n')
+  const [interim] = await once(socket, 'data') as [Buffer]
+  t.match(String(interim), /^HTTP\/1\.1 100 Continue/)
+  socket.write('{"portfolio_id":"p-1","target_')
+  socket.end()
+  t.match(await log.accessLine('r-mid-body'), { reqId: 'r-mid-body', method: 'POST', url: '/api/portfolio/update', ip: '127.0.0.1', status: 499, clientLeft: true, msg: 'request' })
+  const health = await request(`${url}/health`, { headers: { 'x-request-id': 'r-mid-body-next' } })
+  await health.body.text()
+  await log.accessLine('r-mid-body-next')
+  t.equal(log.accessLines('r-mid-body').length, 1)
+})
