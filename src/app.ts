@@ -5,7 +5,7 @@
  *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
-import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
@@ -28,7 +28,7 @@ import { installTraceContext } from './observability/trace-context.js'
 import { logEngineEvents } from './observability/engine-log.js'
 import { installTracing, traceUploadWait } from './observability/tracing.js'
 import type { Tracing } from './shared/tracing-sdk.js'
-import { accessLog } from './observability/access-log.js'
+import { AccessLines } from './observability/access-log.js'
 import { requestLoggerFactory } from './observability/request-logger.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
@@ -55,13 +55,14 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
   const linger = deps.linger ?? LINGER_BOUNDS
   const shedder = new LoadShedder()
+  // One access line per request, also for a client that left (499) and the router's refusals, instead of Fastify's two.
+  const accessLines = new AccessLines()
   const app = Fastify({
     serverFactory: (handler) => createFrontServer(handler, { shed: (req) => shedder.verdict(req), lifecycle, linger }),
     logger: deps.logger ?? false,
     genReqId: requestIdFrom,
     requestIdHeader: false,
-    // One access line per request (onResponse below) instead of Fastify's two.
-    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'reqId' }),
+    logController: accessLines,
     // Each request's logger carries traceId beside reqId (W3C trace context), and costs nothing until it writes.
     childLoggerFactory: requestLoggerFactory,
     // Requests on open keep-alive sockets are still served while draining; /health says 500.
@@ -100,15 +101,9 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis', trustProxy: config.trustProxy })
   installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
   logEngineEvents(app, deps.engine)
-  // The level is fixed at start; a quieter level then costs no hook at all. The access line has a
+  // The level is fixed at start; a quieter level then costs nothing. The access line has a
   // fixed shape and goes straight to the log's destination: no child logger, no object walk.
-  if (['info', 'debug', 'trace'].includes(app.log.level)) {
-    const access = accessLog(app.log)
-    app.addHook('onResponse', (request, reply, done) => {
-      access(request, reply)
-      done()
-    })
-  }
+  accessLines.start(app.log)
 
   // 2. Errors: one handler, one catalogue.
   installErrorHandling(app)

@@ -6,7 +6,15 @@
  * Not an AbortSignal: every ping and update carries one, and an AbortController
  * with its EventTarget listener cost a ping about a quarter of its CPU in the
  * bench. This is the part of an AbortSignal the engine client uses, one listener.
+ *
+ * A response is watched by one 'close' listener, the same function for every
+ * response (no closure per request: see docs/performance.md on pretenuring),
+ * which finds its request's state on the response. Two things share it: the
+ * engine call's signal while a handler waits on the engine (watchClientGone),
+ * and the access line, which is told when a response closes without its line
+ * (watchResponse): a client that left, or an answer Fastify never reports.
  */
+import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
 import { validationError } from './errors.js'
 
@@ -27,10 +35,43 @@ export interface ClientGone {
   done: () => void
 }
 
-class Gone implements Abandonment {
+/**
+ * Told once when a watched response closes before its line was written:
+ * `finished` false is a client that left before the answer finished; true,
+ * an answer that went out without the framework reporting it.
+ */
+export type ResponseClosed = (reply: FastifyReply, finished: boolean) => void
+
+const WATCH = Symbol('client-gone watch')
+
+/** One request's state, kept on its response for the shared 'close' listener. */
+class Watch {
+  /** The engine call's signal while a handler watches; only the latest watch is told. */
+  gone: Gone | undefined = undefined
+  closed: ResponseClosed | undefined
+  /** `closed` was told: the line is written, nothing else may write one. */
+  told = false
+
+  constructor (readonly reply: FastifyReply, closed: ResponseClosed | undefined) {
+    this.closed = closed
+  }
+}
+
+type Watched = ServerResponse & { [WATCH]?: Watch }
+
+class Gone implements Abandonment, ClientGone {
   aborted = false
   reason: unknown = undefined
   #listener: AbandonmentListener | undefined = undefined
+  readonly #watch: Watch
+
+  constructor (watch: Watch) {
+    this.#watch = watch
+  }
+
+  get signal (): Abandonment { return this }
+  done (): void { if (this.#watch.gone === this) this.#watch.gone = undefined }
+
   addEventListener (_type: 'abort', listener: AbandonmentListener): void { this.#listener = listener }
   removeEventListener (_type: 'abort', listener: AbandonmentListener): void { if (this.#listener === listener) this.#listener = undefined }
   abort (reason: unknown): void {
@@ -44,13 +85,64 @@ class Gone implements Abandonment {
   }
 }
 
-export function watchClientGone (reply: FastifyReply): ClientGone {
-  const gone = new Gone()
-  const res = reply.raw
-  const onClose = (): void => {
-    if (!res.writableFinished) gone.abort(validationError('the client went away before its answer was sent'))
+const wentAway = (): Error => validationError('the client went away before its answer was sent')
+
+/** The one 'close' listener of every watched response (`this` is the response). */
+function onResponseClose (this: Watched): void {
+  const watch = this[WATCH]
+  if (watch === undefined) return
+  const finished = this.writableFinished
+  if (!finished) {
+    const gone = watch.gone
+    watch.gone = undefined
+    gone?.abort(wentAway())
   }
-  if (res.destroyed || res.socket?.destroyed === true) onClose()
-  else res.on('close', onClose)
-  return { signal: gone, done: () => { res.off('close', onClose) } }
+  const closed = watch.closed
+  if (closed === undefined) return
+  watch.closed = undefined
+  watch.told = true
+  closed(watch.reply, finished)
+}
+
+function watchOf (reply: FastifyReply, closed: ResponseClosed | undefined): Watch {
+  const res = reply.raw as Watched
+  let watch = res[WATCH]
+  if (watch === undefined) {
+    watch = res[WATCH] = new Watch(reply, closed)
+    res.on('close', onResponseClose)
+  } else if (closed !== undefined && !watch.told) {
+    watch.closed = closed
+  }
+  return watch
+}
+
+/** Tell `closed` once if `reply`'s response closes before `answered(reply)` was called. */
+export function watchResponse (reply: FastifyReply, closed: ResponseClosed): void {
+  watchOf(reply, closed)
+}
+
+/**
+ * The response's line is being written now: a later close tells its watch
+ * nothing. False when the watch was told already (the line is written).
+ */
+export function answered (reply: FastifyReply): boolean {
+  const watch = (reply.raw as Watched)[WATCH]
+  if (watch === undefined) return true
+  if (watch.told) return false
+  watch.closed = undefined
+  watch.told = true
+  return true
+}
+
+/** Watch for the client going away while a handler waits; `done()` when the answer is being sent. */
+export function watchClientGone (reply: FastifyReply): ClientGone {
+  const watch = watchOf(reply, undefined)
+  const gone = new Gone(watch)
+  const res = reply.raw
+  if (res.destroyed || res.socket?.destroyed === true) {
+    if (!res.writableFinished) gone.abort(wentAway())
+  } else {
+    watch.gone = gone
+  }
+  return gone
 }

@@ -6,12 +6,26 @@
  * key), with a fixed set of fields: about 0.4 µs a line where pino's generic
  * object walk takes 1.1 µs. The destination batches lines into writes of at
  * least 4 KiB (server.ts).
+ *
+ * Exactly one line a request, also for those Fastify never reports as
+ * completed: a client that closed its connection (FIN or RST) before the
+ * answer finished gets its line when the connection closes, with status 499
+ * (nginx's "client closed request"), the duration so far and
+ * `"clientLeft":true`; an answer the framework wrote itself (a URL the router
+ * cannot read, see frameworkErrors in app.ts) gets its line when its response
+ * closes. Both come from the response's one 'close' listener, which the
+ * engine routes' client-gone signal shares (src/http/client-gone.ts).
  */
-import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
+import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
 import pino, { type Logger } from 'pino'
+import { answered, watchResponse } from '../http/client-gone.js'
 import { traceIdOf } from './trace-context.js'
 
-export type AccessLog = (request: FastifyRequest, reply: FastifyReply) => void
+/** nginx's "client closed request": the client left before its answer was finished. */
+export const CLIENT_CLOSED_REQUEST = 499
+
+/** Writes one access line; `clientLeft`: the status is 499 and the line says so. */
+export type AccessLog = (request: FastifyRequest, reply: FastifyReply, clientLeft?: boolean) => void
 
 interface Destination { write: (line: string) => unknown }
 
@@ -27,11 +41,51 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
   const bindings = (logger as unknown as Record<symbol, string>)[symbols.chindingsSym] ?? ''
   const head = `{"level":${logger.levels.values.info!}`
   const tail = `,${quote((logger as unknown as Record<symbol, string>)[symbols.messageKeySym] ?? 'msg')}:"request"}\n`
-  return (request, reply) => {
+  const left = `,"clientLeft":true${tail}`
+  return (request, reply, clientLeft = false) => {
     // traceId is our own hex (or a client's, checked to be hex); the rest is quoted. A client that
     // reset its connection before the answer ended leaves no address (request.ip undefined): null, so
     // the line stays JSON (JSON.stringify(undefined) is no JSON at all).
     stream.write(`${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
-      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${reply.statusCode},"ms":${Math.round(reply.elapsedTime)}${tail}`)
+      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${clientLeft ? CLIENT_CLOSED_REQUEST : reply.statusCode}` +
+      `,"ms":${Math.round(reply.elapsedTime)}${clientLeft ? left : tail}`)
+  }
+}
+
+/**
+ * Fastify's log controller with the access line: Fastify tells it of every
+ * request (incomingRequest: routes, 404s and the router's own refusals) and
+ * of every answer it saw finish (requestCompleted, after the onResponse
+ * hooks), so the line costs no hook of its own. Fastify's own request lines
+ * stay off. Silent until `start` is given a logger at info or below.
+ */
+export class AccessLines extends LogController {
+  #write: AccessLog | undefined = undefined
+
+  constructor () {
+    super({ disableRequestLogging: true, requestIdLogLabel: 'reqId' })
+  }
+
+  /** The level is fixed at start: a quieter one costs the request path nothing. */
+  start (log: FastifyBaseLogger): void {
+    if (['info', 'debug', 'trace'].includes(log.level)) this.#write = accessLog(log)
+  }
+
+  override incomingRequest (_request: FastifyRequest, reply: FastifyReply): void {
+    if (this.#write === undefined) return
+    // Node keeps a socket's peer address once it is asked for, and a closed socket can no longer
+    // tell it: asked now, a client that leaves still has its address on the line (request.ip).
+    // The line asked for it anyway; this asks earlier, and once per connection.
+    void reply.raw.socket?.remoteAddress
+    watchResponse(reply, this.#closed)
+  }
+
+  override requestCompleted (_error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.#write !== undefined && answered(reply)) this.#write(request, reply)
+  }
+
+  /** A response closed without its line: the client left (499), or Fastify did not report the answer. */
+  readonly #closed = (reply: FastifyReply, finished: boolean): void => {
+    this.#write?.(reply.request, reply, !finished)
   }
 }
