@@ -24,7 +24,7 @@ import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
 import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
-import { roundSchedule, ROWS_PER_BASE, type Measurement } from './schedule.js'
+import { roundSchedule, ROWS_PER_BASE, TWIN_SUFFIX, type Measurement } from './schedule.js'
 import { renderCostChart } from './chart.js'
 import {
   formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
@@ -53,7 +53,7 @@ const LATENCY_MULTIPLES = [0.5, 0.9] as const
 const LATENCY = 'latency'
 const LATENCY_PAIR = ['bare-ping', 'prod-ping'] as const
 const KNOWN = [...SCENARIOS.map((s) => s.name), SATURATION, LATENCY]
-const BEFORE = '@before'
+const BEFORE = TWIN_SUFFIX
 /** The fewest rounds a table written with --markdown may be the median of. */
 const MARKDOWN_ROUNDS_MIN = 3
 

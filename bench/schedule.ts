@@ -40,6 +40,9 @@ export const ROWS_PER_BASE = 2
  * measured as often as its rows need; its own row (bare-ping's 1.00) is one
  * of those measurements.
  */
+/** `--compare`'s twin of a scenario is named `<name>@before` (run.ts). */
+export const TWIN_SUFFIX = '@before'
+
 export function roundSchedule (scenarios: readonly Schedulable[], rowsPerBase = ROWS_PER_BASE): string[] {
   // Three or more and a row in the middle would not be next to its base.
   if (rowsPerBase !== 1 && rowsPerBase !== 2) throw new Error(`rows per base ${rowsPerBase}: expected 1 or 2, so every row is next to its base`)
@@ -50,9 +53,31 @@ export function roundSchedule (scenarios: readonly Schedulable[], rowsPerBase = 
   for (const base of bases) {
     const rows = scenarios.filter((s) => baseOf(s) === base).map((s) => s.name)
     order.push(base)
-    for (let i = 0; i < rows.length; i += rowsPerBase) order.push(...rows.slice(i, i + rowsPerBase), base)
+    for (const run of runsOf(rows, rowsPerBase)) order.push(...run, base)
   }
   return order
+}
+
+/**
+ * The rows in runs of at most `rowsPerBase`, in order, where a row and its
+ * `--compare` twin always share a run (with two rows per base): the two
+ * builds are then measured between the same two base measurements.
+ */
+function runsOf (rows: readonly string[], rowsPerBase: number): string[][] {
+  const units: string[][] = []
+  for (const row of rows) {
+    const original = row.endsWith(TWIN_SUFFIX) ? row.slice(0, -TWIN_SUFFIX.length) : undefined
+    const unit = rowsPerBase === 2 && original !== undefined ? units.find((u) => u.length === 1 && u[0] === original) : undefined
+    if (unit !== undefined) unit.push(row)
+    else units.push([row])
+  }
+  const runs: string[][] = []
+  for (const unit of units) {
+    const last = runs.at(-1)
+    if (unit.length === 1 && last !== undefined && last.length < rowsPerBase) last.push(...unit)
+    else runs.push([...unit])
+  }
+  return runs
 }
 
 const usable = (m: Measurement | undefined, base: string): m is Measurement => m !== undefined && m.scenario === base && Number.isFinite(m.usPerRequest) && m.usPerRequest > 0

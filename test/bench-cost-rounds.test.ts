@@ -35,6 +35,9 @@ t.test('a round measures each cost row next to its base, a few rows between two 
     'bare-update', 'update', 'bare-update', 'update-idempotent', 'bare-update'
   ], 'one row per base: each row between two base measurements')
   t.same(roundSchedule([row('ping', 'bare-ping'), row('update', 'bare-update')]), ['ping', 'update'], 'a row whose base is not run is measured alone')
+  // --compare's twins: an original and its twin share a run, between the same two base measurements.
+  const twins = [row('fastify-ping', 'bare-ping'), row('ping', 'bare-ping'), row('ping@before', 'bare-ping'), row('prod-ping', 'bare-ping'), row('prod-ping@before', 'bare-ping'), { name: 'bare-ping', cost: { base: 'bare-ping' } }]
+  t.same(roundSchedule(twins, 2), ['bare-ping', 'fastify-ping', 'bare-ping', 'ping', 'ping@before', 'bare-ping', 'prod-ping', 'prod-ping@before', 'bare-ping'], 'no base between a row and its twin')
   t.throws(() => roundSchedule(scenarios, 3), /rows per base 3: expected 1 or 2, so every row is next to its base/, 'with three, the middle row would not be')
 })
 
