@@ -66,8 +66,14 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.
-    const requestId = inFlight === undefined ? undefined : cutByServer(inFlight, answerTo(err.code)[0])
-    socket.write(clientErrorAnswer(err.code, requestId))
+    if (inFlight === undefined) socket.write(clientErrorAnswer(err.code))
+    else {
+      const requestId = cutByServer(inFlight, answerTo(err.code)[0])
+      // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
+      // that half-closed: the answer it cannot take shows which it was (the write fails before the
+      // socket closes), and that client left after all.
+      socket.write(clientErrorAnswer(err.code, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
+    }
     lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
   }
 }

@@ -143,12 +143,13 @@ export function answered (reply: FastifyReply): boolean {
  * or a raw answer (408, 400) written onto the socket for a parser error. The
  * line then shows `status` (what was sent, or 408 for a timeout, as nginx
  * logs its own) and not a client that left. Returns the request's id, for the
- * raw answer to carry, when the response is watched.
+ * raw answer to carry, when the response is watched. `undefined` takes it back.
  */
-export function cutByServer (res: ServerResponse, status: number): string | undefined {
+export function cutByServer (res: ServerResponse, status: number | undefined): string | undefined {
   const watch = (res as Watched)[WATCH]
   if (watch === undefined) return undefined
-  watch.cutStatus ??= status
+  // undefined: not cut by the server after all (the client had reset the connection).
+  watch.cutStatus = status
   return watch.reply.request.id
 }
 
