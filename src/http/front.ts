@@ -100,9 +100,11 @@ function closeWaitingResponses (this: PipeliningSocket): void {
  * answer that the server cut it off: its line says 408, as nginx logs its own
  * timeouts, not that the client left.
  */
-function cutOnIdle (socket: NodeSocket): void {
+function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
   const res = socket._httpMessage
-  if (res != null && !res.writableFinished) cutByServer(res, 408)
+  // An answer already under way (a client that stopped reading) keeps its status, as nginx logs it.
+  if (res != null && !res.writableFinished) cutByServer(res, res.headersSent ? res.statusCode : 408)
+  for (const waiting of socket[kWaiting] ?? []) if (!settled(waiting)) cutByServer(waiting, 408)
   socket.destroy()
 }
 

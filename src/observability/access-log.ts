@@ -11,9 +11,12 @@
  * completed: a client that closed its connection (FIN or RST) before the
  * answer finished gets its line when the connection closes, with status 499
  * (nginx's "client closed request"), the duration so far and
- * `"clientLeft":true`; an answer the framework wrote itself (a URL the router
- * cannot read, see frameworkErrors in app.ts) gets its line when its response
- * closes. Both come from the response's one 'close' listener, which the
+ * `"clientLeft":true` (also a pipelined request still waiting behind another,
+ * src/http/front.ts); a request the server itself cut off (its timeouts, a raw
+ * answer to a body cut short) gets the status it was answered, or 408 for
+ * the idle timeout, and no clientLeft; an answer the framework wrote itself
+ * (a URL the router cannot read, see frameworkErrors in app.ts) gets its line
+ * when its response closes. All come from the response's one 'close' listener, which the
  * engine routes' client-gone signal shares (src/http/client-gone.ts).
  */
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
