@@ -80,6 +80,11 @@ function awaitSocket (socket: PipeliningSocket, res: ServerResponse): void {
   waiting.push(res)
 }
 
+/** A request attached at once on a socket that pipelined before: those before it are all answered, let them go. */
+function drained (socket: PipeliningSocket): void {
+  socket[kWaiting]!.length = 0
+}
+
 function closeWaitingResponses (this: PipeliningSocket): void {
   const waiting = this[kWaiting] ?? []
   this[kWaiting] = undefined
@@ -142,6 +147,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
     const refusal = shed(req)
     if (refusal === undefined) {
       if (res.socket === null) awaitSocket(req.socket, res)
+      else if ((req.socket as PipeliningSocket)[kWaiting] !== undefined) drained(req.socket)
       fastify(req, res)
     } else answerInFront(req, res, refusal.status, refusal.body, { lifecycle, linger }, refusal.headers)
   }
