@@ -1,9 +1,12 @@
 /**
  * Every request leaves exactly one access line: also a client that closes its
  * connection (FIN or RST) while the engine is still answering (status 499,
- * "clientLeft": true, written when the connection closes), and a URL the
- * router cannot read (the framework's own 400). Real sockets, a real gateway
- * and a stub engine that answers only when the test lets it.
+ * "clientLeft": true, written when the connection closes), a pipelined
+ * request waiting behind another when its client leaves, a request the
+ * server itself cuts off (its timeouts, a body cut short: the status it sent,
+ * not a client that left), and a URL the router cannot read (the framework's
+ * own 400). Real sockets, a real gateway and a stub engine that answers only
+ * when the test lets it.
  */
 import { execFile } from 'node:child_process'
 import { EventEmitter, once } from 'node:events'
@@ -12,7 +15,9 @@ import { Writable } from 'node:stream'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { contractHandler, startStubUpstream, type StubHandler } from '../fixtures/stub-upstream.js'
+import { startMetricsServer } from '../src/observability/metrics-server.js'
 import { bearer, build } from './helpers/app.js'
+import { scrape, valueOf } from './helpers/prometheus.js'
 
 type Line = Record<string, unknown>
 
@@ -204,23 +209,131 @@ t.test('a call queued for the engine whose client leaves: one 499 line, and the 
   t.same(['r-busy', 'r-queued-gone', 'r-queued-next'].map((id) => log.accessLines(id).map((l) => l.status)), [[200], [499], [200]])
 })
 
-t.test('a client that leaves mid-body (an update never reaches a handler): one 499 line', async (t) => {
-  const log = capture()
-  const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
-  const { hostname, port } = new URL(url)
+/** A raw update whose body stops after a few bytes: the request is in the framework, waiting for the rest. */
+async function partialUpdate (gateway: string, reqId: string, expectContinue = false): Promise<{ socket: Socket, received: () => string, closed: Promise<unknown> }> {
+  const { hostname, port } = new URL(gateway)
   const socket = connect(Number(port), hostname)
   socket.on('error', () => {})
   await once(socket, 'connect')
-  // Expect: 100-continue, so the gateway says when it has admitted the request and waits for the body.
+  let received = ''
+  socket.on('data', (chunk: Buffer) => { received += String(chunk) })
+  const closed = once(socket, 'close')
   socket.write(`POST /api/portfolio/update HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\n` +
-    'Content-Type: application/json\r\nContent-Length: 200\r\nExpect: 100-continue\r\nX-Request-Id: r-mid-body\r\n\r\n')
-  const [interim] = await once(socket, 'data') as [Buffer]
-  t.match(String(interim), /^HTTP\/1\.1 100 Continue/)
+    `Content-Type: application/json\r\nContent-Length: 200\r\n${expectContinue ? 'Expect: 100-continue\r\n' : ''}X-Request-Id: ${reqId}\r\n\r\n`)
+  if (expectContinue) {
+    // The gateway says when it has admitted the request and waits for the body.
+    const [interim] = await once(socket, 'data') as [Buffer]
+    if (!String(interim).startsWith('HTTP/1.1 100 Continue')) throw new Error(`expected 100 Continue, got ${String(interim)}`)
+    received = ''
+  }
   socket.write('{"portfolio_id":"p-1","target_')
-  socket.end()
-  t.match(await log.accessLine('r-mid-body'), { reqId: 'r-mid-body', method: 'POST', url: '/api/portfolio/update', ip: '127.0.0.1', status: 499, clientLeft: true, msg: 'request' })
+  return { socket, received: () => received, closed }
+}
+
+/** The raw answer's status line, request id and body. */
+function rawAnswer (text: string): { status: string, requestId: string | undefined, body: string } {
+  const [head = '', body = ''] = text.split('\r\n\r\n')
+  return { status: head.split('\r\n')[0] ?? '', requestId: /^x-request-id: (.*)$/im.exec(head)?.[1], body }
+}
+
+t.test('a client that half-closes (FIN) mid-body: it gets a 400 with its request id, and the line says 400', async (t) => {
+  const log = capture()
+  const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+  const update = await partialUpdate(url, 'r-mid-body', true)
+  update.socket.end()
+  await update.closed
+  t.same(rawAnswer(update.received()), { status: 'HTTP/1.1 400 Bad Request', requestId: 'r-mid-body', body: '{"error":"malformed HTTP request"}' },
+    'the answer the client can still read carries its request id')
+  const line = await log.accessLine('r-mid-body')
+  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the line shows what was answered')
+  t.match(line, { reqId: 'r-mid-body', method: 'POST', url: '/api/portfolio/update', ip: '127.0.0.1', status: 400, msg: 'request' })
   const health = await request(`${url}/health`, { headers: { 'x-request-id': 'r-mid-body-next' } })
   await health.body.text()
   await log.accessLine('r-mid-body-next')
   t.equal(log.accessLines('r-mid-body').length, 1)
+})
+
+t.test('a client that resets (RST) mid-body: one 499 line', async (t) => {
+  const log = capture()
+  const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+  const update = await partialUpdate(url, 'r-mid-body-rst', true)
+  update.socket.resetAndDestroy()
+  t.match(await log.accessLine('r-mid-body-rst'), { reqId: 'r-mid-body-rst', method: 'POST', url: '/api/portfolio/update', status: 499, clientLeft: true, msg: 'request' })
+  const health = await request(`${url}/health`, { headers: { 'x-request-id': 'r-mid-body-rst-next' } })
+  await health.body.text()
+  await log.accessLine('r-mid-body-rst-next')
+  t.equal(log.accessLines('r-mid-body-rst').length, 1)
+})
+
+// The server's own timeouts are shortened on app.server: the real ones (180 s for a request, the idle
+// timeout of config) are far too long for a test. Node checks the request timeout every second
+// (connectionsCheckingInterval), so the cut comes 1 to 2 s after the body stopped.
+t.test('the request timeout while a body trickles in: a raw 408 with the request id, and the line says 408', async (t) => {
+  const log = capture()
+  const { app, url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+  app.server.headersTimeout = 500
+  app.server.requestTimeout = 1000
+  const update = await partialUpdate(url, 'r-request-timeout')
+  await update.closed
+  t.same(rawAnswer(update.received()), { status: 'HTTP/1.1 408 Request Timeout', requestId: 'r-request-timeout', body: '{"error":"request timed out"}' })
+  const line = await log.accessLine('r-request-timeout')
+  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the server cut it off')
+  t.match(line, { reqId: 'r-request-timeout', method: 'POST', url: '/api/portfolio/update', status: 408, msg: 'request' })
+})
+
+t.test('the idle timeout while a request waits: the line says 408, not that the client left', async (t) => {
+  const log = capture()
+  const { app, url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+  // Applies to connections accepted from now on.
+  app.server.timeout = 1000
+  const started = Date.now()
+  const update = await partialUpdate(url, 'r-idle-timeout')
+  await update.closed
+  t.ok(Date.now() - started >= 900, 'the server closed the connection at its idle timeout')
+  t.equal(update.received(), '', 'the connection is closed without an answer, as Node does')
+  const line = await log.accessLine('r-idle-timeout')
+  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client was still there')
+  t.match(line, { reqId: 'r-idle-timeout', method: 'POST', url: '/api/portfolio/update', status: 408, msg: 'request' })
+})
+
+/** Two pings pipelined on one connection, the second waiting behind the first (held by the engine), then the client leaves. */
+async function pipelinedClientLeaves (t: Test, leave: (socket: Socket) => void, ids: [string, string]): Promise<void> {
+  const engine = await lateEngine(t)
+  const log = capture()
+  const { app, url } = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
+  const metrics = await startMetricsServer(app.metrics, { port: 0, host: '127.0.0.1' })
+  t.teardown(metrics.close)
+  const inFlight = async (): Promise<number | undefined> => valueOf((await scrape(`http://127.0.0.1:${metrics.port}`)).samples, 'gateway_requests_in_flight')
+
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  const ping = (id: string): string => `GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: ${id}\r\n\r\n`
+  socket.write(ping(ids[0]) + ping(ids[1]))
+  await engine.arrived()
+  leave(socket)
+  for (const id of ids) {
+    t.match(await log.accessLine(id), { reqId: id, method: 'GET', url: '/api/portfolio/ping', status: 499, clientLeft: true, msg: 'request' })
+  }
+  t.equal(await inFlight(), 0, 'both requests have left the in-flight gauge')
+
+  // The engine's one connection frees up: a call still queued for the waiting request would go before this one.
+  const next = request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': `${ids[1]}-next` } })
+  engine.release()
+  const answer = await next
+  t.equal(answer.statusCode, 200)
+  t.equal(await answer.body.text(), 'pong')
+  await log.accessLine(`${ids[1]}-next`)
+  t.same(engine.paths, [`${ids[0]} /api/portfolio/ping`, `${ids[1]}-next /api/portfolio/ping`], 'the waiting request never reached the engine')
+  t.same(ids.map((id) => log.accessLines(id).length), [1, 1], 'one line each')
+  t.equal(await inFlight(), 0)
+}
+
+t.test('two pipelined pings whose client closes (FIN): a 499 line each, the waiting one never reaches the engine', async (t) => {
+  await pipelinedClientLeaves(t, (socket) => socket.end(), ['p-fin-1', 'p-fin-2'])
+})
+
+t.test('two pipelined pings whose client resets (RST): a 499 line each, the waiting one never reaches the engine', async (t) => {
+  await pipelinedClientLeaves(t, (socket) => socket.resetAndDestroy(), ['p-rst-1', 'p-rst-2'])
 })

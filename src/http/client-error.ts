@@ -2,17 +2,23 @@
  * Answers that Node's HTTP parser gives before any route runs (DECISIONS 21):
  * 431 headers too large, 408 request timeout, 400 malformed request. Fastify's
  * default writes its own body shape, no request id, and closes the socket
- * without saying so, so a client that pipelined its next request loses it
- *. Here: the simple shape, a fresh request id, and
- * `connection: close` before the socket is ended; then the socket lingers
- * (connection-close.ts), so a client still sending reads the answer instead
- * of a reset.
+ * without saying so, so a client that pipelined its next request loses it.
+ * Here: the simple shape, a request id, and `connection: close` before the
+ * socket is ended; then the socket lingers (connection-close.ts), so a client
+ * still sending reads the answer instead of a reset.
+ *
+ * Some of these come while a request is already in the framework, its body
+ * still arriving: the request timeout, or a client that half-closes mid-body.
+ * That request's response is then never sent; the raw answer is its answer.
+ * So it carries that request's id, and the request's access line shows the
+ * status sent instead of a client that left (client-gone.ts cutByServer).
  */
 import { randomUUID } from 'node:crypto'
-import { STATUS_CODES } from 'node:http'
+import { STATUS_CODES, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
+import { cutByServer } from './client-gone.js'
 import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
@@ -23,9 +29,11 @@ const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
 }
 const MALFORMED: readonly [number, string] = [400, 'malformed HTTP request']
 
+const answerTo = (code: string | undefined): readonly [number, string] => (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
+
 /** The raw HTTP answer for a parser error: simple shape, an id, and the socket's end said out loud. */
 export function clientErrorAnswer (code: string | undefined, requestId: string = randomUUID()): string {
-  const [status, message] = (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
+  const [status, message] = answerTo(code)
   const body = JSON.stringify({ error: message })
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]!}\r\n` +
     'content-type: application/json; charset=utf-8\r\n' +
@@ -52,12 +60,20 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
     // An early answer is on its way and will linger: the parser failed on the body it was not going to read.
     if (lingerArmed(socket)) return
     // A response already under way on this socket cannot be followed by another.
-    const busy = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
-    if (!socket.writable || busy) {
+    const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined
+    if (!socket.writable || inFlight?.headersSent === true) {
       socket.destroy()
       return
     }
-    socket.write(clientErrorAnswer(err.code))
+    // A request in the framework whose body was cut short: this answer is its answer.
+    if (inFlight === undefined) socket.write(clientErrorAnswer(err.code))
+    else {
+      const requestId = cutByServer(inFlight, answerTo(err.code)[0])
+      // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
+      // that half-closed: the answer it cannot take shows which it was (the write fails before the
+      // socket closes), and that client left after all.
+      socket.write(clientErrorAnswer(err.code, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
+    }
     lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
   }
 }

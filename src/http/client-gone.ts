@@ -38,9 +38,11 @@ export interface ClientGone {
 /**
  * Told once when a watched response closes before its line was written:
  * `finished` false is a client that left before the answer finished; true,
- * an answer that went out without the framework reporting it.
+ * an answer that went out without the framework reporting it. `cutStatus`:
+ * the server itself ended the request (its own timeout, or a raw answer to a
+ * parser error), with this status, so the client did not leave.
  */
-export type ResponseClosed = (reply: FastifyReply, finished: boolean) => void
+export type ResponseClosed = (reply: FastifyReply, finished: boolean, cutStatus: number | undefined) => void
 
 const WATCH = Symbol('client-gone watch')
 
@@ -51,6 +53,8 @@ class Watch {
   closed: ResponseClosed | undefined
   /** `closed` was told: the line is written, nothing else may write one. */
   told = false
+  /** The server ended the request with this status (cutByServer). */
+  cutStatus: number | undefined = undefined
 
   constructor (readonly reply: FastifyReply, closed: ResponseClosed | undefined) {
     this.closed = closed
@@ -101,7 +105,7 @@ function onResponseClose (this: Watched): void {
   if (closed === undefined) return
   watch.closed = undefined
   watch.told = true
-  closed(watch.reply, finished)
+  closed(watch.reply, finished, watch.cutStatus)
 }
 
 function watchOf (reply: FastifyReply, closed: ResponseClosed | undefined): Watch {
@@ -132,6 +136,21 @@ export function answered (reply: FastifyReply): boolean {
   watch.closed = undefined
   watch.told = true
   return true
+}
+
+/**
+ * The server, not the client, ends this response's request: its idle timeout,
+ * or a raw answer (408, 400) written onto the socket for a parser error. The
+ * line then shows `status` (what was sent, or 408 for a timeout, as nginx
+ * logs its own) and not a client that left. Returns the request's id, for the
+ * raw answer to carry, when the response is watched. `undefined` takes it back.
+ */
+export function cutByServer (res: ServerResponse, status: number | undefined): string | undefined {
+  const watch = (res as Watched)[WATCH]
+  if (watch === undefined) return undefined
+  // undefined: not cut by the server after all (the client had reset the connection).
+  watch.cutStatus = status
+  return watch.reply.request.id
 }
 
 /** Watch for the client going away while a handler waits; `done()` when the answer is being sent. */

@@ -18,10 +18,15 @@
  * - The shedder (limits/shedding.ts) gives a verdict; its 503 is written here.
  * - A request that arrives on a lingering connection (pipelined behind a body
  *   that was answered early) is not served: its connection is closing.
+ * - A pipelined request whose client leaves still closes its response
+ *   (`closeWaitingResponses`), and the server's idle timeout is told to the
+ *   request it cuts off (`cutOnIdle`).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
+import { cutByServer } from './client-gone.js'
 import { bodyLimitOf, endsConnection, lingerOf, type LingerBounds } from './connection-close.js'
 import { requestIdFrom } from './request-id.js'
 import { routerPath } from './router-path.js'
@@ -46,6 +51,67 @@ export interface FrontOptions {
 
 const kAwaitingContinue = Symbol('gateway.awaitingContinue')
 type ContinuableRequest = IncomingMessage & { [kAwaitingContinue]?: boolean }
+
+const kWaiting = Symbol('gateway.waitingResponses')
+type PipeliningSocket = Socket & { [kWaiting]?: ServerResponse[] }
+type NodeSocket = Socket & { _httpMessage?: ServerResponse | null }
+
+/** Attached to its socket (Node closes it then), or closed, or its answer sent whole: nothing to do for it. */
+const settled = (res: ServerResponse): boolean => res.socket !== null || res.destroyed || res.writableFinished
+
+/**
+ * A pipelined request's response waits, unattached (`res.socket` null), while
+ * an earlier one owns the socket. When the socket closes, Node emits 'close'
+ * only on the attached response (its onServerResponseClose), never on the
+ * waiting ones: their access line, their engine call's client-gone signal and
+ * the in-flight gauge would wait for a 'close' that never comes. So the
+ * waiting ones are closed here as Node closes an attached one. One listener
+ * and one list per pipelining socket, none for the others; answers go out in
+ * order, so the list is pruned from its front.
+ */
+function awaitSocket (socket: PipeliningSocket, res: ServerResponse): void {
+  let waiting = socket[kWaiting]
+  if (waiting === undefined) {
+    waiting = socket[kWaiting] = []
+    socket.on('close', closeWaitingResponses)
+  } else {
+    while (waiting.length > 0 && settled(waiting[0]!)) waiting.shift()
+  }
+  waiting.push(res)
+}
+
+/** A request attached at once on a socket that pipelined before: those before it are all answered, let them go. */
+function drained (socket: PipeliningSocket): void {
+  socket[kWaiting]!.length = 0
+}
+
+function closeWaitingResponses (this: PipeliningSocket): void {
+  const waiting = this[kWaiting] ?? []
+  this[kWaiting] = undefined
+  for (const res of waiting) {
+    if (settled(res)) continue
+    // What Node's emitCloseNT does for an attached response.
+    const closing = res as ServerResponse & { destroyed: boolean, _closed?: boolean }
+    closing.destroyed = true
+    closing._closed = true
+    res.emit('close')
+  }
+}
+
+/**
+ * The idle timeout (`server.setTimeout`). Without a 'timeout' listener Node
+ * destroys the socket; this does too (nothing here listens for a request's or
+ * response's own 'timeout'), first telling a request still waiting for its
+ * answer that the server cut it off: its line says 408, as nginx logs its own
+ * timeouts, not that the client left.
+ */
+function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
+  const res = socket._httpMessage
+  // An answer already under way (a client that stopped reading) keeps its status, as nginx logs it.
+  if (res != null && !res.writableFinished) cutByServer(res, res.headersSent ? res.statusCode : 408)
+  for (const waiting of socket[kWaiting] ?? []) if (!settled(waiting)) cutByServer(waiting, 408)
+  socket.destroy()
+}
 
 /**
  * An answer written in front of Fastify (Node's own refusals, the shedder's
@@ -79,8 +145,11 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
       return
     }
     const refusal = shed(req)
-    if (refusal === undefined) fastify(req, res)
-    else answerInFront(req, res, refusal.status, refusal.body, { lifecycle, linger }, refusal.headers)
+    if (refusal === undefined) {
+      if (res.socket === null) awaitSocket(req.socket, res)
+      else if ((req.socket as PipeliningSocket)[kWaiting] !== undefined) drained(req.socket)
+      fastify(req, res)
+    } else answerInFront(req, res, refusal.status, refusal.body, { lifecycle, linger }, refusal.headers)
   }
 
   const server = createServer({
@@ -89,6 +158,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
     // Node checks headersTimeout and requestTimeout this often (its default, 30 s, would make 10 s mean up to 40 s).
     connectionsCheckingInterval: SERVER_LIMITS.connectionsCheckingIntervalMs
   }, front)
+  server.on('timeout', cutOnIdle)
   server.on('checkContinue', (req: ContinuableRequest, res: ServerResponse) => {
     req[kAwaitingContinue] = true
     front(req, res)

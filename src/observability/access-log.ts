@@ -11,9 +11,12 @@
  * completed: a client that closed its connection (FIN or RST) before the
  * answer finished gets its line when the connection closes, with status 499
  * (nginx's "client closed request"), the duration so far and
- * `"clientLeft":true`; an answer the framework wrote itself (a URL the router
- * cannot read, see frameworkErrors in app.ts) gets its line when its response
- * closes. Both come from the response's one 'close' listener, which the
+ * `"clientLeft":true` (also a pipelined request still waiting behind another,
+ * src/http/front.ts); a request the server itself cut off (its timeouts, a raw
+ * answer to a body cut short) gets the status it was answered, or 408 for
+ * the idle timeout, and no clientLeft; an answer the framework wrote itself
+ * (a URL the router cannot read, see frameworkErrors in app.ts) gets its line
+ * when its response closes. All come from the response's one 'close' listener, which the
  * engine routes' client-gone signal shares (src/http/client-gone.ts).
  */
 import { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
@@ -24,8 +27,11 @@ import { traceIdOf } from './trace-context.js'
 /** nginx's "client closed request": the client left before its answer was finished. */
 export const CLIENT_CLOSED_REQUEST = 499
 
-/** Writes one access line; `clientLeft`: the status is 499 and the line says so. */
-export type AccessLog = (request: FastifyRequest, reply: FastifyReply, clientLeft?: boolean) => void
+/**
+ * Writes one access line with `status` (default: the reply's); 499 is a
+ * client that left, and the line says so with `"clientLeft":true`.
+ */
+export type AccessLog = (request: FastifyRequest, reply: FastifyReply, status?: number) => void
 
 interface Destination { write: (line: string) => unknown }
 
@@ -42,13 +48,13 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
   const head = `{"level":${logger.levels.values.info!}`
   const tail = `,${quote((logger as unknown as Record<symbol, string>)[symbols.messageKeySym] ?? 'msg')}:"request"}\n`
   const left = `,"clientLeft":true${tail}`
-  return (request, reply, clientLeft = false) => {
+  return (request, reply, status = reply.statusCode) => {
     // traceId is our own hex (or a client's, checked to be hex); the rest is quoted. A client that
     // reset its connection before the answer ended leaves no address (request.ip undefined): null, so
     // the line stays JSON (JSON.stringify(undefined) is no JSON at all).
     stream.write(`${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
-      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${clientLeft ? CLIENT_CLOSED_REQUEST : reply.statusCode}` +
-      `,"ms":${Math.round(reply.elapsedTime)}${clientLeft ? left : tail}`)
+      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${status}` +
+      `,"ms":${Math.round(reply.elapsedTime)}${status === CLIENT_CLOSED_REQUEST ? left : tail}`)
   }
 }
 
@@ -84,8 +90,11 @@ export class AccessLines extends LogController {
     if (this.#write !== undefined && answered(reply)) this.#write(request, reply)
   }
 
-  /** A response closed without its line: the client left (499), or Fastify did not report the answer. */
-  readonly #closed = (reply: FastifyReply, finished: boolean): void => {
-    this.#write?.(reply.request, reply, !finished)
+  /**
+   * A response closed without its line: the server cut the request off (its
+   * status), the client left (499), or Fastify did not report the answer.
+   */
+  readonly #closed = (reply: FastifyReply, finished: boolean, cutStatus: number | undefined): void => {
+    this.#write?.(reply.request, reply, cutStatus ?? (finished ? reply.statusCode : CLIENT_CLOSED_REQUEST))
   }
 }
