@@ -231,6 +231,14 @@ async function partialUpdate (gateway: string, reqId: string, expectContinue = f
 }
 
 /** The raw answer's status line, request id and body. */
+/** One more request, and its line: every line of `reqId` is written by then; exactly one of them. */
+async function onlyOneLine (t: Test, gateway: string, log: ReturnType<typeof capture>, reqId: string): Promise<void> {
+  const health = await request(`${gateway}/health`, { headers: { 'x-request-id': `${reqId}-next` } })
+  await health.body.text()
+  await log.accessLine(`${reqId}-next`)
+  t.equal(log.accessLines(reqId).length, 1)
+}
+
 function rawAnswer (text: string): { status: string, requestId: string | undefined, body: string } {
   const [head = '', body = ''] = text.split('\r\n\r\n')
   return { status: head.split('\r\n')[0] ?? '', requestId: /^x-request-id: (.*)$/im.exec(head)?.[1], body }
@@ -247,10 +255,7 @@ t.test('a client that half-closes (FIN) mid-body: it gets a 400 with its request
   const line = await log.accessLine('r-mid-body')
   t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the line shows what was answered')
   t.match(line, { reqId: 'r-mid-body', method: 'POST', url: '/api/portfolio/update', ip: '127.0.0.1', status: 400, msg: 'request' })
-  const health = await request(`${url}/health`, { headers: { 'x-request-id': 'r-mid-body-next' } })
-  await health.body.text()
-  await log.accessLine('r-mid-body-next')
-  t.equal(log.accessLines('r-mid-body').length, 1)
+  await onlyOneLine(t, url, log, 'r-mid-body')
 })
 
 t.test('a client that resets (RST) mid-body: one 499 line', async (t) => {
@@ -259,10 +264,7 @@ t.test('a client that resets (RST) mid-body: one 499 line', async (t) => {
   const update = await partialUpdate(url, 'r-mid-body-rst', true)
   update.socket.resetAndDestroy()
   t.match(await log.accessLine('r-mid-body-rst'), { reqId: 'r-mid-body-rst', method: 'POST', url: '/api/portfolio/update', status: 499, clientLeft: true, msg: 'request' })
-  const health = await request(`${url}/health`, { headers: { 'x-request-id': 'r-mid-body-rst-next' } })
-  await health.body.text()
-  await log.accessLine('r-mid-body-rst-next')
-  t.equal(log.accessLines('r-mid-body-rst').length, 1)
+  await onlyOneLine(t, url, log, 'r-mid-body-rst')
 })
 
 // The server's own timeouts are shortened on app.server: the real ones (180 s for a request, the idle
