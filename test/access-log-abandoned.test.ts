@@ -339,3 +339,21 @@ t.test('two pipelined pings whose client closes (FIN): a 499 line each, the wait
 t.test('two pipelined pings whose client resets (RST): a 499 line each, the waiting one never reaches the engine', async (t) => {
   await pipelinedClientLeaves(t, (socket) => socket.resetAndDestroy(), ['p-rst-1', 'p-rst-2'])
 })
+
+t.test('an engine that answers 499 itself: the line says 499, and not that the client left', async (t) => {
+  const engineError = { success: false, error: { source: 'engine', code: 'CLIENT_CLOSED', message: 'closed', function: 'ping' } }
+  const stub = await startStubUpstream((req, res) => {
+    if (req.url !== '/api/portfolio/ping') return contractHandler(req, res, Buffer.alloc(0))
+    res.writeHead(499, { 'content-type': 'application/json' })
+    res.end(JSON.stringify(engineError))
+  })
+  t.teardown(stub.close)
+  const log = capture()
+  const { url } = await build(t, { upstreamUrl: stub.url, logger: { level: 'info', stream: log.stream } })
+  const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-engine-499' } })
+  t.equal(res.statusCode, 499)
+  t.same(await res.body.json(), engineError)
+  const line = await log.accessLine('r-engine-499')
+  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client stayed for its answer')
+  t.match(line, { reqId: 'r-engine-499', status: 499, msg: 'request' })
+})

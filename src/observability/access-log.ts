@@ -28,10 +28,12 @@ import { traceIdOf } from './trace-context.js'
 export const CLIENT_CLOSED_REQUEST = 499
 
 /**
- * Writes one access line with `status` (default: the reply's); 499 is a
- * client that left, and the line says so with `"clientLeft":true`.
+ * Writes one access line with the reply's status, or, for a request that
+ * ended without its answer, `ended`: a client that left (499, and the line
+ * says so with `"clientLeft":true`) or the status the server cut it off with.
+ * Told, not read from the status: an engine may answer 499 itself.
  */
-export type AccessLog = (request: FastifyRequest, reply: FastifyReply, status?: number) => void
+export type AccessLog = (request: FastifyRequest, reply: FastifyReply, ended?: { status: number, clientLeft: boolean }) => void
 
 interface Destination { write: (line: string) => unknown }
 
@@ -48,13 +50,14 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
   const head = `{"level":${logger.levels.values.info!}`
   const tail = `,${quote((logger as unknown as Record<symbol, string>)[symbols.messageKeySym] ?? 'msg')}:"request"}\n`
   const left = `,"clientLeft":true${tail}`
-  return (request, reply, status = reply.statusCode) => {
+  return (request, reply, ended) => {
+    const status = ended?.status ?? reply.statusCode
     // traceId is our own hex (or a client's, checked to be hex); the rest is quoted. A client that
     // reset its connection before the answer ended leaves no address (request.ip undefined): null, so
     // the line stays JSON (JSON.stringify(undefined) is no JSON at all).
     stream.write(`${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
       `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${status}` +
-      `,"ms":${Math.round(reply.elapsedTime)}${status === CLIENT_CLOSED_REQUEST ? left : tail}`)
+      `,"ms":${Math.round(reply.elapsedTime)}${ended?.clientLeft === true ? left : tail}`)
   }
 }
 
@@ -95,6 +98,7 @@ export class AccessLines extends LogController {
    * status), the client left (499), or Fastify did not report the answer.
    */
   readonly #closed = (reply: FastifyReply, finished: boolean, cutStatus: number | undefined): void => {
-    this.#write?.(reply.request, reply, cutStatus ?? (finished ? reply.statusCode : CLIENT_CLOSED_REQUEST))
+    const clientLeft = cutStatus === undefined && !finished
+    this.#write?.(reply.request, reply, { status: cutStatus ?? (clientLeft ? CLIENT_CLOSED_REQUEST : reply.statusCode), clientLeft })
   }
 }
