@@ -13,12 +13,12 @@
  * So it carries that request's id, and the request's access line shows the
  * status sent instead of a client that left (client-gone.ts cutByServer).
  */
-import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { cutByServer } from './client-gone.js'
+import { newRequestId } from './request-id.js'
 import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
@@ -32,7 +32,7 @@ const MALFORMED: readonly [number, string] = [400, 'malformed HTTP request']
 const answerTo = (code: string | undefined): readonly [number, string] => (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
 
 /** The raw HTTP answer for a parser error: simple shape, an id, and the socket's end said out loud. */
-export function clientErrorAnswer (code: string | undefined, requestId: string = randomUUID()): string {
+export function clientErrorAnswer (code: string | undefined, requestId: string = newRequestId()): string {
   const [status, message] = answerTo(code)
   const body = JSON.stringify({ error: message })
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]!}\r\n` +
