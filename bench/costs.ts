@@ -134,13 +134,14 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
       continue
     }
     // Each round's ratio against the base measured beside the row (bench/schedule.ts).
-    const own = measured.map((round) => ratioInRound(round, s.name, cost.base)).filter((r) => Number.isFinite(r.ratio))
+    const inRounds = measured.map((round) => ratioInRound(round, s.name, cost.base))
+    const own = inRounds.filter((r) => Number.isFinite(r.ratio))
     // The share needs the scenario the feature is added to, run and not skipped: the two ratios' difference in
     // each round, each against its own neighbouring base, so the time between the two cancels as well.
     const adds = cost.adds === undefined || summaries[cost.adds] === undefined || summaries[cost.adds]!.skipped !== undefined ? undefined : cost.adds
     const shares = adds === undefined
       ? []
-      : measured.map((round) => ratioInRound(round, s.name, cost.base).ratio - ratioInRound(round, adds, cost.base).ratio).filter(Number.isFinite)
+      : measured.map((round, i) => inRounds[i]!.ratio - ratioInRound(round, adds, cost.base).ratio).filter(Number.isFinite)
     const ratio = round3(median(own.map((r) => r.ratio)))
     const share = shares.length === 0 ? null : round3(median(shares))
     const checks = [
