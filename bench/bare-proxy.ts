@@ -13,7 +13,8 @@
  * with undici's dispatch and a plain handler object: no client work the
  * gateway does not do either.
  *
- * Process: `node dist/bench/bare-proxy.js --port N --upstream URL --secret S [--fastify]`
+ * Process: `node dist/bench/bare-proxy.js --port N --upstream URL --secret=S [--fastify]`
+ * (`--secret=S` joined: a base64url secret may begin with a dash)
  * prints `listening <url>` once it accepts connections (`--fastify`: the same on Fastify).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto'

@@ -150,7 +150,7 @@ export async function startMock (): Promise<Server> {
 export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env }
   delete env.NODE_OPTIONS
-  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, '--secret', secret, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
+  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
   const url = await listeningUrl(launched, fastify ? 'bare Fastify proxy' : 'bare proxy')
   return { name: fastify ? 'bare-fastify' : 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }

@@ -10,6 +10,7 @@ import type { Server } from 'node:http'
 import t, { type Test } from 'tap'
 import { createBareFastify, createBareProxy } from '../bench/bare-proxy.js'
 import { mintToken, randomSecret } from '../bench/payloads.js'
+import { startBareProxy } from '../bench/processes.js'
 import { faults, json, refusedPort, startStubUpstream, type StubUpstream } from '../fixtures/stub-upstream.js'
 import { listenOnLoopback } from './helpers/processes.js'
 
@@ -84,3 +85,15 @@ for (const [name, create] of variants) {
     t.same(await call(resetting + PING, { headers: token }), badGateway, 'reset')
   })
 }
+
+// The harness's secrets are random base64url: one in 64 begins with '-', which an option parser
+// takes for another option unless the value is joined to its name (--secret=...).
+t.test('the harness starts the bare proxy process with a secret that begins with a dash', async (t) => {
+  const engine = await stub(t)
+  const secret = `-${randomSecret()}`
+  for (const fastify of [false, true]) {
+    const proxy = await startBareProxy(engine.url, secret, [], fastify)
+    t.teardown(async () => await proxy.stop())
+    t.same(await call(proxy.url + PING, { headers: bearer(mintToken(secret, 'user-alice')) }), { status: 200, type: 'text/plain; charset=utf-8', body: 'pong' }, fastify ? 'on Fastify' : 'on node:http')
+  }
+})
