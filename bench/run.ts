@@ -24,7 +24,7 @@ import {
   BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
 } from './processes.js'
 import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
-import { roundSchedule, ROWS_PER_BASE, TWIN_SUFFIX, type Measurement } from './schedule.js'
+import { roundSchedule, ROWS_PER_BASE, SETTLE_DEFAULT_S, settleShares, TWIN_SUFFIX, type Measurement } from './schedule.js'
 import { renderCostChart } from './chart.js'
 import {
   formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
@@ -87,8 +87,9 @@ const HELP = `usage: node dist/bench/run.js [options]
                     in each round: 2 is B X1 X2 B X3 X4 B, 1 is B X1 B X2 B (more base measurements, a longer run)
                     (default ${ROWS_PER_BASE})
   --warmup S        seconds of unmeasured load per scenario right before each round (default 1)
-  --settle S        seconds of unmeasured load per scenario once, before round 1 (default 10), so every
-                    process measures with its code compiled: a gateway under load goes on optimising its
+  --settle S        seconds of unmeasured load for every server process once, before round 1, split
+                    among the scenarios it serves (default ${SETTLE_DEFAULT_S}; 0 with --target), so each
+                    measures with its code compiled: a gateway under load goes on optimising its
                     functions for well over the first warm-up, on compiler threads whose CPU counts
   --only a,b        scenarios to run: ${KNOWN.join(', ')}
                     (saturation: open loop on the everything-on gateway at ${SATURATION_MULTIPLES.join(', ')} x the
@@ -145,7 +146,7 @@ function parseOptions (argv: string[]): Options {
       rounds: { type: 'string', default: '3' },
       'rows-per-base': { type: 'string', default: String(ROWS_PER_BASE) },
       warmup: { type: 'string', default: '1' },
-      settle: { type: 'string', default: '10' },
+      settle: { type: 'string' },
       only: { type: 'string' },
       json: { type: 'string' },
       chart: { type: 'string' },
@@ -186,7 +187,8 @@ function parseOptions (argv: string[]): Options {
     rounds,
     rowsPerBase: rowsPerBaseOf(values['rows-per-base']),
     warmup: number('warmup', values.warmup, 0, false),
-    settle: number('settle', values.settle, 0, false),
+    // A running deployment has compiled its code long ago: against --target, no settling unless asked.
+    settle: values.settle === undefined ? (values.target === undefined ? SETTLE_DEFAULT_S : 0) : number('settle', values.settle, 0, false),
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
     capacitySteps: number('capacity-steps', values['capacity-steps'], 1, true),
@@ -567,12 +569,13 @@ async function main (): Promise<void> {
   const schedule = roundSchedule(runnable, options.rowsPerBase)
   const byName = new Map(runnable.map((s) => [s.name, s]))
   const measured: Measurement[][] = []
-  // Once, before any round: after 3 s of load a gateway still made some 160 optimisations in the next
-  // 8 s, its compiler threads' CPU counted against its requests (docs/performance.md, Method).
-  if (options.settle > 0) {
-    for (const s of runnable) {
-      process.stderr.write(`settling ${s.name} (${options.settle} s)...\n`)
-      await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, options.settle)
+  // Once, before any round, the same seconds for every process, split among the scenarios it serves:
+  // after 3 s of load a gateway still made some 160 optimisations in the next 8 s, its compiler
+  // threads' CPU counted against its requests (docs/performance.md, "How the table is made").
+  for (const [target, scenarios] of settleShares(runnable, options.settle)) {
+    for (const { scenario: s, seconds } of scenarios) {
+      process.stderr.write(`settling ${s.name} on ${target} (${seconds} s)\n`)
+      await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
     }
   }
   for (let r = 1; r <= options.rounds; r++) {

@@ -113,3 +113,19 @@ export function ratioInRound (round: readonly Measurement[], scenario: string, b
   const baseUsPerRequest = at < 0 ? Number.NaN : baseAt(round, at, base)
   return { usPerRequest, baseUsPerRequest, ratio: usPerRequest / baseUsPerRequest }
 }
+
+/** Seconds of unmeasured load each server process gets once, before the first round (run.ts --settle). */
+export const SETTLE_DEFAULT_S = 10
+
+/**
+ * The settling before the first round, per server process (`target`): the
+ * same `seconds` for every process, split evenly among the scenarios it
+ * serves, so the gateway behind six scenarios is not settled six times as
+ * long as the bare proxy it is measured against. Empty when `seconds` is 0.
+ */
+export function settleShares<S extends { target: string }> (scenarios: readonly S[], seconds: number): Map<string, Array<{ scenario: S, seconds: number }>> {
+  const byTarget = new Map<string, S[]>()
+  if (seconds <= 0) return new Map()
+  for (const s of scenarios) byTarget.set(s.target, [...byTarget.get(s.target) ?? [], s])
+  return new Map([...byTarget].map(([target, list]) => [target, list.map((scenario) => ({ scenario, seconds: seconds / list.length }))]))
+}

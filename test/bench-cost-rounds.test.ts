@@ -14,8 +14,9 @@ import t from 'tap'
 import { costMarkdown, costTable, type MarkdownInput } from '../bench/costs.js'
 import type { ScenarioSummary } from '../bench/report.js'
 import { SCENARIOS, type Scenario } from '../bench/scenarios.js'
-import { baseAt, ratioInRound, roundSchedule, type Measurement } from '../bench/schedule.js'
-import { dist, skipUnlessBuilt } from './helpers/bench.js'
+import { baseAt, ratioInRound, roundSchedule, settleShares, type Measurement } from '../bench/schedule.js'
+import { startStubUpstream } from '../fixtures/stub-upstream.js'
+import { dist, runBench, skipUnlessBuilt } from './helpers/bench.js'
 
 const row = (name: string, base?: string): { name: string, cost?: { base: string } } => base === undefined ? { name } : { name, cost: { base } }
 
@@ -148,4 +149,22 @@ t.test('--markdown with fewer than 3 rounds is refused in one line, before anyth
   t.equal(run.stderr, 'bench: --markdown needs --rounds 3 or more (the table is the median of at least 3 rounds); got --rounds 2\n')
   t.equal(run.stdout, '')
   t.notOk(existsSync(markdown), 'no file written')
+})
+
+t.test('settling gives every server process the same seconds, split among the scenarios it serves', async (t) => {
+  const shares = settleShares(SCENARIOS.filter((s) => ['bare-ping', 'bare-update', 'fastify-ping', 'ping', 'update', 'ping-traceparent', 'update-idempotent', 'ping-logging'].includes(s.name)), 12)
+  const perTarget = Object.fromEntries([...shares].map(([target, list]) => [target, list.reduce((sum, x) => sum + x.seconds, 0)]))
+  t.same(perTarget, { bare: 12, 'bare-fastify': 12, gateway: 12, 'gateway-logging': 12 }, 'each process 12 s in all')
+  t.same(shares.get('gateway')!.map((x) => [x.scenario.name, x.seconds]), [['ping', 3], ['update', 3], ['ping-traceparent', 3], ['update-idempotent', 3]], 'the gateway\'s four scenarios a quarter each')
+  t.same(shares.get('bare')!.map((x) => [x.scenario.name, x.seconds]), [['bare-ping', 6], ['bare-update', 6]])
+  t.equal(settleShares(SCENARIOS, 0).size, 0, '--settle 0: none')
+})
+
+t.test('against a running deployment (--target) nothing is settled unless asked', { skip: skipUnlessBuilt(RUN) }, async (t) => {
+  const engine = await startStubUpstream()
+  t.teardown(async () => await engine.close())
+  const run = await runBench<{ options: { settle: number } }>(t, RUN, ['--target', engine.url, '--token', 'x', '--only', 'ping', '--rounds', '1', '--duration', '0.2', '--warmup', '0', '--connections', '1'], 60_000)
+  t.equal(run.code, 0, run.stderr)
+  t.equal(run.report?.options.settle, 0)
+  t.notMatch(run.stderr, /settling/)
 })

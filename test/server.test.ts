@@ -13,6 +13,9 @@ import { multipartBody } from './helpers/multipart.js'
 import { ensureBuilt } from './helpers/processes.js'
 import { client, exitOf, gatewayUrl, lines, SERVER, start, TOKEN_CLI, WAIT_MS } from './helpers/gateway-process.js'
 
+// Thirteen gateway and CLI processes, one after another, each about a second of CPU to start: 30-40 s
+// on a quiet 2-core runner, and past tap's 60 s at a load average of 6 to 9 with every assertion green.
+t.setTimeout(180_000)
 t.before(ensureBuilt)
 
 t.test('production without a JWT key exits 1 with one line', async (t) => {

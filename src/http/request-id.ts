@@ -9,8 +9,9 @@ const SANE_REQUEST_ID = /^[\x21-\x7e]{1,128}$/
 /**
  * Our ids are random UUIDs (version 4, what clients and log tools expect of a
  * request id): Node's `randomUUID()`, which draws its CSPRNG bytes in bulk
- * (an entropy cache of 128 ids). About 150 ns, half of what formatting the
- * pooled random hex by hand cost. Not a counter: ids go back to clients, and
+ * (an entropy cache of 128 ids). Made and written into two headers, it costs
+ * about 0.1 µs less than the UUID formatted by hand from pooled random hex
+ * (600 against 650-730 ns). Not a counter: ids go back to clients, and
  * consecutive ones would tell a client how many requests an instance served
  * between two of its own, and which instance it reached.
  */
