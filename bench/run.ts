@@ -255,8 +255,9 @@ async function cannon (url: string, request: BuiltRequest, connections: number, 
       connections,
       duration,
       // autocannon stops at its first sample tick after the duration, one a second by default:
-      // a sub-second --duration (the test suite's smoke run) would otherwise last a whole second.
-      sampleInt: Math.min(1000, duration * 1000)
+      // ticks that divide the duration, so 1.67 s (a settling share) lasts 1.67 s, not 2, and a
+      // sub-second --duration (the test suite's smoke run) not a whole second.
+      sampleInt: duration * 1000 / Math.max(1, Math.ceil(duration))
     }, (err, result) => {
       if (err !== null) reject(err)
       else resolve({ result, latencies: all.sorted() })
@@ -572,10 +573,13 @@ async function main (): Promise<void> {
   // Once, before any round, the same seconds for every process, split among the scenarios it serves:
   // after 3 s of load a gateway still made some 160 optimisations in the next 8 s, its compiler
   // threads' CPU counted against its requests (docs/performance.md, "How the table is made").
+  // What each process really got (autocannon's own clock), in the JSON report.
+  const settled: Record<string, number> = {}
   for (const [target, scenarios] of settleShares(runnable, options.settle)) {
     for (const { scenario: s, seconds } of scenarios) {
-      process.stderr.write(`settling ${s.name} on ${target} (${seconds} s)\n`)
-      await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
+      process.stderr.write(`settling ${s.name} on ${target} (${seconds.toFixed(2)} s)\n`)
+      const { result } = await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
+      settled[target] = (settled[target] ?? 0) + result.duration
     }
   }
   for (let r = 1; r <= options.rounds; r++) {
@@ -720,6 +724,8 @@ async function main (): Promise<void> {
     ratios: ratios(scenarios),
     // The order of each round's measurements, and what each measured: the cost table's ratios are read from these.
     schedule: { rowsPerBase: options.rowsPerBase, order: schedule, rounds: measured },
+    // Seconds of unmeasured load each server process got before round 1 (--settle), as autocannon timed it.
+    settled,
     costs: costTable(all, scenarios, measured),
     latency: latencyReport,
     saturation: saturationReport

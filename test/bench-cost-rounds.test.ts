@@ -168,3 +168,14 @@ t.test('against a running deployment (--target) nothing is settled unless asked'
   t.equal(run.report?.options.settle, 0)
   t.notMatch(run.stderr, /settling/)
 })
+
+t.test('a settling share that is not whole seconds lasts what it says (autocannon stops on a sample tick)', { skip: skipUnlessBuilt(RUN) }, async (t) => {
+  const engine = await startStubUpstream()
+  t.teardown(async () => await engine.close())
+  // Two scenarios on one process: 1.5 s each, which one-second ticks would stretch to 2 s each.
+  const run = await runBench<{ settled: Record<string, number> }>(t, RUN, ['--target', engine.url, '--token', 'x', '--settle', '3', '--only', 'ping,ping-traceparent', '--rounds', '1', '--duration', '0.2', '--warmup', '0', '--connections', '1'], 60_000)
+  t.equal(run.code, 0, run.stderr)
+  const settled = Object.values(run.report?.settled ?? {})
+  t.equal(settled.length, 1, 'one process')
+  t.ok(settled[0]! >= 2.95 && settled[0]! < 3.5, `3 s in all (${settled[0]} s)`)
+})

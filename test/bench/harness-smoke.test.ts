@@ -66,6 +66,7 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
     saturation: { scenario: string, capacityRps: number, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
     costs: MarkdownInput['costs']
     schedule: { rowsPerBase: number, order: string[], rounds: Array<Array<{ scenario: string, usPerRequest: number | null }>> }
+    settled: Record<string, number>
     latency: { capacityFrom: string, capacityRps: number, closedLoopRps: number, capacityBounded: boolean, capacitySteps: Array<Record<string, unknown>>, baseline: string, points: Array<Record<string, unknown>>, verdict: Record<string, unknown> } | null
   }>(t, RUN, ['--duration', '0.5', '--connections', '2', '--rounds', '1', '--warmup', '0', '--settle', '0.3', '--saturation-connections', '8', '--capacity-steps', '2', '--chart', chart,
     '--cost-chart', costChart], 230_000)
@@ -76,13 +77,13 @@ t.test('bench harness: a half-second run writes a complete JSON report and a cha
   t.equal(typeof report.machine.node, 'string', 'machine.node')
   t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
   t.match(report.options, { duration: 0.5, connections: 2, rounds: 1, rowsPerBase: 2, warmup: 0, settle: 0.3, saturationConnections: 8, capacitySteps: 2 }, 'options echo the command line')
-  // Settled once before round 1: every server process the same 0.3 s in all, split among its scenarios.
-  const settled = [...run.stderr.matchAll(/^settling (\S+) on (\S+) \(([\d.e-]+) s\)$/gm)].map(([, name, target, seconds]) => ({ name: name!, target: target!, seconds: Number(seconds) }))
-  const perTarget = new Map<string, number>()
-  for (const { target, seconds } of settled) perTarget.set(target, (perTarget.get(target) ?? 0) + seconds)
-  t.ok(perTarget.size >= 3 && settled.some((s) => s.name === 'bare-ping') && settled.some((s) => s.name === 'ping'), 'the bare proxy and the gateways are settled')
-  t.same([...perTarget].filter(([, total]) => Math.abs(total - 0.3) > 1e-9), [], 'each process 0.3 s in all, however many scenarios it serves')
-  t.same(settled.filter((s) => report.scenarios[s.name] === undefined), [], 'only scenarios of the run are settled')
+  // Settled once before round 1: every server process the same 0.3 s in all, split among its scenarios,
+  // as autocannon timed it (0.3 s per scenario would give the gateway behind six of them 1.8 s).
+  const settledNames = [...run.stderr.matchAll(/^settling (\S+) on (\S+) \(/gm)].map(([, name]) => name!)
+  t.ok(settledNames.includes('bare-ping') && settledNames.includes('ping'), 'the bare proxy and the gateways are settled')
+  t.same(settledNames.filter((name) => report.scenarios[name] === undefined), [], 'only scenarios of the run are settled')
+  t.ok(Object.keys(report.settled).length >= 3, 'settled: seconds per process')
+  t.same(Object.entries(report.settled).filter(([, seconds]) => seconds < 0.29 || seconds > 0.55), [], 'each process about 0.3 s in all, however many scenarios it serves')
   const missing = Object.keys(report.features)
   t.same(missing.filter((f) => !FEATURES.includes(f)), [], 'features: only known ones reported missing')
 
