@@ -167,7 +167,7 @@ export async function createBareFastify (upstream: string, secret: string): Prom
   app.addHook('onRequest', (req, reply, done) => {
     const sub = verify(req.headers.authorization)
     if (sub === undefined) {
-      void reply.code(401).type(JSON_TYPE).send(UNAUTHORIZED)
+      sendReply(reply, 401, JSON_TYPE, UNAUTHORIZED)
       return
     }
     (req as unknown as { sub: string }).sub = sub

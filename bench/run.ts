@@ -570,6 +570,9 @@ async function main (): Promise<void> {
   const schedule = roundSchedule(runnable, options.rowsPerBase)
   const byName = new Map(runnable.map((s) => [s.name, s]))
   const measured: Measurement[][] = []
+  // Unmeasured load on a scenario's server: the settling below and each measurement's warm-up.
+  const load = async (s: Scenario, seconds: number): ReturnType<typeof cannon> =>
+    await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
   // Once, before any round, the same seconds for every process, split among the scenarios it serves:
   // after 3 s of load a gateway still made some 160 optimisations in the next 8 s, its compiler
   // threads' CPU counted against its requests (docs/performance.md, "How the table is made").
@@ -578,7 +581,7 @@ async function main (): Promise<void> {
   for (const [target, scenarios] of settleShares(runnable, options.settle)) {
     for (const { scenario: s, seconds } of scenarios) {
       process.stderr.write(`settling ${s.name} on ${target} (${seconds.toFixed(2)} s)\n`)
-      const { result } = await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
+      const { result } = await load(s, seconds)
       settled[target] = (settled[target] ?? 0) + result.duration
     }
   }
@@ -591,7 +594,7 @@ async function main (): Promise<void> {
       // Warmed right before each measurement, not once at the start: a gateway that sat idle
       // through the other scenarios (a minute, in a full run) answers its first seconds
       // 15-25% slower (docs/performance-history.md, Method).
-      if (options.warmup > 0) await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, options.warmup)
+      if (options.warmup > 0) await load(s, options.warmup)
       const round = await measureRound(s, targetOf(s), mock, requests.get(s.name)!, options)
       sequence.push({ scenario: s.name, usPerRequest: round.cpu.serverUsPerRequest })
       inRound.set(s.name, [...inRound.get(s.name) ?? [], round])

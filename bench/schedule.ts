@@ -32,6 +32,9 @@ export interface Measurement {
 /** Cost rows between two measurements of their base, by default (run.ts --rows-per-base: 1 or 2). */
 export const ROWS_PER_BASE = 2
 
+/** `--compare`'s twin of a scenario is named `<name>@before` (run.ts). */
+export const TWIN_SUFFIX = '@before'
+
 /**
  * The scenarios' measurements in one round, by name, in order. Scenarios
  * with no cost row (or whose base is not among `scenarios`) come first, in
@@ -40,9 +43,6 @@ export const ROWS_PER_BASE = 2
  * measured as often as its rows need; its own row (bare-ping's 1.00) is one
  * of those measurements.
  */
-/** `--compare`'s twin of a scenario is named `<name>@before` (run.ts). */
-export const TWIN_SUFFIX = '@before'
-
 export function roundSchedule (scenarios: readonly Schedulable[], rowsPerBase = ROWS_PER_BASE): string[] {
   // Three or more and a row in the middle would not be next to its base.
   if (rowsPerBase !== 1 && rowsPerBase !== 2) throw new Error(`rows per base ${rowsPerBase}: expected 1 or 2, so every row is next to its base`)
@@ -125,7 +125,10 @@ export const SETTLE_DEFAULT_S = 10
  */
 export function settleShares<S extends { target: string }> (scenarios: readonly S[], seconds: number): Map<string, Array<{ scenario: S, seconds: number }>> {
   const byTarget = new Map<string, S[]>()
-  if (seconds <= 0) return new Map()
-  for (const s of scenarios) byTarget.set(s.target, [...byTarget.get(s.target) ?? [], s])
+  for (const s of seconds > 0 ? scenarios : []) {
+    const list = byTarget.get(s.target)
+    if (list === undefined) byTarget.set(s.target, [s])
+    else list.push(s)
+  }
   return new Map([...byTarget].map(([target, list]) => [target, list.map((scenario) => ({ scenario, seconds: seconds / list.length }))]))
 }

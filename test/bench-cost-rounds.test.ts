@@ -10,13 +10,13 @@ import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { costMarkdown, costTable, type MarkdownInput } from '../bench/costs.js'
 import type { ScenarioSummary } from '../bench/report.js'
 import { SCENARIOS, type Scenario } from '../bench/scenarios.js'
 import { baseAt, ratioInRound, roundSchedule, settleShares, type Measurement } from '../bench/schedule.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { dist, runBench, skipUnlessBuilt } from './helpers/bench.js'
+import { dist, runBench, skipUnlessBuilt, type BenchRun } from './helpers/bench.js'
 
 const row = (name: string, base?: string): { name: string, cost?: { base: string } } => base === undefined ? { name } : { name, cost: { base } }
 
@@ -160,20 +160,23 @@ t.test('settling gives every server process the same seconds, split among the sc
   t.equal(settleShares(SCENARIOS, 0).size, 0, '--settle 0: none')
 })
 
-t.test('against a running deployment (--target) nothing is settled unless asked', { skip: skipUnlessBuilt(RUN) }, async (t) => {
+/** One short round against a stub engine standing in for a running deployment (--target), with `args`. */
+async function runAgainstStub<T> (t: Test, args: string[]): Promise<BenchRun<T>> {
   const engine = await startStubUpstream()
   t.teardown(async () => await engine.close())
-  const run = await runBench<{ options: { settle: number } }>(t, RUN, ['--target', engine.url, '--token', 'x', '--only', 'ping', '--rounds', '1', '--duration', '0.2', '--warmup', '0', '--connections', '1'], 60_000)
+  return await runBench<T>(t, RUN, ['--target', engine.url, '--token', 'x', ...args, '--rounds', '1', '--duration', '0.2', '--warmup', '0', '--connections', '1'], 60_000)
+}
+
+t.test('against a running deployment (--target) nothing is settled unless asked', { skip: skipUnlessBuilt(RUN) }, async (t) => {
+  const run = await runAgainstStub<{ options: { settle: number } }>(t, ['--only', 'ping'])
   t.equal(run.code, 0, run.stderr)
   t.equal(run.report?.options.settle, 0)
   t.notMatch(run.stderr, /settling/)
 })
 
 t.test('a settling share that is not whole seconds lasts what it says (autocannon stops on a sample tick)', { skip: skipUnlessBuilt(RUN) }, async (t) => {
-  const engine = await startStubUpstream()
-  t.teardown(async () => await engine.close())
   // Two scenarios on one process: 1.5 s each, which one-second ticks would stretch to 2 s each.
-  const run = await runBench<{ settled: Record<string, number> }>(t, RUN, ['--target', engine.url, '--token', 'x', '--settle', '3', '--only', 'ping,ping-traceparent', '--rounds', '1', '--duration', '0.2', '--warmup', '0', '--connections', '1'], 60_000)
+  const run = await runAgainstStub<{ settled: Record<string, number> }>(t, ['--settle', '3', '--only', 'ping,ping-traceparent'])
   t.equal(run.code, 0, run.stderr)
   const settled = Object.values(run.report?.settled ?? {})
   t.equal(settled.length, 1, 'one process')
