@@ -357,3 +357,29 @@ t.test('an engine that answers 499 itself: the line says 499, and not that the c
   t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client stayed for its answer')
   t.match(line, { reqId: 'r-engine-499', status: 499, msg: 'request' })
 })
+
+t.test('a complete request with a malformed one pipelined behind it: the first keeps its answer and line, then the 400, then the close', async (t) => {
+  const engine = await lateEngine(t)
+  const log = capture()
+  const { url } = await build(t, { upstreamUrl: engine.url, logger: { level: 'info', stream: log.stream } })
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  let received = ''
+  socket.setEncoding('latin1').on('data', (chunk: string) => { received += chunk })
+  // One write: the parser fails on the second request while the first waits for the engine.
+  socket.write(`GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: pl-first\r\n\r\nBAD LINE HERE\r\n\r\n`)
+  await engine.arrived()
+  engine.release()
+  await once(socket, 'close')
+  const [first = '', second = ''] = received.split(/(?=HTTP\/1\.1 )/)
+  t.match(first, /^HTTP\/1\.1 200 OK\r\n/, 'the first request gets the engine\'s answer')
+  t.equal(rawAnswer(first).requestId, 'pl-first')
+  t.match(first, /\r\nconnection: close\r\n/i, 'and says the connection ends')
+  t.equal(rawAnswer(first).body, 'pong')
+  t.same({ ...rawAnswer(second), requestId: /^[0-9a-f-]{36}$/.test(rawAnswer(second).requestId ?? '') }, { status: 'HTTP/1.1 400 Bad Request', requestId: true, body: '{"error":"malformed HTTP request"}' },
+    'then the malformed request\'s 400, with an id of its own')
+  t.match(await log.accessLine('pl-first'), { reqId: 'pl-first', status: 200, msg: 'request' })
+  t.same(log.accessLines('pl-first').length, 1)
+})

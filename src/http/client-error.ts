@@ -18,6 +18,7 @@ import type { Socket } from 'node:net'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { cutByServer } from './client-gone.js'
+import { lastOwedResponse } from './front.js'
 import { newRequestId } from './request-id.js'
 import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
 
@@ -63,6 +64,16 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
     const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined
     if (!socket.writable || inFlight?.headersSent === true) {
       socket.destroy()
+      return
+    }
+    // Every request read so far was read whole: the error is a later request's (a bad line or headers
+    // pipelined behind them). Those requests are answered first, the last with `connection: close`,
+    // then this answer goes out before the connection ends, as nginx does. Answered now, it would take
+    // the place of an answer the engine is still making (a create the client would be told failed).
+    const owed = lastOwedResponse(socket)
+    if (owed !== undefined && owed.req.complete) {
+      owed.shouldKeepAlive = false
+      owed.once('prefinish', () => { if (socket.writable) socket.write(clientErrorAnswer(err.code)) })
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.

@@ -85,6 +85,12 @@ function drained (socket: PipeliningSocket): void {
   socket[kWaiting]!.length = 0
 }
 
+/** The last response still owed on `socket`: a pipelined one waiting its turn, else the one attached. */
+export function lastOwedResponse (socket: Socket): ServerResponse | undefined {
+  const waiting = (socket as PipeliningSocket)[kWaiting]?.filter((res) => !settled(res)) ?? []
+  return waiting.at(-1) ?? (socket as NodeSocket)._httpMessage ?? undefined
+}
+
 function closeWaitingResponses (this: PipeliningSocket): void {
   const waiting = this[kWaiting] ?? []
   this[kWaiting] = undefined
