@@ -371,9 +371,14 @@ t.test('a complete request with a malformed one pipelined behind it: the first k
   // One write: the parser fails on the second request while the first waits for the engine.
   socket.write(`GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: pl-first\r\n\r\nBAD LINE HERE\r\n\r\n`)
   await engine.arrived()
+  // More bytes after the bad line, read after the parser failed: each chunk is another error, and still one 400 goes out.
+  socket.write('MORE GARBAGE\r\n\r\n')
+  await new Promise((resolve) => setImmediate(resolve))
   engine.release()
   await once(socket, 'close')
-  const [first = '', second = ''] = received.split(/(?=HTTP\/1\.1 )/)
+  const answers = received.split(/(?=HTTP\/1\.1 )/)
+  t.equal(answers.length, 2, 'two answers, no more')
+  const [first = '', second = ''] = answers
   t.match(first, /^HTTP\/1\.1 200 OK\r\n/, 'the first request gets the engine\'s answer')
   t.equal(rawAnswer(first).requestId, 'pl-first')
   t.match(first, /\r\nconnection: close\r\n/i, 'and says the connection ends')

@@ -30,6 +30,10 @@ const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
 }
 const MALFORMED: readonly [number, string] = [400, 'malformed HTTP request']
 
+/** The socket's parser error waits for the answers owed before it (clientErrorAnswerer). */
+const kDeferred = Symbol('gateway.clientErrorDeferred')
+type DeferringSocket = Socket & { [kDeferred]?: boolean }
+
 const answerTo = (code: string | undefined): readonly [number, string] => (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
 
 /** The raw HTTP answer for a parser error: simple shape, an id, and the socket's end said out loud. */
@@ -70,8 +74,11 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
     // pipelined behind them). Those requests are answered first, the last with `connection: close`,
     // then this answer goes out before the connection ends, as nginx does. Answered now, it would take
     // the place of an answer the engine is still making (a create the client would be told failed).
+    // A parser in error reports every further chunk as another error: one answer, the first error's.
+    if ((socket as DeferringSocket)[kDeferred] === true) return
     const owed = lastOwedResponse(socket)
     if (owed !== undefined && owed.req.complete) {
+      (socket as DeferringSocket)[kDeferred] = true
       owed.shouldKeepAlive = false
       owed.once('prefinish', () => { if (socket.writable) socket.write(clientErrorAnswer(err.code)) })
       return
