@@ -66,14 +66,18 @@ export async function receiveImage (part: FilePart, dir: string, maxBytes: numbe
   const tempPath = join(dir, `.upload-${randomUUID()}.part`)
   const sniffing = new SniffingStream()
   const { sniffer } = sniffing
+  const sink = createWriteStream(tempPath, { flags: 'wx' })
   try {
-    await pipeline(part.file, sniffing, createWriteStream(tempPath, { flags: 'wx' }))
+    await pipeline(part.file, sniffing, sink)
     if (part.file.truncated === true || sniffer.bytes > maxBytes) {
       throw validationError(`image must be at most ${maxBytes} bytes`)
     }
     // _flush has run, so mime is set or the pipeline has already failed.
     return { tempPath, mime: sniffer.mime as ImageMime, bytes: sniffer.bytes, sha256: sniffing.hash.digest('base64url') }
   } catch (err) {
+    // A pipeline that failed early (a body cut short) may still be opening the file: removed before
+    // the open completes, it would be created after its removal and left behind.
+    if (!sink.closed) await new Promise<void>((resolve) => sink.once('close', () => { resolve() }))
     await discardFile(tempPath)
     throw err
   }
