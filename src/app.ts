@@ -73,7 +73,9 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     // Requests the router cannot even read (bad percent-encoding, a parameter
     // too long) bypass hooks and the error handler: answer them here, in the
     // simple shape, with the request id, and without echoing the URL.
-    clientErrorHandler: clientErrorAnswerer(linger),
+    clientErrorHandler: clientErrorAnswerer(linger, (status, code, reqId) => {
+      app.log.warn({ reqId, status, code }, 'request refused by the HTTP parser')
+    }),
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
       void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })

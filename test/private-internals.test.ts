@@ -4,11 +4,14 @@
  * this file by name instead of a behaviour test far away.
  */
 import { once } from 'node:events'
+import { readFileSync } from 'node:fs'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { Pool, type Dispatcher } from 'undici'
 import { queuedSymbolOf } from '../src/engine-client/client.js'
+import { ROOT } from './helpers/processes.js'
 
 type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
 
@@ -121,3 +124,13 @@ t.test('node: an answer with connection: close ends its socket through socket.de
   t.equal(res.headers.get('connection'), 'close')
   t.equal(called, 1, 'Node\'s resOnFinish called the socket\'s own destroySoon once')
 })
+
+// ioredis's: pinned by name in its built source, where their behaviour needs a Redis that stalls on cue
+// (the Redis tests exercise them: redis-hang, redis-store's queue checks).
+t.test('ioredis: socketTimeoutTimer, Command._commandTimeoutTimer and the "Stream isn\'t writeable" refusal still exist',
+  async (t) => {
+    const built = join(ROOT, 'node_modules', 'ioredis', 'built')
+    t.match(readFileSync(join(built, 'Redis.js'), 'utf8'), /this\.socketTimeoutTimer\b/)
+    t.match(readFileSync(join(built, 'Command.js'), 'utf8'), /this\._commandTimeoutTimer\b/)
+    t.match(readFileSync(join(built, 'Redis.js'), 'utf8'), /Stream isn't writeable/)
+  })

@@ -2,6 +2,7 @@
  * npm run docs:config: write docs/configuration.md (or the path given) from
  * the environment schemas.
  */
+import '../shared/runtime-guard.js'
 import { writeFile } from 'node:fs/promises'
 import { configurationDocument } from './configuration-document.js'
 

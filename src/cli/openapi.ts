@@ -3,6 +3,7 @@
  * the path given), exactly as GET /openapi.json serves it. The app is built
  * but never listens, and its engine is never called.
  */
+import '../shared/runtime-guard.js'
 import { writeFile } from 'node:fs/promises'
 import { openApiDocument } from './openapi-document.js'
 

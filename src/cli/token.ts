@@ -2,6 +2,7 @@
  * `npm run token -- --sub alice [--expires-in 1h] [--private-key key.pem]`
  * prints a token the gateway accepts with the same environment.
  */
+import '../shared/runtime-guard.js'
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import fastifyJwt from '@fastify/jwt'

@@ -122,6 +122,9 @@ export class EngineClient {
     // With UPSTREAM_DNS_SERVERS, connections to a name not yet resolved ask those servers too.
     const viaLookup = opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
     const connection = {
+      // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
+      // one connection, past the per-endpoint connection and queue bounds.
+      allowH2: false,
       pipelining: opts.pipelining ?? 1,
       connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
       // An idle pooled socket closes after this. undici would follow the engine's

@@ -242,6 +242,8 @@ export class HealthState {
    */
   async #probe (e: Endpoint): Promise<Verdict> {
     const checker = e.checker ??= new Client(e.origin, {
+      // The same protocol as the calls it vouches for (client.ts).
+      allowH2: false,
       pipelining: 1,
       connect: { timeout: this.#timeoutMs, ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup }) },
       headersTimeout: this.#timeoutMs,

@@ -52,7 +52,15 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
  * answer. The route is unknown (the parser could not read the request), so the
  * linger allows as much as the route with the largest body would (DECISIONS 21 v4: 4x its limit).
  */
-export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoException, socket: Socket) => void {
+export type ParserRefused = (status: number, code: string | undefined, requestId: string) => void
+
+/** The raw answer, told to `refused` (the log line these answers get, since no access line is written for them). */
+function rawAnswer (code: string | undefined, refused: ParserRefused | undefined, requestId: string = newRequestId()): string {
+  refused?.(answerTo(code)[0], code, requestId)
+  return clientErrorAnswer(code, requestId)
+}
+
+export function clientErrorAnswerer (bounds: LingerBounds, refused?: ParserRefused): (err: NodeJS.ErrnoException, socket: Socket) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return
     // A parser in error reports every further chunk, and the end of a body cut short, as another error.
@@ -80,17 +88,17 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
     if (owed !== undefined && owed.req.complete) {
       (socket as DeferringSocket)[kDeferred] = true
       owed.shouldKeepAlive = false
-      owed.once('prefinish', () => { if (socket.writable) socket.write(clientErrorAnswer(err.code)) })
+      owed.once('prefinish', () => { if (socket.writable) socket.write(rawAnswer(err.code, refused)) })
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.
-    if (inFlight === undefined) socket.write(clientErrorAnswer(err.code))
+    if (inFlight === undefined) socket.write(rawAnswer(err.code, refused))
     else {
       const requestId = cutByServer(inFlight, answerTo(err.code)[0])
       // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
       // that half-closed: the answer it cannot take shows which it was (the write fails before the
       // socket closes), and that client left after all.
-      socket.write(clientErrorAnswer(err.code, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
+      socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
     }
     lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
   }

@@ -26,7 +26,11 @@ export const SERVER_LIMITS = Object.freeze({
   bodyLimitBytes: 64 * 1024,
   /** An engine that reads nothing of an upload for this long is given up on. */
   uploadStallTimeoutMs: 30_000,
-  maxHeaderCount: 64
+  /**
+   * Above haproxy's 101 (tune.http.maxhdr) and what a balancer adds: a request a balancer passes is never refused
+   * for its count. Past it Node 24's parser answers 431 (Node 22 drops the extra headers unread).
+   */
+  maxHeaderCount: 128
 })
 
 /** The client socket's idle limit: never shorter than the wait for the engine. */

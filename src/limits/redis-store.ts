@@ -324,7 +324,7 @@ function pendingRecord (owner: string): string {
  * A queued command that its commandTimeout has rejected: ioredis clears the
  * timer when a command settles, and an answered command leaves the queue, so
  * a command still queued without its timer has waited that long for nothing.
- * (ioredis 5 internals; were the field ever renamed, every command would
+ * (an ioredis internal, listed in docs/architecture.md; were the field ever renamed, every command would
  * count as timed out, which is the check as it was before: still a drop only
  * when the oldest command stays unanswered.)
  */
