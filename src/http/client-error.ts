@@ -20,7 +20,7 @@ import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { cutByServer } from './client-gone.js'
 import { lastOwedResponse } from './front.js'
 import { newRequestId } from './request-id.js'
-import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
+import { lingerAfterRawAnswer, lingerArmed, lingerOf, type Lingers } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
   HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
@@ -50,9 +50,9 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
 /**
  * Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to
  * answer. The route is unknown (the parser could not read the request), so the
- * linger allows as much as the route with the largest body would (DECISIONS 21 v4: 4x its limit).
+ * linger allows as much as the route with the largest body would.
  */
-export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoException, socket: Socket) => void {
+export function clientErrorAnswerer (lingers: Lingers): (err: NodeJS.ErrnoException, socket: Socket) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return
     // A parser in error reports every further chunk, and the end of a body cut short, as another error.
@@ -92,9 +92,6 @@ export function clientErrorAnswerer (bounds: LingerBounds): (err: NodeJS.ErrnoEx
       // socket closes), and that client left after all.
       socket.write(clientErrorAnswer(err.code, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
     }
-    lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
+    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
   }
 }
-
-/** With the decided bounds (DECISIONS 21). */
-export const answerClientError = clientErrorAnswerer(LINGER_BOUNDS)
