@@ -19,6 +19,7 @@
  */
 import type { Dispatcher } from 'undici'
 import { GatewayError } from '../http/errors.js'
+import type { PlaceWaiter } from './connection-cap.js'
 import type { Endpoint } from './endpoints.js'
 import type { EngineTrySpan } from './types.js'
 
@@ -31,6 +32,8 @@ export interface AttemptOwner {
   attemptResponded: (attempt: Attempt) => void
   /** Asked as the try reaches a socket: true (and the try given up) when the call's deadline has passed. */
   tooLate: (attempt: Attempt) => boolean
+  /** The try has its endpoint's place (it waited for one): send it. */
+  placeFree: (attempt: Attempt) => void
 }
 
 /**
@@ -49,8 +52,12 @@ async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): Asyn
   }
 }
 
-export class Attempt implements Dispatcher.DispatchHandler {
+export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
   sent = false
+  /** It holds one of its endpoint's places (connection-cap.ts), given back when it ends. */
+  hasPlace = false
+  /** It waits for a place. */
+  waitsForPlace = false
   status = 0
   contentType = ''
   chunks: Buffer[] = []
@@ -63,6 +70,10 @@ export class Attempt implements Dispatcher.DispatchHandler {
   poolQueued = false
   /** The tracer's span of this try, if one is observing. */
   span: EngineTrySpan | undefined = undefined
+  /** What is sent, kept while the try waits for a place. */
+  options: Dispatcher.DispatchOptions | undefined = undefined
+  /** Sent on a connection of its own (a single endpoint's retry). */
+  fresh = false
   /** A dispatcher of this try alone (a fresh connection), closed when the try ends. */
   own: Dispatcher | undefined = undefined
   #controller: Controller | undefined = undefined
@@ -80,9 +91,23 @@ export class Attempt implements Dispatcher.DispatchHandler {
     return watched(body as AsyncIterable<Buffer>, this)
   }
 
-  /** Give the try up, possibly before undici took it off the pool's queue. */
+  /** A place came free for it (ConnectionCap): it is sent now. */
+  readonly start = (): void => {
+    this.waitsForPlace = false
+    this.hasPlace = true
+    this.owner.placeFree(this)
+  }
+
+  /** Give the try up, possibly before it had a place or undici took it off the pool's queue. */
   giveUp (err: Error): void {
     this.#failure ??= err
+    if (this.waitsForPlace) {
+      // Never sent: it leaves the line and no socket is opened for it.
+      this.waitsForPlace = false
+      this.endpoint.cap.leave(this)
+      this.end(this.#failure)
+      return
+    }
     if (this.#controller !== undefined) {
       this.#controller.abort(this.#failure)
       return
