@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
+# Node.js 24, in maintenance LTS until 2028-04-30 (docs/decisions/0035-a-maintained-runtime.md). The compose
+# file passes the same line, and test/runtime.test.ts keeps both, the manifests and package.json in step.
+ARG NODE_MAJOR=24
 # Build stage: compile the TypeScript with the dev dependencies.
-FROM node:20-bookworm-slim AS build
+FROM node:${NODE_MAJOR}-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -10,7 +13,7 @@ COPY src ./src
 RUN npx tsc -p tsconfig.build.json
 
 # Runtime stage: production dependencies and compiled JS only, as the unprivileged `node` user.
-FROM node:20-bookworm-slim
+FROM node:${NODE_MAJOR}-bookworm-slim
 ENV NODE_ENV=production PORT=3000 HOST=0.0.0.0
 WORKDIR /app
 COPY package.json package-lock.json ./

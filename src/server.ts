@@ -2,6 +2,7 @@
  * The gateway process: the only file with side effects. Config, logger,
  * engine pool, listen, signals, graceful close.
  */
+import './shared/runtime-guard.js'
 import { mkdtemp, rm } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'

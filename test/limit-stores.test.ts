@@ -129,7 +129,7 @@ async function leases (t: Test, store: LimitStore, probe: Redis): Promise<void> 
   // Renewal never puts back a lease gone (it may run late, after its upload ended): it names it instead.
   const gone = await uploads.renewUploads([{ subject: 'crashed', lease: 'a' }, { subject: 'crashed', lease: 'b' }, { subject: 'other', lease: 'l0' }], 60_000)
   t.same(gone, [{ subject: 'crashed', lease: 'a' }], 'the expired lease is named, the held ones are not')
-  t.same(await probe.zrange('pgw:up:{crashed}', 0, -1), ['b'], 'and is not put back')
+  t.same(await probe.zrange('pgw:up:{crashed}', 0, '-1'), ['b'], 'and is not put back')
   const pttlRenewed = await probe.pttl('pgw:up:{crashed}')
   t.ok(pttlRenewed > 200, `the held lease is extended (pttl ${pttlRenewed})`)
   await uploads.leaveUpload('crashed', 'b')

@@ -196,7 +196,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       // The slot starts to move; the user has no key yet, so the old node answers every call for it with ASK.
       await to.client.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id)
       await from.client.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id)
-      const onTo = async (): Promise<string[]> => (await to.client.pipeline().call('ASKING').zrange(key, 0, -1).exec())![1]![1] as string[]
+      const onTo = async (): Promise<string[]> => (await to.client.pipeline().call('ASKING').zrange(key, 0, '-1').exec())![1]![1] as string[]
       t.teardown(async () => {
         await to.client.pipeline().call('ASKING').del(key).exec()
         for (const node of [from, to]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'STABLE')

@@ -12,16 +12,21 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import t, { type Test } from 'tap'
 import { SECRET } from './helpers/app.js'
 import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess, type Proc } from './helpers/processes.js'
 
 /** Heavy packages that belong to a feature, never to every start. */
-const FEATURE_PACKAGES = ['ioredis', '@opentelemetry/sdk-trace-base', '@opentelemetry/exporter-trace-otlp-proto']
+const FEATURE_PACKAGES = ['ioredis', '@opentelemetry/sdk-trace', '@opentelemetry/exporter-trace-otlp-proto']
 
-const PRELOAD = `process.on('SIGUSR2', () => {
+// OpenTelemetry's packages are ES modules, which require.cache never lists: a load hook sees both kinds.
+const PRELOAD = `import { registerHooks } from 'node:module'
+const seen = new Set()
+registerHooks({ load (url, context, next) { seen.add(url); return next(url, context) } })
+process.on('SIGUSR2', () => {
   const names = new Set()
-  for (const file of Object.keys(require.cache)) {
+  for (const file of seen) {
     const m = /node_modules\\/((?:@[^/]+\\/)?[^/]+)\\//.exec(file)
     if (m) names.add(m[1])
   }
@@ -31,7 +36,7 @@ const PRELOAD = `process.on('SIGUSR2', () => {
 
 const dir = mkdtempSync(join(tmpdir(), 'start-up-modules-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-const preload = join(dir, 'loaded.cjs')
+const preload = join(dir, 'loaded.mjs')
 writeFileSync(preload, PRELOAD)
 
 async function loadedBy (proc: Proc): Promise<string[]> {
@@ -42,7 +47,7 @@ async function loadedBy (proc: Proc): Promise<string[]> {
 
 async function gateway (t: Test, env: Record<string, string>): Promise<Proc> {
   const port = await freePort()
-  return await startProcess(t, GATEWAY_SCRIPT, { PORT: String(port), HOST: '127.0.0.1', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9', NODE_OPTIONS: `--require ${preload}`, ...env }, port, /gateway ready/)
+  return await startProcess(t, GATEWAY_SCRIPT, { PORT: String(port), HOST: '127.0.0.1', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9', NODE_OPTIONS: `--import ${pathToFileURL(preload).href}`, ...env }, port, /gateway ready/)
 }
 
 ensureBuilt()
@@ -61,7 +66,7 @@ t.test('with REDIS_URL and an OTLP endpoint, their packages are loaded', async (
 
 t.test('the reference engine without its own Redis loads no Redis client', async (t) => {
   const port = await freePort()
-  const engine = await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: dir, NODE_OPTIONS: `--require ${preload}` }, port, /portfolio engine ready/)
+  const engine = await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: dir, NODE_OPTIONS: `--import ${pathToFileURL(preload).href}` }, port, /portfolio engine ready/)
   const loaded = await loadedBy(engine)
   t.ok(loaded.includes('fastify'), 'the preload sees what the engine loads')
   t.notOk(loaded.includes('ioredis'))

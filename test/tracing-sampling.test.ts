@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { ROOT_CONTEXT } from '@opentelemetry/api'
-import { SamplingDecision, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base'
+import { SamplingDecision, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace'
 import { request } from 'undici'
 import { bearer } from './helpers/app.js'
 import type { DecodedSpan } from '../bench/otlp-sink.js'

@@ -3,6 +3,7 @@
  * UPSTREAM_URL at it like any real upstream. The only engine file with side
  * effects: environment, listen, signals.
  */
+import '../shared/runtime-guard.js'
 import type { Server } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'

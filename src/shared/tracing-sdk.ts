@@ -20,9 +20,9 @@ import { ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Link
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, SamplingDecision, TraceIdRatioBasedSampler,
+  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, SamplingDecision, TraceIdRatioBasedSampler, TracerProvider,
   type IdGenerator, type ReadableSpan, type Sampler, type SamplingResult, type SpanExporter, type SpanProcessor, type Span as SdkSpan
-} from '@opentelemetry/sdk-trace-base'
+} from '@opentelemetry/sdk-trace'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import type { TracingSettings } from './tracing-settings.js'
@@ -81,7 +81,8 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
     // One export at a time leaves the batch processor; the rest are retries and flushes.
     concurrencyLimit: 4
   }), state)
-  const batches = new BatchSpanProcessor(exporter, {
+  const batches = new BatchSpanProcessor({
+    exporter,
     maxQueueSize: queueMax,
     maxExportBatchSize: Math.min(BATCH_MAX, queueMax),
     scheduledDelayMillis: tuning.exportDelayMs ?? EXPORT_DELAY_MS,
@@ -91,7 +92,7 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
   const ids = new GivenTraceIds()
   const sampler = samplerOf(settings, opts.followCaller === true)
   const recordsNewTrace = newTraceDecision(settings)
-  const provider = new BasicTracerProvider({
+  const provider = new TracerProvider({
     idGenerator: ids,
     resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
     sampler: new DecidedFirst(sampler),
