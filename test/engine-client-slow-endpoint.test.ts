@@ -53,24 +53,29 @@ t.test('400 pings at a pool of 128 to an engine that holds them all: the engine 
   t.ok(engine.stats.connections <= POOL, `the engine accepted ${engine.stats.connections} connections, at most the pool of ${POOL}`)
   t.ok(engine.stats.requests <= POOL, `and got ${engine.stats.requests} requests: no call past its deadline was sent`)
   // A second wave while the engine is still slow: the sockets the first wave lost are not replaced, but
-  // one held place comes back per timeout period to probe the engine.
+  // one try per timeout period probes the engine.
   const again = await Promise.all(Array.from({ length: CALLS }, async () => await codeOf(client.call(PING))))
   t.same([...new Set(again)], ['UPSTREAM_TIMEOUT'], 'a second wave times out too')
   t.comment(`two waves: the engine accepted ${engine.stats.connections} connections and got ${engine.stats.requests} requests`)
   t.ok(engine.stats.connections <= POOL + 2, `after a second wave, ${engine.stats.connections} connections: at most one more per timeout period`)
+  t.ok(engine.stats.requests <= POOL + 2, `and ${engine.stats.requests} requests: the probes`)
 
-  // The engine recovers: how long until a ping is answered again.
+  // The engine recovers: the next probe finds it, within one timeout period.
   engine.recover()
   const from = performance.now()
-  let answered = 0
-  while (answered < 5) {
-    if (await codeOf(client.call(PING)) === 'answered') answered++
-    t.ok(performance.now() - from < 10 * TIMEOUT_MS, 'the client recovers within its bound')
-    if (performance.now() - from >= 10 * TIMEOUT_MS) break
-  }
+  // One ping after another until one is answered: the first ones wait for the probe.
+  while (await codeOf(client.call(PING)) !== 'answered' && performance.now() - from < 10 * TIMEOUT_MS);
   const recoveredMs = performance.now() - from
-  t.comment(`served normally again ${recoveredMs.toFixed(0)} ms after the engine recovered`)
-  t.ok(recoveredMs < 3 * TIMEOUT_MS, `pings answered again within ${recoveredMs.toFixed(0)} ms of the engine's recovery`)
-  const burst = await Promise.all(Array.from({ length: CALLS }, async () => await codeOf(client.call(PING))))
-  t.same([...new Set(burst)], ['answered'], 'and a burst of 400 is answered whole')
+  t.comment(`a ping answered again ${recoveredMs.toFixed(0)} ms after the engine recovered`)
+  t.ok(recoveredMs < 3 * TIMEOUT_MS, `pings answered again within ${recoveredMs.toFixed(0)} ms of the engine's recovery (a probe every ${TIMEOUT_MS} ms)`)
+  // Held places come back with the answers: bursts of 400 until one is answered whole.
+  let bursts = 0
+  let whole = false
+  while (!whole && performance.now() - from < 20 * TIMEOUT_MS) {
+    bursts++
+    whole = (await Promise.all(Array.from({ length: CALLS }, async () => await codeOf(client.call(PING))))).every((code) => code === 'answered')
+  }
+  const normalMs = performance.now() - from
+  t.comment(`a burst of ${CALLS} answered whole ${normalMs.toFixed(0)} ms after the engine recovered (burst ${bursts})`)
+  t.ok(whole, `a burst of ${CALLS} is answered whole again, ${normalMs.toFixed(0)} ms after the recovery`)
 })

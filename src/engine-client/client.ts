@@ -137,8 +137,8 @@ export class EngineClient {
     this.#set = new EndpointSet({
       urls,
       pool: poolFor,
-      // A try that timed out holds its place for at most one call's deadline (DECISIONS 33).
-      places: { size: opts.connections ?? 128, holdMs: opts.timeoutMs },
+      // While every place is held, one probe per call deadline (DECISIONS 33).
+      places: { size: opts.connections ?? 128, probeEveryMs: opts.timeoutMs },
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
       onChange: () => {

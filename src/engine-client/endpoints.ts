@@ -98,13 +98,13 @@ export function namesAHost (urls: readonly string[]): boolean {
 
 export type PoolFactory = (origin: string) => Pool
 
-/** An endpoint's places: its pool's connections, and how long a timed-out try holds its place at most. */
+/** An endpoint's places: one per connection of its pool; while all are held, one probe per `probeEveryMs`. */
 export interface Places {
   readonly size: number
-  readonly holdMs: number
+  readonly probeEveryMs: number
 }
 
-const DEFAULT_PLACES: Places = { size: 128, holdMs: 10_000 }
+const DEFAULT_PLACES: Places = { size: 128, probeEveryMs: 10_000 }
 
 /** Envoy's default DNS refresh rate (DECISIONS 24 v2). */
 export const DNS_REFRESH_MS = 5_000
@@ -150,7 +150,7 @@ export class Endpoint {
 
   constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string, places: Places = DEFAULT_PLACES) {
     this.key = key
-    this.cap = new ConnectionCap(places.size, places.holdMs)
+    this.cap = new ConnectionCap(places.size, places.probeEveryMs)
   }
 
   /** Close its pool (after the calls it has) and its check connection. */
@@ -185,7 +185,7 @@ const bracketed = (address: string): string => isIP(address) === 6 ? `[${address
 export interface EndpointSetOptions {
   urls: readonly string[]
   pool: PoolFactory
-  /** Each endpoint's places (connection-cap.ts); default 128, held at most 10 s. */
+  /** Each endpoint's places (connection-cap.ts); default 128, probed every 10 s while all are held. */
   places?: Places
   lookup?: Lookup
   /** How often names are resolved again (DNS_REFRESH_MS, UPSTREAM_DNS_REFRESH_MS); 0: only when health.ts asks. */
