@@ -5,17 +5,16 @@
  * client-h1.js right before the first byte goes on the socket): the retry
  * policy's proof that a failed POST never reached the engine.
  *
- * A try given up before that point (a per-try timeout, the deadline, the
- * client gone while it waits in its endpoint's pool queue; DECISIONS 24 v2)
- * ends at once for the call, and leaves undici's queue without costing a
- * socket. undici 7 has no way to take a dispatched request out of a Pool's
- * queue, and aborting one when it reaches a socket destroys that socket
- * (client-h1.js writeH1's abort), even before a byte is written. But a handler
- * that throws from onRequestStart has its request failed and dropped with the
- * socket left as it was (writeH1 catches around request.onConnect; _resume
- * then splices the request out and goes on with the next): so a given-up try
- * throws there. test/engine-client-queue-leave.test.ts counts the engine's
- * connections to hold undici to it.
+ * A try waits for one of its endpoint's places (connection-cap.ts) outside
+ * undici, and leaves that line at once when given up. One given up after it
+ * was dispatched but before that point (it met a busy connection in the pool's
+ * queue, or was still connecting) ends at once for the call; undici offers a
+ * raw dispatch no way to take it out of the queue, and aborting it when it
+ * reaches a socket destroys that socket (client-h1.js writeH1's abort). A
+ * handler that throws from onRequestStart has its request failed and dropped
+ * with the socket left as it was, so a given-up try throws there.
+ * test/engine-client-queue-leave.test.ts counts the engine's connections to
+ * hold undici to it.
  */
 import type { Dispatcher } from 'undici'
 import { GatewayError } from '../http/errors.js'
@@ -92,7 +91,7 @@ export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
   }
 
   /** A place came free for it (ConnectionCap): it is sent now. */
-  readonly start = (): void => {
+  start (): void {
     this.waitsForPlace = false
     this.hasPlace = true
     this.owner.placeFree(this)

@@ -22,7 +22,7 @@
 
 /** A try waiting for a place: `start` sends it. */
 export interface PlaceWaiter {
-  readonly start: () => void
+  start: () => void
 }
 
 export class ConnectionCap {
