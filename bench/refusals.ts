@@ -21,7 +21,12 @@ import { REFUSALS, SIZES, UPDATE_TOO_LARGE, readItsAnswer, runRefusal, type Run,
 import { SECRET } from '../test/helpers/app.js'
 import { CLIENTS, describe } from '../test/helpers/write-first.js'
 
-const { values } = parseArgs({ options: { 'gateway-root': { type: 'string', default: resolve(import.meta.dirname, '..', '..') }, rate: { type: 'string' } } })
+const { values } = parseArgs({
+  options: {
+    'gateway-root': { type: 'string', default: resolve(import.meta.dirname, '..', '..') },
+    rate: { type: 'string' }
+  }
+})
 const rate = values.rate === undefined ? undefined : Number(values.rate)
 if (rate !== undefined && !(rate > 0)) throw new Error(`--rate ${values.rate}: expected bytes per second, e.g. 204800`)
 const root = resolve(values['gateway-root'])
@@ -45,7 +50,8 @@ const start: StartGateway = async (upstreamUrl, setup) => {
 const sizes = Object.keys(SIZES) as SizeName[]
 const clients = Object.keys(CLIENTS)
 const cell = (run: Run): string => readItsAnswer(run) ? `${run.outcome.status!} read, ${run.outcome.ms} ms` : describe(run.outcome).replace(/\|/g, '/').slice(0, 80)
-const lines = [`gateway: ${root}`, `rate: ${rate === undefined ? 'full speed' : `${rate} bytes/s`}`, '', `| refusal | size | ${clients.join(' | ')} |`, `|---|---|${clients.map(() => '---|').join('')}`]
+const lines = [`gateway: ${root}`, `rate: ${rate === undefined ? 'full speed' : `${rate} bytes/s`}`, '',
+  `| refusal | size | ${clients.join(' | ')} |`, `|---|---|${clients.map(() => '---|').join('')}`]
 let read = 0
 let all = 0
 for (const refusal of [...REFUSALS, UPDATE_TOO_LARGE]) {

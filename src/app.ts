@@ -55,8 +55,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
   // A refused body is read on while the client keeps up the uploads' minimum rate (DECISIONS 32).
   const lingerRate = new MinRate(deps.uploadMinRate ?? MIN_RATE)
-  const linger = new Lingers({ ...config.linger, ...deps.linger }, (received, cut) => lingerRate.watchReceived(received, cut),
-    clientAddressOf(config.trustProxy))
+  const linger = new Lingers({ ...config.linger, ...deps.linger },
+    (received, cut) => lingerRate.watchReceived(received, cut), clientAddressOf(config.trustProxy))
   const shedder = new LoadShedder()
   // One access line per request, also for a client that left (499) and the router's refusals, instead of Fastify's two.
   const accessLines = new AccessLines()

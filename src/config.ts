@@ -128,7 +128,9 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
     throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
   }
   if (parsed.LINGER_MAX_PER_ADDRESS > parsed.LINGER_MAX_SOCKETS) {
-    throw new ConfigError(`LINGER_MAX_PER_ADDRESS=${parsed.LINGER_MAX_PER_ADDRESS} is more than LINGER_MAX_SOCKETS=${parsed.LINGER_MAX_SOCKETS}: one address cannot have more lingering connections than all of them; set it at most ${parsed.LINGER_MAX_SOCKETS}`)
+    const { LINGER_MAX_PER_ADDRESS: perAddress, LINGER_MAX_SOCKETS: all } = parsed
+    throw new ConfigError(`LINGER_MAX_PER_ADDRESS=${perAddress} is more than LINGER_MAX_SOCKETS=${all}: ` +
+      `one address cannot have more lingering connections than all of them; set it at most ${all}`)
   }
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
   const upstreamDnsServers = parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)

@@ -111,9 +111,16 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_MAX_QUEUE: '0' }, 'UPSTREAM_MAX_QUEUE="0" is invalid: must be between 1 and 100000; expected requests that may wait for an engine connection; past it new /api/* requests get 503'],
   [{ UPLOAD_MAX_PER_USER: '0' }, 'UPLOAD_MAX_PER_USER="0" is invalid: must be between 1 and 1000; expected creates one user (token sub) may have in progress at once; one more gets 429'],
   [{ UPLOAD_MAX_CONNECTIONS: '128' }, 'UPLOAD_MAX_CONNECTIONS="128" is invalid: must be between 1 and 127; expected engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503'],
-  [{ LINGER_BODY_FACTOR: '0' }, 'LINGER_BODY_FACTOR="0" is invalid: must be between 1 and 16; expected a refused body declared at most this many times the route\'s body limit (create: 10 MiB) is read and thrown away while the client keeps up the uploads\' minimum rate; a larger one is closed after the answer'],
-  [{ LINGER_MAX_SOCKETS: 'many' }, 'LINGER_MAX_SOCKETS="many" is invalid: must be a whole number; expected connections that may read the rest of a refused body at once; one more cuts the oldest'],
-  [{ LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '9' }, 'LINGER_MAX_PER_ADDRESS=9 is more than LINGER_MAX_SOCKETS=8: one address cannot have more lingering connections than all of them; set it at most 8'],
+  [{ LINGER_BODY_FACTOR: '0' },
+    'LINGER_BODY_FACTOR="0" is invalid: must be between 1 and 16; expected a refused body declared at most this many ' +
+    'times the route\'s body limit (create: 10 MiB) is read and thrown away while the client keeps up the uploads\' ' +
+    'minimum rate; a larger one is closed after the answer'],
+  [{ LINGER_MAX_SOCKETS: 'many' },
+    'LINGER_MAX_SOCKETS="many" is invalid: must be a whole number; expected connections that may read the rest of a ' +
+    'refused body at once; one more cuts the oldest'],
+  [{ LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '9' },
+    'LINGER_MAX_PER_ADDRESS=9 is more than LINGER_MAX_SOCKETS=8: one address cannot have more lingering connections ' +
+    'than all of them; set it at most 8'],
   [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
 ]
 

@@ -14,7 +14,9 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { build, hs256 } from './helpers/app.js'
 
 const lingerRate = new MinRate()
-const answerClientError = clientErrorAnswerer(new Lingers(LINGER_LIMITS, (received, cut) => lingerRate.watchReceived(received, cut)))
+const answerClientError = clientErrorAnswerer(
+  new Lingers(LINGER_LIMITS, (received, cut) => lingerRate.watchReceived(received, cut))
+)
 
 interface RawAnswer { status: number, headers: Record<string, string>, body: string }
 

@@ -31,7 +31,8 @@ const badTokenHead = (length: number): string =>
 
 /** A refused create from `from` whose body is still coming: it lingers until it ends, stalls, or is cut. */
 async function refusedUpload ({ app, url }: Built, from: string, length = 8 * MiB): Promise<Lingering> {
-  const client = connect({ port: Number(new URL(url).port), host: '127.0.0.1', localAddress: from, allowHalfOpen: true })
+  const port = Number(new URL(url).port)
+  const client = connect({ port, host: '127.0.0.1', localAddress: from, allowHalfOpen: true })
   client.on('error', () => {}) // a cut socket is reset: that is what is tested
   await once(client, 'connect')
   const server = await serverSideOf(app.server, client)
@@ -45,7 +46,8 @@ async function refusedUpload ({ app, url }: Built, from: string, length = 8 * Mi
 
 /** The server's socket for `client`, told apart from others accepted at the same time by the client's port. */
 async function serverSideOf (listener: Server, client: Socket): Promise<Socket> {
-  const mine = (socket: Socket): boolean => socket.remotePort === client.localPort && socket.remoteAddress === client.localAddress
+  const mine = (socket: Socket): boolean =>
+    socket.remotePort === client.localPort && socket.remoteAddress === client.localAddress
   const known = seen.get(listener)?.find(mine)
   if (known !== undefined) return known
   return await new Promise((resolve) => {
@@ -54,7 +56,7 @@ async function serverSideOf (listener: Server, client: Socket): Promise<Socket> 
   })
 }
 
-/** Every socket each gateway accepted, recorded from its start (a connection may be accepted before its client's 'connect'). */
+/** Every socket each gateway accepted, from its start: a connection may be accepted before its client's 'connect'. */
 const seen = new WeakMap<Server, Socket[]>()
 function recordConnections (built: Built): Built {
   const list: Socket[] = []
@@ -66,7 +68,7 @@ function recordConnections (built: Built): Built {
 const closed = (s: Lingering): boolean => s.server.destroyed
 const serverClosed = async (s: Lingering): Promise<void> => { if (!s.server.closed) await once(s.server, 'close') }
 
-t.test('past the per-address cap the oldest lingering socket of that address is cut; other addresses keep theirs', async (t) => {
+t.test('past the per-address cap the oldest socket of that address is cut; others keep theirs', async (t) => {
   const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '2' } }))
   const other = await refusedUpload(built, '127.0.0.3')
   const first = await refusedUpload(built, '127.0.0.2')
@@ -74,14 +76,16 @@ t.test('past the per-address cap the oldest lingering socket of that address is 
   t.same([first, second, other].map(closed), [false, false, false], 'two from 127.0.0.2 and one from 127.0.0.3 linger')
   const third = await refusedUpload(built, '127.0.0.2')
   await serverClosed(first)
-  t.same([first, second, third, other].map(closed), [true, false, false, false], 'a third from 127.0.0.2 cut its oldest only')
-  for (const s of [first, second, third, other]) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer first')
+  const all = [first, second, third, other]
+  t.same(all.map(closed), [true, false, false, false], 'a third from 127.0.0.2 cut its oldest only')
+  for (const s of all) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer first')
   for (const s of [second, third, other]) s.client.destroy()
 })
 
 t.test('past the total cap the oldest lingering socket of all is cut', async (t) => {
   const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '3', LINGER_MAX_PER_ADDRESS: '3' } }))
-  const held = [await refusedUpload(built, '127.0.0.4'), await refusedUpload(built, '127.0.0.5'), await refusedUpload(built, '127.0.0.6')]
+  const held: Lingering[] = []
+  for (const from of ['127.0.0.4', '127.0.0.5', '127.0.0.6']) held.push(await refusedUpload(built, from))
   t.same(held.map(closed), [false, false, false], 'three linger, one per address')
   const fourth = await refusedUpload(built, '127.0.0.7')
   await serverClosed(held[0]!)
@@ -89,7 +93,7 @@ t.test('past the total cap the oldest lingering socket of all is cut', async (t)
   for (const s of [...held, fourth]) s.client.destroy()
 })
 
-t.test('many refused bodies sent in full through a small cap: each is thrown away, and memory stays flat', async (t) => {
+t.test('many refused bodies through a small cap: each is thrown away, and memory stays flat', async (t) => {
   const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '4', LINGER_MAX_PER_ADDRESS: '4' } }))
   const chunk = Buffer.alloc(256 * 1024, 0x61)
   const sendAll = async (s: Lingering, bytes: number): Promise<void> => {
@@ -112,7 +116,7 @@ t.test('many refused bodies sent in full through a small cap: each is thrown awa
   }
   const grown = (process.memoryUsage().rss - before) / MiB
   t.equal(evicted, 16, 'of each 8, the 4 oldest were cut when the next 4 came')
-  t.ok(grown < 32, `from the first round to the last the process grew by ${grown.toFixed(1)} MiB while 192 MiB went through it`)
+  t.ok(grown < 32, `from the first round to the last the process grew by ${grown.toFixed(1)} MiB (192 MiB went by)`)
 })
 
 t.test('a lingering create holds no per-user place: the same user is served while it lingers', async (t) => {
@@ -121,7 +125,8 @@ t.test('a lingering create holds no per-user place: the same user is served whil
   const built = recordConnections(await build(t, { upstreamUrl: engine.url, env: { UPLOAD_MAX_PER_USER: '1' } }))
   const token = hs256({ sub: 'one-place' })
   // A bad field before the image: refused mid-body, the rest of its 8 MiB still to come.
-  const bad = multipartBody([{ name: 'name', value: 'x'.repeat(40) }, { name: 'type', value: 'PORTFOLIO' }, imagePart(pngOfSize(8 * MiB))], 'b')
+  const badFields = [{ name: 'name', value: 'x'.repeat(40) }, { name: 'type', value: 'PORTFOLIO' }]
+  const bad = multipartBody([...badFields, imagePart(pngOfSize(8 * MiB))], 'b')
   const client = connect({ port: Number(new URL(built.url).port), host: '127.0.0.1', allowHalfOpen: true })
   client.on('error', () => {})
   await once(client, 'connect')
@@ -129,12 +134,14 @@ t.test('a lingering create holds no per-user place: the same user is served whil
   client.resume() // 'end' comes once what precedes it is read
   t.teardown(() => client.destroy())
   const lingering = once(client, 'end')
-  client.write('POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\n' + `authorization: Bearer ${token}\r\ncontent-type: ${bad.contentType}\r\n` +
+  client.write('POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\n' +
+    `authorization: Bearer ${token}\r\ncontent-type: ${bad.contentType}\r\n` +
     `content-length: ${bad.body.length}\r\n\r\n`)
   client.write(bad.body.subarray(0, 64 * 1024))
   await lingering
   const form = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(1024))])
-  const second = await viaPython(built.url, { path: '/api/portfolio/create', headers: { authorization: `Bearer ${token}`, 'content-type': form.contentType }, body: form.body })
+  const headers = { authorization: `Bearer ${token}`, 'content-type': form.contentType }
+  const second = await viaPython(built.url, { path: '/api/portfolio/create', headers, body: form.body })
   t.equal(server.destroyed, false, 'the refused create still lingers')
   t.equal(second.status, 200, 'the same user\'s next create is served')
   t.same(JSON.parse(second.body ?? 'null'), { portfolio_id: 'p-stub-1' })

@@ -148,7 +148,13 @@ export class Endpoint {
   /** Its places: one per pool connection, held on by tries that timed out (connection-cap.ts). */
   readonly cap: ConnectionCap
 
-  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string, places: Places = DEFAULT_PLACES) {
+  constructor (
+    readonly origin: string,
+    readonly pool: Pool,
+    readonly hostHeader: string | undefined,
+    key: string,
+    places: Places = DEFAULT_PLACES
+  ) {
     this.key = key
     this.cap = new ConnectionCap(places.size, places.probeEveryMs)
   }

@@ -65,6 +65,8 @@ export type RateWatch = (received: () => number, cut: () => void) => () => void
 /** The client address a socket's caps count against: its peer, or the client a trusted proxy forwards. */
 export type AddressOf = (socket: Socket, raw: IncomingMessage | undefined) => string
 
+const peerAddress: AddressOf = (socket) => socket.remoteAddress ?? ''
+
 interface LingerEntry {
   readonly address: string
   readonly cut: () => void
@@ -84,7 +86,7 @@ export class Lingers {
   /** Lingers cut to make room, by the cap that was full. */
   readonly evicted = { total: 0, perAddress: 0 }
 
-  constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = (socket) => socket.remoteAddress ?? '') {
+  constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = peerAddress) {
     this.limits = limits
     this.watchRate = watchRate
     this.addressOf = addressOf
@@ -172,13 +174,17 @@ export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly
  * `connection: close`. When the body is unread, the socket lingers before it
  * closes (`maxBodyBytes` is the route's body limit; see lingerAllowance).
  */
-export function endsConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, lingers: Lingers): boolean {
+export function endsConnection (
+  raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, lingers: Lingers
+): boolean {
   if (!bodyUnread(raw)) return lifecycle.draining
   lingerOnClose(raw, maxBodyBytes, lingers)
   return true
 }
 
-export function closeConnectionsWhenNeeded (app: FastifyInstance, lifecycle: { readonly draining: boolean }, lingers: Lingers): void {
+export function closeConnectionsWhenNeeded (
+  app: FastifyInstance, lifecycle: { readonly draining: boolean }, lingers: Lingers
+): void {
   app.addHook('onSend', (request, reply, payload, done) => {
     const limit = request.routeOptions.url === CREATE_PATH
       ? CREATE_BODY_MAX_BYTES
@@ -268,7 +274,8 @@ function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): vo
  * lingers until the client closes, at most `maxBytes` more, under the same rules.
  */
 export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, lingers: Lingers): Linger {
-  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, lingers.addressOf(socket, undefined))
+  const address = lingers.addressOf(socket, undefined)
+  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, address)
 }
 
 export interface Linger {

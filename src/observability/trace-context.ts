@@ -153,7 +153,9 @@ export function trustedPeers (entries: readonly string[] | undefined): (address:
  * The client behind a socket: its peer, or, when the peer is a trusted proxy, the nearest address in
  * X-Forwarded-For that is not one (what Fastify's `request.ip` says, for answers given in front of it).
  */
-export function clientAddressOf (trustProxy: readonly string[] | undefined): (socket: Socket, raw: IncomingMessage | undefined) => string {
+export function clientAddressOf (
+  trustProxy: readonly string[] | undefined
+): (socket: Socket, raw: IncomingMessage | undefined) => string {
   const trusted = trustedPeers(trustProxy)
   return (socket, raw) => {
     const peer = socket.remoteAddress ?? ''
