@@ -14,17 +14,17 @@ import { createAuthenticator, type AuthOptions } from './auth/jwt.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
 import { clientErrorAnswerer } from './http/client-error.js'
-import { closeConnectionsWhenNeeded, LINGER_BOUNDS, type LingerBounds } from './http/connection-close.js'
+import { closeConnectionsWhenNeeded, Lingers, type LingerLimits } from './http/connection-close.js'
 import { createFrontServer, inviteBody } from './http/front.js'
 import { idleTimeoutMs, SERVER_LIMITS } from './http/limits.js'
 import { engineHealthRoutes, livenessRoutes, type Lifecycle } from './routes/health.js'
 import { createPortfolioRoutes } from './routes/create/route.js'
-import type { MinRateOptions } from './routes/create/min-rate.js'
+import { MIN_RATE, MinRate, type MinRateOptions } from './routes/create/min-rate.js'
 import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
 import { installMetrics } from './observability/request-metrics.js'
-import { installTraceContext } from './observability/trace-context.js'
+import { clientAddressOf, installTraceContext } from './observability/trace-context.js'
 import { logEngineEvents } from './observability/engine-log.js'
 import { installTracing, traceUploadWait } from './observability/tracing.js'
 import type { Tracing } from './shared/tracing-sdk.js'
@@ -44,8 +44,8 @@ export interface AppDeps {
   logger?: FastifyServerOptions['logger']
   /** Key-set fetch bounds (tests shorten the timeout). */
   keySet?: AuthOptions['keySet']
-  /** How long a connection answered early keeps reading (DECISIONS 21; tests shorten it). */
-  linger?: LingerBounds
+  /** What reading the rest of refused bodies may cost (DECISIONS 32): overrides LINGER_* for a test. */
+  linger?: Partial<LingerLimits>
   /** OTLP traces (DECISIONS 29), started by server.ts when an endpoint is set; absent: no tracing hook at all. */
   tracing?: Tracing
 }
@@ -53,7 +53,10 @@ export interface AppDeps {
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
   const lifecycle = deps.lifecycle ?? { draining: false }
   // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
-  const linger = deps.linger ?? LINGER_BOUNDS
+  // A refused body is read on while the client keeps up the uploads' minimum rate (DECISIONS 32).
+  const lingerRate = new MinRate(deps.uploadMinRate ?? MIN_RATE)
+  const linger = new Lingers({ ...config.linger, ...deps.linger },
+    (received, cut) => lingerRate.watchReceived(received, cut), clientAddressOf(config.trustProxy))
   const shedder = new LoadShedder()
   // One access line per request, also for a client that left (499) and the router's refusals, instead of Fastify's two.
   const accessLines = new AccessLines()

@@ -69,6 +69,15 @@ export interface GatewayConfig {
   readonly uploads: UploadsConfig
   /** OTLP traces (DECISIONS 29); absent: no endpoint set, tracing off. */
   readonly tracing?: TracingSettings
+  /** Reading the rest of refused bodies (DECISIONS 32). */
+  readonly linger: LingerConfig
+}
+
+/** LINGER_BODY_FACTOR, LINGER_MAX_SOCKETS and LINGER_MAX_PER_ADDRESS. */
+export interface LingerConfig {
+  readonly bodyFactor: number
+  readonly maxSockets: number
+  readonly maxPerAddress: number
 }
 
 /** UPLOAD_MAX_PER_USER and UPLOAD_MAX_CONNECTIONS (per engine endpoint). */
@@ -118,6 +127,11 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
     throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
   }
+  if (parsed.LINGER_MAX_PER_ADDRESS > parsed.LINGER_MAX_SOCKETS) {
+    const { LINGER_MAX_PER_ADDRESS: perAddress, LINGER_MAX_SOCKETS: all } = parsed
+    throw new ConfigError(`LINGER_MAX_PER_ADDRESS=${perAddress} is more than LINGER_MAX_SOCKETS=${all}: ` +
+      `one address cannot have more lingering connections than all of them; set it at most ${all}`)
+  }
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
   const upstreamDnsServers = parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
   const redis = redisConfigOf(parsed)
@@ -149,7 +163,12 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
       maxPerUser: parsed.UPLOAD_MAX_PER_USER,
       maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
     }),
-    ...(tracing.value === undefined ? {} : { tracing: tracing.value })
+    ...(tracing.value === undefined ? {} : { tracing: tracing.value }),
+    linger: Object.freeze({
+      bodyFactor: parsed.LINGER_BODY_FACTOR,
+      maxSockets: parsed.LINGER_MAX_SOCKETS,
+      maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
+    })
   })
 }
 

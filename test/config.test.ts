@@ -20,7 +20,8 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     upstreamDnsRefreshMs: 5000,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
-    uploads: { maxPerUser: 2, maxConnections: 32 }
+    uploads: { maxPerUser: 2, maxConnections: 32 },
+    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 }
   })
   t.ok(Object.isFrozen(config.limits), 'limits frozen')
   t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
@@ -46,7 +47,10 @@ t.test('each variable is read', async (t) => {
     UPSTREAM_MAX_QUEUE: '16',
     UPLOAD_MAX_PER_USER: '3',
     UPLOAD_MAX_CONNECTIONS: '16',
-    UPSTREAM_DNS_REFRESH_MS: '2000'
+    UPSTREAM_DNS_REFRESH_MS: '2000',
+    LINGER_BODY_FACTOR: '3',
+    LINGER_MAX_SOCKETS: '64',
+    LINGER_MAX_PER_ADDRESS: '4'
   })
   t.same(config, {
     production: true,
@@ -61,7 +65,8 @@ t.test('each variable is read', async (t) => {
     upstreamDnsRefreshMs: 2000,
     metricsPort: 9100,
     limits: { ratePerMinute: 0, redis: { mode: 'single', url: 'redis://:pw@redis:6379/2' }, idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 },
-    uploads: { maxPerUser: 3, maxConnections: 16 }
+    uploads: { maxPerUser: 3, maxConnections: 16 },
+    linger: { bodyFactor: 3, maxSockets: 64, maxPerAddress: 4 }
   })
   t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
@@ -106,6 +111,16 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_MAX_QUEUE: '0' }, 'UPSTREAM_MAX_QUEUE="0" is invalid: must be between 1 and 100000; expected requests that may wait for an engine connection; past it new /api/* requests get 503'],
   [{ UPLOAD_MAX_PER_USER: '0' }, 'UPLOAD_MAX_PER_USER="0" is invalid: must be between 1 and 1000; expected creates one user (token sub) may have in progress at once; one more gets 429'],
   [{ UPLOAD_MAX_CONNECTIONS: '128' }, 'UPLOAD_MAX_CONNECTIONS="128" is invalid: must be between 1 and 127; expected engine connections per engine endpoint that streaming creates may hold together (of 128); past it a create waits, then 503'],
+  [{ LINGER_BODY_FACTOR: '0' },
+    'LINGER_BODY_FACTOR="0" is invalid: must be between 1 and 16; expected a refused body declared at most this many ' +
+    'times the route\'s body limit (create: 10 MiB) is read and thrown away while the client keeps up the uploads\' ' +
+    'minimum rate; a larger one is closed after the answer'],
+  [{ LINGER_MAX_SOCKETS: 'many' },
+    'LINGER_MAX_SOCKETS="many" is invalid: must be a whole number; expected connections that may read the rest of a ' +
+    'refused body at once; one more cuts the oldest'],
+  [{ LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '9' },
+    'LINGER_MAX_PER_ADDRESS=9 is more than LINGER_MAX_SOCKETS=8: one address cannot have more lingering connections ' +
+    'than all of them; set it at most 8'],
   [{ JWT_SECRET: 'x'.repeat(31) }, 'JWT_SECRET=(hidden) is invalid: must be at least 32 characters; expected HS256 secret, e.g. the output of openssl rand -hex 32']
 ]
 
@@ -211,7 +226,8 @@ t.test('an empty variable counts as unset', async (t) => {
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
     JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
     RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: '',
-    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: ''
+    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: '',
+    LINGER_BODY_FACTOR: '', LINGER_MAX_SOCKETS: '', LINGER_MAX_PER_ADDRESS: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -224,7 +240,8 @@ t.test('an empty variable counts as unset', async (t) => {
     upstreamDnsRefreshMs: 5000,
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
-    uploads: { maxPerUser: 2, maxConnections: 32 }
+    uploads: { maxPerUser: 2, maxConnections: 32 },
+    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 }
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })

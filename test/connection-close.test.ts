@@ -7,9 +7,16 @@
 import { once } from 'node:events'
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
-import { answerClientError, clientErrorAnswer } from '../src/http/client-error.js'
+import { clientErrorAnswerer, clientErrorAnswer } from '../src/http/client-error.js'
+import { LINGER_LIMITS, Lingers } from '../src/http/connection-close.js'
+import { MinRate } from '../src/routes/create/min-rate.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { build, hs256 } from './helpers/app.js'
+
+const lingerRate = new MinRate()
+const answerClientError = clientErrorAnswerer(
+  new Lingers(LINGER_LIMITS, (received, cut) => lingerRate.watchReceived(received, cut))
+)
 
 interface RawAnswer { status: number, headers: Record<string, string>, body: string }
 

@@ -20,7 +20,7 @@ import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { cutByServer } from './client-gone.js'
 import { lastOwedResponse } from './front.js'
 import { newRequestId } from './request-id.js'
-import { LINGER_BODY_FACTOR, LINGER_BOUNDS, lingerAfterRawAnswer, lingerArmed, lingerOf, type LingerBounds } from './connection-close.js'
+import { lingerAfterRawAnswer, lingerArmed, lingerOf, type Lingers } from './connection-close.js'
 
 const ANSWERS: Readonly<Record<string, readonly [number, string]>> = {
   HPE_HEADER_OVERFLOW: [431, 'request headers too large'],
@@ -50,7 +50,7 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
 /**
  * Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to
  * answer. The route is unknown (the parser could not read the request), so the
- * linger allows as much as the route with the largest body would (DECISIONS 21 v4: 4x its limit).
+ * linger allows as much as the route with the largest body would.
  */
 export type ParserRefused = (status: number, code: string | undefined, requestId: string) => void
 
@@ -60,7 +60,10 @@ function rawAnswer (code: string | undefined, refused: ParserRefused | undefined
   return clientErrorAnswer(code, requestId)
 }
 
-export function clientErrorAnswerer (bounds: LingerBounds, refused?: ParserRefused): (err: NodeJS.ErrnoException, socket: Socket) => void {
+export function clientErrorAnswerer (
+  lingers: Lingers,
+  refused?: ParserRefused
+): (err: NodeJS.ErrnoException, socket: Socket) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return
     // A parser in error reports every further chunk, and the end of a body cut short, as another error.
@@ -100,9 +103,6 @@ export function clientErrorAnswerer (bounds: LingerBounds, refused?: ParserRefus
       // socket closes), and that client left after all.
       socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
     }
-    lingerAfterRawAnswer(socket, LINGER_BODY_FACTOR * CREATE_BODY_MAX_BYTES, bounds)
+    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
   }
 }
-
-/** With the decided bounds (DECISIONS 21). */
-export const answerClientError = clientErrorAnswerer(LINGER_BOUNDS)

@@ -1,5 +1,6 @@
 /**
- * When an answer must end its connection, and how the connection then ends (DECISIONS 21 v4).
+ * When an answer must end its connection, and how the connection then ends
+ * (DECISIONS 21 and 32).
  *
  * An answer ends its connection when
  * - the request's body is not completely read (a 401 from the JWT hook, a 404,
@@ -16,11 +17,13 @@
  * http.client, undici's fetch, Android's HttpURLConnection in fixed-length
  * mode) then loses the answer to EPIPE/ECONNRESET. Like nginx's lingering
  * close, the write side is ended (the answer is flushed, then FIN), and what
- * the client still sends is read and discarded: until the declared body is
- * complete when it is at most 4x the route's limit (a chunked body: up to 4x
- * the limit), at most 5 s without a byte and 30 s in all. Only then is the
- * socket closed. A body declared larger than 4x the limit is read up to that
- * bound, then cut.
+ * the client still sends is read and thrown away, for as long as the client
+ * keeps up the uploads' minimum rate, up to the declared length. A body
+ * declared beyond the linger bound (a few times the route's limit) is not
+ * read at all: reading it would only serve a client that sends garbage, so
+ * the socket stops reading and closes once the answer is out. A chunked body
+ * is read up to the bound, then cut. Lingering sockets are capped in total
+ * and per client address; past a cap the oldest is cut (Lingers).
  *
  * One mechanism for every refusal, whoever gives it: when the answer has gone
  * out, whatever still reads the body (the form parser piped from it, a
@@ -41,15 +44,90 @@ import type { Socket } from 'node:net'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { SERVER_LIMITS } from './limits.js'
 
-export interface LingerBounds {
-  /** Longest wait for the client's next byte. */
-  readonly idleMs: number
-  /** Longest linger in all, from the answer's end. */
-  readonly totalMs: number
+/** What reading the rest of refused bodies may cost (LINGER_* in the environment). */
+export interface LingerLimits {
+  /** A body declared beyond this many times the route's limit is not read after a refusal. */
+  readonly bodyFactor: number
+  /** Lingering sockets at once, in all. */
+  readonly maxSockets: number
+  /** Lingering sockets at once from one client address. */
+  readonly maxPerAddress: number
 }
 
-/** DECISIONS 21; tests pass shorter ones through AppDeps. */
-export const LINGER_BOUNDS: LingerBounds = Object.freeze({ idleMs: 5_000, totalMs: 30_000 })
+export const LINGER_LIMITS: LingerLimits = Object.freeze({ bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 })
+
+/**
+ * Watch what a lingering client sends (`received`: its socket's bytes so far) and call `cut` once it stalls or
+ * falls under the minimum rate; the returned function stops the watch.
+ */
+export type RateWatch = (received: () => number, cut: () => void) => () => void
+
+/** The client address a socket's caps count against: its peer, or the client a trusted proxy forwards. */
+export type AddressOf = (socket: Socket, raw: IncomingMessage | undefined) => string
+
+const peerAddress: AddressOf = (socket) => socket.remoteAddress ?? ''
+
+interface LingerEntry {
+  readonly address: string
+  readonly cut: () => void
+}
+
+/**
+ * The lingering sockets, oldest first, in all and per client address. A new one past a cap cuts the oldest:
+ * the newest refusal is the one a client is about to read, and a client that holds a place by trickling at
+ * the minimum rate is by then among the oldest, so slots cannot be held against newcomers.
+ */
+export class Lingers {
+  readonly limits: LingerLimits
+  readonly watchRate: RateWatch
+  readonly addressOf: AddressOf
+  readonly #all = new Set<LingerEntry>()
+  readonly #byAddress = new Map<string, Set<LingerEntry>>()
+  /** Lingers cut to make room, by the cap that was full. */
+  readonly evicted = { total: 0, perAddress: 0 }
+
+  constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = peerAddress) {
+    this.limits = limits
+    this.watchRate = watchRate
+    this.addressOf = addressOf
+  }
+
+  /** Lingering sockets now. */
+  get size (): number {
+    return this.#all.size
+  }
+
+  /** Lingering sockets now from `address`. */
+  sizeOf (address: string): number {
+    return this.#byAddress.get(address)?.size ?? 0
+  }
+
+  /** Count a new linger in, cutting the oldest where a cap is full; the returned function counts it out. */
+  admit (address: string, cut: () => void): () => void {
+    const entry: LingerEntry = { address, cut }
+    const mine = this.#byAddress.get(address) ?? new Set<LingerEntry>()
+    if (mine.size >= this.limits.maxPerAddress) this.#evict(mine.values().next().value, 'perAddress')
+    if (this.#all.size >= this.limits.maxSockets) this.#evict(this.#all.values().next().value, 'total')
+    this.#all.add(entry)
+    mine.add(entry)
+    this.#byAddress.set(address, mine)
+    return () => { this.#remove(entry) }
+  }
+
+  #evict (entry: LingerEntry | undefined, cap: 'total' | 'perAddress'): void {
+    if (entry === undefined) return
+    this.evicted[cap]++
+    this.#remove(entry)
+    entry.cut()
+  }
+
+  #remove (entry: LingerEntry): void {
+    if (!this.#all.delete(entry)) return
+    const mine = this.#byAddress.get(entry.address)
+    mine?.delete(entry)
+    if (mine?.size === 0) this.#byAddress.delete(entry.address)
+  }
+}
 
 /** The create route reads its body itself, past Fastify's bodyLimit: its own bound applies. */
 export const CREATE_PATH = '/api/portfolio/create'
@@ -74,18 +152,16 @@ export function bodyUnread (raw: IncomingMessage): boolean {
   return chunked !== undefined || (length !== undefined && length !== '0')
 }
 
-/** DECISIONS 21 v4: the linger reads at most this many times the route's body limit. */
-export const LINGER_BODY_FACTOR = 4
-
 /**
- * How many more bytes the linger after an answer to `raw` reads: the declared
- * body when it is at most 4x the route's limit, otherwise (chunked, or
- * declared larger) up to 4x the limit, then the socket is cut.
+ * How many more bytes the linger after an answer to `raw` may read: the
+ * declared body, or up to the bound for a chunked one; undefined when the
+ * declared body is beyond the bound, which is then not read at all.
  */
-export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number): number {
-  const most = LINGER_BODY_FACTOR * maxBodyBytes
-  const declared = raw.headers['transfer-encoding'] === undefined ? Number(raw.headers['content-length'] ?? 0) : most
-  return Math.min(declared, most)
+export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number, bodyFactor: number): number | undefined {
+  const bound = bodyFactor * maxBodyBytes
+  if (raw.headers['transfer-encoding'] !== undefined) return bound
+  const declared = Number(raw.headers['content-length'] ?? 0)
+  return declared > bound ? undefined : declared
 }
 
 /** The rule itself: an answer to `raw` ends its connection. */
@@ -98,16 +174,22 @@ export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly
  * `connection: close`. When the body is unread, the socket lingers before it
  * closes (`maxBodyBytes` is the route's body limit; see lingerAllowance).
  */
-export function endsConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, bounds: LingerBounds): boolean {
+export function endsConnection (
+  raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, lingers: Lingers
+): boolean {
   if (!bodyUnread(raw)) return lifecycle.draining
-  lingerOnClose(raw, maxBodyBytes, bounds)
+  lingerOnClose(raw, maxBodyBytes, lingers)
   return true
 }
 
-export function closeConnectionsWhenNeeded (app: FastifyInstance, lifecycle: { readonly draining: boolean }, bounds: LingerBounds): void {
+export function closeConnectionsWhenNeeded (
+  app: FastifyInstance, lifecycle: { readonly draining: boolean }, lingers: Lingers
+): void {
   app.addHook('onSend', (request, reply, payload, done) => {
-    const limit = request.routeOptions.url === CREATE_PATH ? CREATE_BODY_MAX_BYTES : request.routeOptions.bodyLimit ?? SERVER_LIMITS.bodyLimitBytes
-    if (endsConnection(request.raw, lifecycle, limit, bounds)) reply.header('connection', 'close')
+    const limit = request.routeOptions.url === CREATE_PATH
+      ? CREATE_BODY_MAX_BYTES
+      : request.routeOptions.bodyLimit ?? SERVER_LIMITS.bodyLimitBytes
+    if (endsConnection(request.raw, lifecycle, limit, lingers)) reply.header('connection', 'close')
     done(null, payload)
   })
 }
@@ -126,11 +208,16 @@ export function lingerArmed (socket: Socket): boolean {
 }
 
 /** Arrange that when Node closes `raw`'s connection after the answer, the socket lingers first. */
-export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bounds: LingerBounds): void {
+export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, lingers: Lingers): void {
   const socket = raw.socket as LingeringSocket
   if (Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined) return
+  const allowance = lingerAllowance(raw, maxBodyBytes, lingers.limits.bodyFactor)
+  if (allowance === undefined) {
+    closeUnread(raw)
+    return
+  }
   // Counted from the answer: the rest of a declared body within the bound always fits.
-  const maxBytesRead = socket.bytesRead + lingerAllowance(raw, maxBodyBytes)
+  const maxBytesRead = socket.bytesRead + allowance
   let linger: Linger | undefined
   // Read the body from now on, so Node does not "dump" the request when the
   // answer ends: a dumped request's bytes are dropped by the parser unseen,
@@ -148,9 +235,24 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, bound
       socket.destroySoon()
       return
     }
-    linger = startLinger(socket, maxBytesRead, bounds)
+    linger = startLinger(socket, maxBytesRead, lingers, lingers.addressOf(socket, raw))
     linger.onStop(() => raw.off('data', onData))
     detachReaders(raw, onData)
+  }
+}
+
+/**
+ * A body declared beyond the bound: nothing more of it is read (the socket
+ * stops reading now), and the socket closes once the answer is flushed.
+ */
+function closeUnread (raw: IncomingMessage): void {
+  const socket = raw.socket
+  raw.unpipe()
+  socket.pause()
+  socket.destroySoon = function closingDestroySoon () {
+    Reflect.deleteProperty(socket, 'destroySoon')
+    socket.pause()
+    socket.destroySoon()
   }
 }
 
@@ -169,40 +271,37 @@ function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): vo
 /**
  * After an answer that Node's parser could not even read a request for
  * (client-error.ts): the body cannot be told from what follows, so the socket
- * lingers until the client closes, at most `maxBytes` more, within the bounds.
+ * lingers until the client closes, at most `maxBytes` more, under the same rules.
  */
-export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, bounds: LingerBounds): Linger {
-  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, bounds)
+export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, lingers: Lingers): Linger {
+  const address = lingers.addressOf(socket, undefined)
+  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, address)
 }
 
 export interface Linger {
-  /** More bytes came: cut off past the byte bound, else the idle clock starts again. */
+  /** More bytes came: cut off past the byte bound. */
   sawBytes: () => void
   /** The client has sent all it will: close once the answer is flushed. */
   finish: () => void
   onStop: (fn: () => void) => void
 }
 
-function startLinger (socket: LingeringSocket, maxBytesRead: number, bounds: LingerBounds): Linger {
+function startLinger (socket: LingeringSocket, maxBytesRead: number, lingers: Lingers, address: string): Linger {
   const stops: Array<() => void> = []
   let stopped = false
   const stop = (cut: boolean): void => {
     if (stopped) return
     stopped = true
-    clearTimeout(idle)
-    clearTimeout(total)
     for (const fn of stops) fn()
-    // A cut closes with bytes unread (a reset): the client went past a bound.
+    // A cut closes with bytes unread (a reset): the client went past a bound, stalled, or lost its place.
     if (cut) socket.destroy()
     else socket.destroySoon() // the prototype's: destroy once the answer is flushed
   }
-  const idle = setTimeout(() => stop(true), bounds.idleMs)
-  const total = setTimeout(() => stop(true), bounds.totalMs)
+  stops.push(lingers.admit(address, () => stop(true)))
+  stops.push(lingers.watchRate(() => socket.bytesRead, () => stop(true)))
   const linger: Linger = {
     sawBytes: () => {
-      if (stopped) return
-      if (socket.bytesRead > maxBytesRead) stop(true)
-      else idle.refresh()
+      if (!stopped && socket.bytesRead > maxBytesRead) stop(true)
     },
     finish: () => stop(false),
     onStop: (fn) => { stops.push(fn) }

@@ -27,7 +27,7 @@ import type { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { cutByServer } from './client-gone.js'
-import { bodyLimitOf, endsConnection, lingerOf, type LingerBounds } from './connection-close.js'
+import { bodyLimitOf, endsConnection, lingerOf, type Lingers } from './connection-close.js'
 import { requestIdFrom } from './request-id.js'
 import { routerPath } from './router-path.js'
 import { SERVER_LIMITS } from './limits.js'
@@ -46,7 +46,7 @@ export interface FrontOptions {
   /** The load shedder's verdict on a new request: an answer refuses it, undefined lets it through. */
   shed: (req: IncomingMessage) => FrontAnswer | undefined
   lifecycle: { readonly draining: boolean }
-  linger: LingerBounds
+  linger: Lingers
 }
 
 const kAwaitingContinue = Symbol('gateway.awaitingContinue')

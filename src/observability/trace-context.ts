@@ -8,7 +8,7 @@
  * time something asks for it, never for a request that neither calls the
  * engine nor logs.
  */
-import { BlockList, isIP } from 'node:net'
+import { BlockList, isIP, type Socket } from 'node:net'
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { randomHex } from '../shared/random-hex.js'
@@ -147,4 +147,22 @@ export function trustedPeers (entries: readonly string[] | undefined): (address:
     list.addSubnet(address, bits === undefined ? (type === 'ipv6' ? 128 : 32) : Number(bits), type)
   }
   return (address) => address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+}
+
+/**
+ * The client behind a socket: its peer, or, when the peer is a trusted proxy, the nearest address in
+ * X-Forwarded-For that is not one (what Fastify's `request.ip` says, for answers given in front of it).
+ */
+export function clientAddressOf (
+  trustProxy: readonly string[] | undefined
+): (socket: Socket, raw: IncomingMessage | undefined) => string {
+  const trusted = trustedPeers(trustProxy)
+  return (socket, raw) => {
+    const peer = socket.remoteAddress ?? ''
+    if (!trusted(peer)) return peer
+    const forwarded = raw?.headers['x-forwarded-for']
+    const hops = (Array.isArray(forwarded) ? forwarded.join(',') : forwarded ?? '').split(',').map((hop) => hop.trim())
+    for (let i = hops.length - 1; i >= 0; i--) if (hops[i] !== '' && !trusted(hops[i])) return hops[i]!
+    return peer
+  }
 }

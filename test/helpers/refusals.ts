@@ -203,9 +203,13 @@ export interface Run { refusal: string, client: string, size: SizeName, outcome:
 
 /**
  * Send `refusal` from each client at each size, all at once, to a gateway of
- * its own in front of its own engine double; what each client got.
+ * its own in front of its own engine double; what each client got. With a
+ * `rate` (bytes/s), the clients that can pace their body do.
  */
-export async function runRefusal (start: StartGateway, refusal: Refusal, clients: Readonly<Record<string, Client>>, sizes: readonly SizeName[]): Promise<Run[]> {
+export async function runRefusal (
+  start: StartGateway, refusal: Refusal, clients: Readonly<Record<string, Client>>, sizes: readonly SizeName[],
+  opts: { rate?: number } = {}
+): Promise<Run[]> {
   const stub = await startStubUpstream()
   try {
     const gw = await start(stub.url, refusal.gateway ?? {})
@@ -216,7 +220,11 @@ export async function runRefusal (start: StartGateway, refusal: Refusal, clients
       let n = 0
       const runs = sizes.flatMap((size) => Object.entries(clients).map(([client, send]) => {
         const sub = refusal.heldUser === true ? HELD_USER : `user-${n++}`
-        return (async (): Promise<Run> => ({ refusal: refusal.name, client, size, outcome: await send(gw.url, refusal.request(SIZES[size], sub)), expected: { status: refusal.status, body: refusal.bodyFor?.(size) ?? refusal.body } }))()
+        const expected = { status: refusal.status, body: refusal.bodyFor?.(size) ?? refusal.body }
+        return (async (): Promise<Run> => {
+          const outcome = await send(gw.url, { ...refusal.request(SIZES[size], sub), ...opts })
+          return { refusal: refusal.name, client, size, outcome, expected }
+        })()
       }))
       return await Promise.all(runs)
     } finally {

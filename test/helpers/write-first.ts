@@ -21,6 +21,8 @@ export interface ClientRequest {
   body: Buffer
   /** Sent with `transfer-encoding: chunked` instead of a content-length (python and the raw socket). */
   chunked?: boolean
+  /** Bytes per second: the body goes out paced to it (python, the raw socket and curl), as over a slow link. */
+  rate?: number
 }
 
 export interface Outcome {
@@ -58,6 +60,11 @@ function fileOf (body: Buffer): string {
   return file
 }
 
+/** How long a client may take: the usual bound, plus the time its body takes at its rate. */
+export function timeoutFor (req: ClientRequest): number {
+  return CLIENT_TIMEOUT_MS + (req.rate === undefined ? 0 : Math.ceil(req.body.length / req.rate * 1000))
+}
+
 /** One line for a table or an assertion message: `400 {"error":...}` or `EPIPE after 5060 ms`. */
 export function describe (o: Outcome): string {
   return o.error === undefined ? `${o.status!} ${o.body!}` : `${o.error} after ${o.ms} ms`
@@ -65,9 +72,10 @@ export function describe (o: Outcome): string {
 
 /** python3's http.client: the whole body, then the answer. */
 export const viaPython: Client = async (url, req) => {
-  const args = [PYTHON_CLIENT, url, req.method ?? 'POST', req.path, JSON.stringify(req.headers), fileOf(req.body), ...(req.chunked === true ? ['chunked'] : [])]
+  const args = [PYTHON_CLIENT, url, req.method ?? 'POST', req.path, JSON.stringify(req.headers), fileOf(req.body),
+    ...(req.chunked === true ? ['chunked'] : []), ...(req.rate === undefined ? [] : [`rate=${req.rate}`])]
   return await new Promise((resolve) => {
-    execFile('python3', args, { timeout: CLIENT_TIMEOUT_MS }, (err, stdout) => {
+    execFile('python3', args, { timeout: timeoutFor(req) }, (err, stdout) => {
       if (err !== null && stdout === '') {
         resolve({ error: `python3 failed: ${err.message}`, ms: CLIENT_TIMEOUT_MS })
         return
@@ -142,7 +150,7 @@ export async function rawSocket (url: string, req: ClientRequest, opts: { expect
     socket.on('error', (err: NodeJS.ErrnoException) => { failure ??= err.code ?? err.message; resolve() })
     socket.on('close', () => { closed = true; resolve() })
   })
-  const timer = setTimeout(() => { failure ??= 'client timeout'; socket.destroy() }, CLIENT_TIMEOUT_MS)
+  const timer = setTimeout(() => { failure ??= 'client timeout'; socket.destroy() }, timeoutFor(req))
   const write = async (data: Buffer | string): Promise<void> => await new Promise((resolve) => {
     socket.write(data, (err) => { if (err != null) failure ??= (err as NodeJS.ErrnoException).code ?? err.message; resolve() })
   })
@@ -162,7 +170,18 @@ export async function rawSocket (url: string, req: ClientRequest, opts: { expect
       })
       if (first === 'continue') await write(framed(req))
     } else {
-      await write(Buffer.concat([Buffer.from(head(target, req)), framed(req)]))
+      if (req.rate === undefined) await write(Buffer.concat([Buffer.from(head(target, req)), framed(req)]))
+      else {
+        await write(head(target, req))
+        const body = framed(req)
+        const from = performance.now()
+        // 16 KiB writes, each once the rate allows it: the pace of a phone on a slow link.
+        for (let at = 0; at < body.length && failure === undefined && !closed; at += 16 * 1024) {
+          const due = from + at / req.rate * 1000 - performance.now()
+          if (due > 0) await new Promise((resolve) => setTimeout(resolve, due))
+          await write(body.subarray(at, at + 16 * 1024))
+        }
+      }
       socket.resume()
     }
     await finished
@@ -194,9 +213,10 @@ export const viaFetch: Client = async (url, req) => {
 export const viaCurl: Client = async (url, req) => {
   const start = performance.now()
   const args = ['-sS', '-X', req.method ?? 'POST', ...Object.entries(req.headers).flatMap(([k, v]) => ['-H', `${k}: ${v}`]),
+    ...(req.rate === undefined ? [] : ['--limit-rate', String(req.rate)]),
     '--data-binary', `@${fileOf(req.body)}`, '-w', '\n%{http_code}', new URL(req.path, url).href]
   return await new Promise((resolve) => {
-    execFile('curl', args, { timeout: CLIENT_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+    execFile('curl', args, { timeout: timeoutFor(req), maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
       const ms = Math.round(performance.now() - start)
       const cut = stdout.lastIndexOf('\n')
       const status = Number(stdout.slice(cut + 1))

@@ -126,6 +126,16 @@ export class MinRate {
     return meter
   }
 
+  /**
+   * Watch what a socket receives (`received`, cumulative) rather than chunks handed over: `cut` once the
+   * rule is broken. Returns the function that stops the watch.
+   */
+  watchReceived (received: () => number, cut: () => void): () => void {
+    const meter = this.watch(() => { cut() })
+    meter.countReceived(received)
+    return () => { meter.stop() }
+  }
+
   unwatch (meter: RateMeter): void {
     this.#meters.delete(meter)
     if (this.#meters.size === 0 && this.#timer !== undefined) {
