@@ -43,11 +43,23 @@ export function installErrorHandling (app: FastifyInstance): void {
     return reply.code(failure.statusCode).headers(failure.headers).send(wireBody(failure, request.routeOptions.config.handler))
   })
 
+  // Each path's methods, as routes are added: a known path asked with another method is 405 (RFC 9110 15.5.6).
+  const methodsByPath = new Map<string, string[]>()
+  app.addHook('onRoute', (route) => {
+    const methods = methodsByPath.get(route.url) ?? []
+    for (const method of [route.method].flat()) if (!methods.includes(method)) methods.push(method)
+    methodsByPath.set(route.url, methods)
+  })
+
   // An unknown route is answered in onRequest, before any of its body is read:
   // a not-found handler runs only after Fastify has parsed the body (DECISIONS 21).
   app.addHook('onRequest', function routeNotFound (request, _reply, done) {
     if (!request.is404) return done()
+    const path = request.url.split('?')[0]!
+    const allowed = methodsByPath.get(path)
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
-    done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`))
+    if (allowed === undefined) return done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${path.slice(0, 200)}`))
+    const allow = allowed.join(', ')
+    done(new GatewayError('METHOD_NOT_ALLOWED', `${request.method.slice(0, 20)} not allowed on ${path}: use ${allow}`, { headers: { allow } }))
   })
 }
