@@ -1,0 +1,162 @@
+/**
+ * The document is the contract: the answers it was missing (401 challenges,
+ * 405, 417, the engine's 503, the 409's Retry-After), the request headers at
+ * their boundaries as the schema and the server see them, the answer check
+ * catching what it must, and the linters client teams run.
+ */
+import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import t from 'tap'
+import { request } from 'undici'
+import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
+import { violationsOf } from './helpers/answer-check.js'
+import { ROOT } from './helpers/processes.js'
+
+const run = promisify(execFile)
+const doc = JSON.parse(readFileSync(join(ROOT, 'openapi.json'), 'utf8')) as {
+  paths: Record<string, Record<string, { parameters: Array<{ name: string, schema: object }> }>>
+}
+
+t.test('401 challenges (RFC 6750 section 3): bare without a bearer token, invalid_token for a refused one', async (t) => {
+  const { url } = await build(t)
+  const cases: Array<[string, Record<string, string>, string, string]> = [
+    ['no token', {}, 'Bearer', 'missing bearer token'],
+    ['Basic auth', { authorization: 'Basic YWxpY2U6c2VjcmV0' }, 'Bearer', 'authorization header must be: Bearer <token>'],
+    ['a bad signature', bearer(hs256({}, `${SECRET}-not`)), 'Bearer error="invalid_token"', 'invalid token'],
+    ['an expired token', bearer(hs256({ exp: 1 })), 'Bearer error="invalid_token"', 'token expired'],
+    ['a malformed bearer token', { authorization: 'Bearer not a token' }, 'Bearer error="invalid_token"', 'authorization header must be: Bearer <token>']
+  ]
+  for (const [name, headers, challenge, message] of cases) {
+    const res = await request(`${url}/api/portfolio/ping`, { headers })
+    t.equal(res.statusCode, 401, name)
+    t.equal(res.headers['www-authenticate'], challenge, `${name}: the challenge`)
+    t.same(await res.body.json(), { error: message }, `${name}: the body`)
+  }
+})
+
+t.test('a known path with another method is 405 with Allow; an unknown path stays 404', async (t) => {
+  const { url } = await build(t)
+  const get = await request(`${url}/api/portfolio/update`, { headers: bearer() })
+  t.equal(get.statusCode, 405)
+  t.equal(get.headers['allow'], 'POST')
+  t.same(await get.body.json(), { error: 'GET not allowed on /api/portfolio/update: use POST' })
+  const post = await request(`${url}/health?x=1`, { method: 'POST', body: '' })
+  t.equal(post.statusCode, 405)
+  t.equal(post.headers['allow'], 'GET, HEAD')
+  t.same(await post.body.json(), { error: 'POST not allowed on /health: use GET, HEAD' })
+  const unknown = await request(`${url}/healthz`)
+  t.equal(unknown.statusCode, 404)
+  t.equal(unknown.headers['allow'], undefined)
+  t.same(await unknown.body.json(), { error: 'no route GET /healthz' })
+})
+
+t.test('an Expect other than 100-continue is 417, as the document says', async (t) => {
+  const { url } = await build(t)
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  socket.write('GET /ping HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\n\r\n')
+  let raw = ''
+  for await (const chunk of socket) {
+    raw += String(chunk)
+    if (raw.includes('}')) break
+  }
+  t.match(raw, /^HTTP\/1\.1 417 Expectation Failed\r\n/)
+  t.match(raw, /\r\nx-request-id: [0-9a-f-]{36}\r\n/)
+  t.match(raw, /\r\n\r\n\{"error":"unsupported Expect header: only 100-continue is accepted"\}$/)
+})
+
+t.test("the engine's 503 (its store is down) is the simple 503 with the engine's Retry-After", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const unavailable = { success: false, error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'portfolio store unavailable, retry later', function: 'updatePortfolio' } }
+  for (const [given, passed] of [['3', '3'], [undefined, '1'], ['Wed, 21 Oct 2026 07:28:00 GMT', '1']] as const) {
+    stub.handle((_req, res) => {
+      if (given !== undefined) res.setHeader('retry-after', given)
+      json(res, 503, unavailable)
+    })
+    const res = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+    t.equal(res.statusCode, 503)
+    t.equal(res.headers['retry-after'], passed, `the engine's ${String(given)} is passed on as ${passed}`)
+    t.same(await res.body.json(), { error: 'portfolio engine unavailable, retry later' })
+  }
+  stub.handle((_req, res) => json(res, 418, { ...unavailable, error: { ...unavailable.error, code: 'TEAPOT' } }))
+  const odd = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+  t.equal(odd.statusCode, 502, 'a status the contract does not name is not passed on')
+  t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
+})
+
+t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the server accepts', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const schema = doc.paths['/api/portfolio/update']!['post']!.parameters.find((p) => p.name === 'idempotency-key')!.schema
+  const valid = new Ajv2020({ strict: false }).compile(schema)
+  const keys: Array<[string, boolean]> = [
+    ['a'.repeat(255), true],
+    ['a'.repeat(256), false],
+    [`"${'a'.repeat(255)}"`, true],
+    [`"${'a'.repeat(256)}"`, false],
+    ['"quoted"', true],
+    ['"unclosed', false],
+    ['in"side', true],
+    ['"in"side"', false],
+    ['""', false],
+    ['!', true]
+  ]
+  let n = 0
+  for (const [key, accepted] of keys) {
+    const unique = accepted && key.length < 250 ? `${key.startsWith('"') ? '"' : ''}${n++}${key.replace(/^"/, '')}` : key
+    const res = await request(`${url}/api/portfolio/update`, {
+      method: 'POST', headers: { ...bearer(), 'content-type': 'application/json', 'idempotency-key': unique }, body: JSON.stringify(validUpdate())
+    })
+    await res.body.dump()
+    t.equal(res.statusCode, accepted ? 200 : 400, `${unique.slice(0, 20)}... (${unique.length}): the server`)
+    t.equal(valid(unique), accepted, `${unique.slice(0, 20)}... (${unique.length}): the schema`)
+  }
+})
+
+t.test('x-request-id: any value is accepted; a sane one is kept, up to 128 characters', async (t) => {
+  const { url } = await build(t)
+  for (const [given, kept] of [['a'.repeat(128), true], ['a'.repeat(129), false], ['with space', false]] as const) {
+    const res = await request(`${url}/ping`, { headers: { 'x-request-id': given } })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+    t.equal(res.headers['x-request-id'] === given, kept, `${given.length} characters: ${kept ? 'kept' : 'replaced'}`)
+  }
+})
+
+t.test('the answer check catches an undeclared header, an undeclared status, a missing required header, a wrong body', async (t) => {
+  const base = { method: 'GET', url: '/ping', headers: { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8' }, body: Buffer.from('{"message":"pong"}') }
+  t.same(violationsOf({ ...base, status: 200 }), [], 'a declared answer passes')
+  t.same(violationsOf({ ...base, status: 200, headers: { ...base.headers, 'x-planted': '1' } }), ['GET /ping 200: header x-planted is sent but not declared'])
+  t.same(violationsOf({ ...base, status: 418 }), ['GET /ping answered 418, which its operation does not declare'])
+  t.same(violationsOf({ ...base, status: 200, headers: { 'content-type': 'application/json' } }), ['GET /ping 200: required header x-request-id is missing'])
+  t.same(violationsOf({ ...base, status: 200, body: Buffer.from('{"message":"pang"}') }), ['GET /ping 200: the body {"message":"pang"} is not of its schema'])
+  t.same(violationsOf({ ...base, method: 'POST', url: '/api/portfolio/update', status: 401, headers: { ...base.headers }, body: Buffer.from('{"error":"x"}') }),
+    ['POST /api/portfolio/update 401: required header www-authenticate is missing'])
+  t.same(violationsOf({ ...base, method: 'DELETE', status: 405, headers: { ...base.headers, allow: 'GET, HEAD' }, body: Buffer.from('{"error":"x"}') }), [], 'a 405 as x-unmatched-requests says')
+})
+
+t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {
+  const { stdout, stderr } = await run(process.execPath, [join(ROOT, 'node_modules', '@redocly', 'cli', 'bin', 'cli.js'), 'lint', '--extends=recommended', 'openapi.json'], {
+    cwd: ROOT,
+    env: { PATH: process.env['PATH'] ?? '', REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+    timeout: 50_000
+  })
+  const output = `${stdout}${stderr}`
+  t.match(output, /Woohoo! Your API description is valid/)
+  t.notMatch(output, /warning|error/i, output)
+})
+
+t.test('openapi-typescript reads the document without a warning, and client/schema.ts is what it writes', async (t) => {
+  const { stdout, stderr } = await run(process.execPath, [join(ROOT, 'node_modules', 'openapi-typescript', 'bin', 'cli.js'), 'openapi.json', '-o', 'client/schema.ts', '--check'], {
+    cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', NO_COLOR: '1' }, timeout: 50_000
+  })
+  t.notMatch(`${stdout}${stderr}`, /warn|error/i, `${stdout}${stderr}`)
+})
