@@ -6,6 +6,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { clientErrorMessage } from '../shared/client-errors.js'
 import { GatewayError, validationError, wireBody } from './errors.js'
 import { describeIssues, type SchemaIssue } from '../shared/validation-messages.js'
+import { routerPath } from './router-path.js'
 
 import type {} from '../shared/route-config.js'
 
@@ -56,7 +57,8 @@ export function installErrorHandling (app: FastifyInstance): void {
   app.addHook('onRequest', function routeNotFound (request, _reply, done) {
     if (!request.is404) return done()
     const path = request.url.split('?')[0]!
-    const allowed = methodsByPath.get(path)
+    // The path as the router read it (percent-decoded, from an absolute target), so /%61pi/x is /api/x here too.
+    const allowed = methodsByPath.get(routerPath(request.url) ?? path)
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
     if (allowed === undefined) return done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${path.slice(0, 200)}`))
     const allow = allowed.join(', ')

@@ -11,9 +11,11 @@
  */
 import { appendFileSync, readFileSync } from 'node:fs'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import { join } from 'node:path'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
+import { routerPath } from '../../src/http/router-path.js'
 import { ROOT } from './processes.js'
 
 type Json = Record<string, unknown>
@@ -49,7 +51,9 @@ function responseAt (doc: Json, where: string): { object: Json, where: string } 
 
 /** Where the document declares this answer: its operation's response, or what it says of requests no operation matches. */
 function declaration (doc: Json, answer: Answer): { object: Json, where: string } | string {
-  const path = answer.url.split('?')[0]!
+  // The path as the gateway's router reads it (absolute targets, percent-encoding); one it cannot read is any path's.
+  const path = routerPath(answer.url)
+  if (path === undefined) return rawDeclaration(doc, answer)
   const method = answer.method === 'HEAD' ? 'get' : answer.method.toLowerCase()
   const paths = doc.paths as Record<string, Record<string, Json>>
   const status = String(answer.status)
@@ -69,6 +73,17 @@ function declaration (doc: Json, answer: Answer): { object: Json, where: string 
     }
   }
   return `${answer.method} ${path} matches no operation, and ${status} is not declared for such requests`
+}
+
+/** Any operation's declaration of this status: for answers that can come to a request for any path. */
+function rawDeclaration (doc: Json, answer: Answer): { object: Json, where: string } | string {
+  for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, Json>>)) {
+    for (const method of Object.keys(operations)) {
+      const found = responseAt(doc, `/${pointer('paths', path, method, 'responses', String(answer.status))}`)
+      if (found !== undefined) return found
+    }
+  }
+  return `${answer.method} ${answer.url} (a target the router cannot read) answered ${answer.status}, declared nowhere`
 }
 
 const validators = new Map<string, (value: unknown) => boolean>()
@@ -135,6 +150,24 @@ export function violationsOf (answer: Answer): string[] {
   return problems
 }
 
+/**
+ * An answer written straight to the socket (the parser's, client-error.ts),
+ * for no request the router read: held to what any operation declares for
+ * its status, since it can answer a request for any path.
+ */
+export function violationsOfRaw (answer: Omit<Answer, 'method' | 'url'>): string[] {
+  const { doc } = document()
+  let first: string[] | undefined
+  for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, Json>>)) {
+    for (const method of Object.keys(operations)) {
+      const found = violationsOf({ ...answer, method: method.toUpperCase(), url: path })
+      if (found.length === 0) return []
+      first ??= found
+    }
+  }
+  return first!.map((problem) => `raw answer: ${problem}`)
+}
+
 let checked = 0
 let violated = 0
 process.once('exit', () => {
@@ -143,7 +176,18 @@ process.once('exit', () => {
 
 /** The raw head Node wrote (`res._header`): the status and every header, as the client reads them. */
 function headOf (res: ServerResponse): { status: number, headers: Record<string, string> } {
-  const head = (res as ServerResponse & { _header?: string | null })._header ?? ''
+  return parseHead((res as ServerResponse & { _header?: string | null })._header ?? '')
+}
+
+/** A whole answer written as one string: its head, and its body by content-length. */
+function rawAnswer (text: string): Omit<Answer, 'method' | 'url'> {
+  const end = text.indexOf('\r\n\r\n')
+  const { status, headers } = parseHead(text.slice(0, end + 2))
+  const body = Buffer.from(text.slice(end + 4), 'latin1').subarray(0, Number(headers['content-length'] ?? Infinity))
+  return { status, headers, body }
+}
+
+function parseHead (head: string): { status: number, headers: Record<string, string> } {
   const [statusLine = '', ...lines] = head.split('\r\n')
   const headers: Record<string, string> = {}
   for (const line of lines) {
@@ -177,12 +221,25 @@ export function watchAnswers (server: Server): string[] {
     } as typeof res.end
     res.once('finish', () => {
       const { status, headers } = headOf(res)
-      const found = violationsOf({ method: req.method ?? 'GET', url: req.url ?? '/', status, headers, body: Buffer.concat(chunks) })
-      checked++
-      if (found.length > 0) violated++
-      violations.push(...found)
+      record(violationsOf({ method: req.method ?? 'GET', url: req.url ?? '/', status, headers, body: Buffer.concat(chunks) }))
     })
   }
+  const record = (found: string[]): void => {
+    checked++
+    if (found.length > 0) violated++
+    violations.push(...found)
+  }
+  // Answers written on the socket itself, not through a response object: the head is not a response's own.
+  server.on('connection', (socket: Socket & { _httpMessage?: ServerResponse | null }) => {
+    const write = socket.write
+    socket.write = function (this: typeof socket, chunk: unknown, ...rest: unknown[]) {
+      if (typeof chunk === 'string' && chunk.startsWith('HTTP/1.1 ') && !chunk.startsWith('HTTP/1.1 1')) {
+        const own = (socket._httpMessage as (ServerResponse & { _header?: string | null }) | null | undefined)?._header
+        if (own == null || !chunk.startsWith(own)) record(violationsOfRaw(rawAnswer(chunk)))
+      }
+      return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
+    } as typeof socket.write
+  })
   // Node emits one of these three per request; the front server answers the last two itself.
   server.prependListener('request', watch)
   server.prependListener('checkContinue', watch)
