@@ -14,7 +14,7 @@ import t from 'tap'
 import { request } from 'undici'
 import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
-import { violationsOf } from './helpers/answer-check.js'
+import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
 import { ROOT } from './helpers/processes.js'
 
 const run = promisify(execFile)
@@ -140,6 +140,9 @@ t.test('the answer check catches an undeclared header, an undeclared status, a m
   t.same(violationsOf({ ...base, status: 200, body: Buffer.from('{"message":"pang"}') }), ['GET /ping 200: the body {"message":"pang"} is not of its schema'])
   t.same(violationsOf({ ...base, method: 'POST', url: '/api/portfolio/update', status: 401, headers: { ...base.headers }, body: Buffer.from('{"error":"x"}') }),
     ['POST /api/portfolio/update 401: required header www-authenticate is missing'])
+  const raw = { headers: { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8', connection: 'close' }, body: Buffer.from('{"error":"x"}') }
+  t.same(violationsOfRaw({ ...raw, status: 431 }), [], "a parser's answer, as every operation declares it")
+  t.same(violationsOfRaw({ ...raw, status: 418 }), ['raw answer: GET /openapi.json answered 418, which its operation does not declare'])
   t.same(violationsOf({ ...base, method: 'DELETE', status: 405, headers: { ...base.headers, allow: 'GET, HEAD' }, body: Buffer.from('{"error":"x"}') }), [], 'a 405 as x-unmatched-requests says')
 })
 
