@@ -47,7 +47,12 @@ interface Common {
 }
 
 /** The 200 of `Op`: its body, and whether it is a stored answer to a repeated Idempotency-Key. */
-export type Success<Op extends OperationId> = Common & { ok: true, status: 200, data: BodyOf<Responses<Op>[200 & keyof Responses<Op>]>, replayed: boolean }
+export type Success<Op extends OperationId> = Common & {
+  ok: true
+  status: 200
+  data: BodyOf<Responses<Op>[200 & keyof Responses<Op>]>
+  replayed: boolean
+}
 /** Each other status `Op` declares, with its own body: narrow on `status`, then on a structured error's `code`. */
 export type Failure<Op extends OperationId> = {
   [S in Exclude<keyof Responses<Op>, 200>]: Common & { ok: false, status: S, error: BodyOf<Responses<Op>[S]> }
@@ -128,7 +133,10 @@ function result<Op extends OperationId> (outcome: { data?: unknown, error?: unkn
 }
 
 export function createGatewayClient (options: GatewayClientOptions) {
-  const client = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/$/, ''), ...(options.fetch === undefined ? {} : { fetch: options.fetch }) })
+  const client = createClient<paths>({
+    baseUrl: options.baseUrl.replace(/\/$/, ''),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch })
+  })
   const bearer: Middleware = {
     async onRequest ({ request, schemaPath }) {
       // The public operations send no token.
@@ -139,7 +147,8 @@ export function createGatewayClient (options: GatewayClientOptions) {
     }
   }
   client.use(bearer)
-  const init = (opts: CallOptions) => ({ headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) })
+  const init = (opts: CallOptions) =>
+    ({ headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) })
 
   return {
     /** GET /health: liveness of the gateway. */

@@ -38,7 +38,7 @@ export const RequestIdParameter = Type.String({
     'UUID; echoed on every answer and sent to the engine'
 })
 
-/** The request side of traceparent: any value is accepted; one that TraceParentHeader does not fit starts a new trace. */
+/** The request side of traceparent: any value is accepted; one TraceParentHeader does not fit starts a new trace. */
 export const TraceParentParameter = Type.String({
   description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); ' +
     'anything else starts a new trace'

@@ -42,7 +42,8 @@ t.test('every message quoted in the docs is one the gateway sends', async (t) =>
     const { body, contentType } = multipartBody(parts)
     return { method: 'POST' as const, headers: { ...bearer(), 'content-type': contentType }, body }
   }
-  const created = await request(`${url}/api/portfolio/create`, form([{ name: 'name', value: 'x' }, { name: 'type', value: 'PORTFOLIO' }]))
+  const fields = [{ name: 'name', value: 'x' }, { name: 'type', value: 'PORTFOLIO' }]
+  const created = await request(`${url}/api/portfolio/create`, form(fields))
   const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
   const sent = new Set<string>([
     await messageOf(await request(`${url}/ping`)),
@@ -50,10 +51,16 @@ t.test('every message quoted in the docs is one the gateway sends', async (t) =>
     await messageOf(await request(`${url}/api/portfolio/ping`)),
     await messageOf(await request(`${draining.url}/health`)),
     await messageOf(await request(`${url}/api/portfolio/update`, {
-      method: 'POST', headers: json, body: JSON.stringify({ portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 1 }] })
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({ portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 1 }] })
     })),
     await messageOf(await request(`${url}/api/portfolio/update`, {
-      method: 'POST', headers: json, body: JSON.stringify({ portfolio_id: 'p', target_positions: [{ mint: MINTS[0], allocation: 0 }, { mint: MINTS[1], allocation: 1.5 }] })
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({
+        portfolio_id: 'p', target_positions: [{ mint: MINTS[0], allocation: 0 }, { mint: MINTS[1], allocation: 1.5 }]
+      })
     })),
     await messageOf(await request(`${url}/api/portfolio/create`, form([{ name: 'name', value: 'x'.repeat(31) }])))
   ])

@@ -18,18 +18,26 @@ import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
 import { ROOT } from './helpers/processes.js'
 
 const run = promisify(execFile)
+const MALFORMED = 'authorization header must be: Bearer <token>'
+const INVALID = 'Bearer error="invalid_token"'
+const updateRequest = (headers: Record<string, string> = {}) => ({
+  method: 'POST' as const,
+  headers: { ...bearer(), 'content-type': 'application/json', ...headers },
+  body: JSON.stringify(validUpdate())
+})
+const bin = (...path: string[]) => join(ROOT, 'node_modules', ...path)
 const doc = JSON.parse(readFileSync(join(ROOT, 'openapi.json'), 'utf8')) as {
   paths: Record<string, Record<string, { parameters: Array<{ name: string, schema: object }> }>>
 }
 
-t.test('401 challenges (RFC 6750 section 3): bare without a bearer token, invalid_token for a refused one', async (t) => {
+t.test('401 challenges (RFC 6750 section 3): bare without a bearer token, invalid_token for a refused one', async t => {
   const { url } = await build(t)
   const cases: Array<[string, Record<string, string>, string, string]> = [
     ['no token', {}, 'Bearer', 'missing bearer token'],
-    ['Basic auth', { authorization: 'Basic YWxpY2U6c2VjcmV0' }, 'Bearer', 'authorization header must be: Bearer <token>'],
-    ['a bad signature', bearer(hs256({}, `${SECRET}-not`)), 'Bearer error="invalid_token"', 'invalid token'],
-    ['an expired token', bearer(hs256({ exp: 1 })), 'Bearer error="invalid_token"', 'token expired'],
-    ['a malformed bearer token', { authorization: 'Bearer not a token' }, 'Bearer error="invalid_token"', 'authorization header must be: Bearer <token>']
+    ['Basic auth', { authorization: 'Basic YWxpY2U6c2VjcmV0' }, 'Bearer', MALFORMED],
+    ['a bad signature', bearer(hs256({}, `${SECRET}-not`)), INVALID, 'invalid token'],
+    ['an expired token', bearer(hs256({ exp: 1 })), INVALID, 'token expired'],
+    ['a malformed bearer token', { authorization: 'Bearer not a token' }, INVALID, MALFORMED]
   ]
   for (const [name, headers, challenge, message] of cases) {
     const res = await request(`${url}/api/portfolio/ping`, { headers })
@@ -74,19 +82,27 @@ t.test("the engine's 503 (its store is down) is the simple 503 with the engine's
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   const { url } = await build(t, { upstreamUrl: stub.url })
-  const unavailable = { success: false, error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'portfolio store unavailable, retry later', function: 'updatePortfolio' } }
+  const unavailable = {
+    success: false,
+    error: {
+      source: 'portfolio-engine',
+      code: 'SERVICE_UNAVAILABLE',
+      message: 'portfolio store unavailable, retry later',
+      function: 'updatePortfolio'
+    }
+  }
   for (const [given, passed] of [['3', '3'], [undefined, '1'], ['Wed, 21 Oct 2026 07:28:00 GMT', '1']] as const) {
     stub.handle((_req, res) => {
       if (given !== undefined) res.setHeader('retry-after', given)
       json(res, 503, unavailable)
     })
-    const res = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+    const res = await request(`${url}/api/portfolio/update`, updateRequest())
     t.equal(res.statusCode, 503)
     t.equal(res.headers['retry-after'], passed, `the engine's ${String(given)} is passed on as ${passed}`)
     t.same(await res.body.json(), { error: 'portfolio engine unavailable, retry later' })
   }
   stub.handle((_req, res) => json(res, 418, { ...unavailable, error: { ...unavailable.error, code: 'TEAPOT' } }))
-  const odd = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
+  const odd = await request(`${url}/api/portfolio/update`, updateRequest())
   t.equal(odd.statusCode, 502, 'a status the contract does not name is not passed on')
   t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
 })
@@ -95,7 +111,8 @@ t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the s
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   const { url } = await build(t, { upstreamUrl: stub.url })
-  const schema = doc.paths['/api/portfolio/update']!['post']!.parameters.find((p) => p.name === 'idempotency-key')!.schema
+  const { parameters } = doc.paths['/api/portfolio/update']!['post']!
+  const schema = parameters.find((p) => p.name === 'idempotency-key')!.schema
   const valid = new Ajv2020({ strict: false }).compile(schema)
   const keys: Array<[string, boolean]> = [
     ['a'.repeat(255), true],
@@ -111,10 +128,10 @@ t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the s
   ]
   let n = 0
   for (const [key, accepted] of keys) {
-    const unique = accepted && key.length < 250 ? `${key.startsWith('"') ? '"' : ''}${n++}${key.replace(/^"/, '')}` : key
-    const res = await request(`${url}/api/portfolio/update`, {
-      method: 'POST', headers: { ...bearer(), 'content-type': 'application/json', 'idempotency-key': unique }, body: JSON.stringify(validUpdate())
-    })
+    // Each accepted key fresh (a number in front), so no answer is a replay.
+    const fresh = `${key.startsWith('"') ? '"' : ''}${n++}${key.replace(/^"/, '')}`
+    const unique = accepted && key.length < 250 ? fresh : key
+    const res = await request(`${url}/api/portfolio/update`, updateRequest({ 'idempotency-key': unique }))
     await res.body.dump()
     t.equal(res.statusCode, accepted ? 200 : 400, `${unique.slice(0, 20)}... (${unique.length}): the server`)
     t.equal(valid(unique), accepted, `${unique.slice(0, 20)}... (${unique.length}): the schema`)
@@ -131,25 +148,36 @@ t.test('x-request-id: any value is accepted; a sane one is kept, up to 128 chara
   }
 })
 
-t.test('the answer check catches an undeclared header, an undeclared status, a missing required header, a wrong body', async (t) => {
-  const base = { method: 'GET', url: '/ping', headers: { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8' }, body: Buffer.from('{"message":"pong"}') }
+t.test('the answer check catches an undeclared header or status, a missing header, a wrong body', async (t) => {
+  const json = 'application/json; charset=utf-8'
+  const headers = { 'x-request-id': 'r', 'content-type': json }
+  const base = { method: 'GET', url: '/ping', headers, body: Buffer.from('{"message":"pong"}') }
+  const simple = Buffer.from('{"error":"x"}')
   t.same(violationsOf({ ...base, status: 200 }), [], 'a declared answer passes')
-  t.same(violationsOf({ ...base, status: 200, headers: { ...base.headers, 'x-planted': '1' } }), ['GET /ping 200: header x-planted is sent but not declared'])
+  t.same(violationsOf({ ...base, status: 200, headers: { ...base.headers, 'x-planted': '1' } }),
+    ['GET /ping 200: header x-planted is sent but not declared'])
   t.same(violationsOf({ ...base, status: 418 }), ['GET /ping answered 418, which its operation does not declare'])
-  t.same(violationsOf({ ...base, status: 200, headers: { 'content-type': 'application/json' } }), ['GET /ping 200: required header x-request-id is missing'])
-  t.same(violationsOf({ ...base, status: 200, body: Buffer.from('{"message":"pang"}') }), ['GET /ping 200: the body {"message":"pang"} is not of its schema'])
-  t.same(violationsOf({ ...base, method: 'POST', url: '/api/portfolio/update', status: 401, headers: { ...base.headers }, body: Buffer.from('{"error":"x"}') }),
+  t.same(violationsOf({ ...base, status: 200, headers: { 'content-type': json } }),
+    ['GET /ping 200: required header x-request-id is missing'])
+  t.same(violationsOf({ ...base, status: 200, body: Buffer.from('{"message":"pang"}') }),
+    ['GET /ping 200: the body {"message":"pang"} is not of its schema'])
+  t.same(violationsOf({ ...base, method: 'POST', url: '/api/portfolio/update', status: 401, body: simple }),
     ['POST /api/portfolio/update 401: required header www-authenticate is missing'])
-  const raw = { headers: { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8', connection: 'close' }, body: Buffer.from('{"error":"x"}') }
+  const raw = { headers: { 'x-request-id': 'r', 'content-type': json, connection: 'close' }, body: simple }
   t.same(violationsOfRaw({ ...raw, status: 431 }), [], "a parser's answer, as every operation declares it")
-  t.same(violationsOfRaw({ ...raw, status: 418 }), ['raw answer: GET /openapi.json answered 418, which its operation does not declare'])
-  t.same(violationsOf({ ...base, method: 'DELETE', status: 405, headers: { ...base.headers, allow: 'GET, HEAD' }, body: Buffer.from('{"error":"x"}') }), [], 'a 405 as x-unmatched-requests says')
+  t.same(violationsOfRaw({ ...raw, status: 418 }),
+    ['raw answer: GET /openapi.json answered 418, which its operation does not declare'])
+  const allow = { ...base.headers, allow: 'GET, HEAD' }
+  const deleted = violationsOf({ ...base, method: 'DELETE', status: 405, headers: allow, body: simple })
+  t.same(deleted, [], 'a 405 as the document says')
 })
 
 t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {
-  const { stdout, stderr } = await run(process.execPath, [join(ROOT, 'node_modules', '@redocly', 'cli', 'bin', 'cli.js'), 'lint', '--extends=recommended', 'openapi.json'], {
+  const lint = [bin('@redocly', 'cli', 'bin', 'cli.js'), 'lint', '--extends=recommended', 'openapi.json']
+  const { stdout, stderr } = await run(process.execPath, lint, {
     cwd: ROOT,
-    env: { PATH: process.env['PATH'] ?? '', REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+    // Offline: no usage report, no update check; the npm registry is all a fresh clone has had.
+    env: { PATH: process.env['PATH'] ?? '', REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' },
     timeout: 50_000
   })
   const output = `${stdout}${stderr}`
@@ -158,7 +186,8 @@ t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {
 })
 
 t.test('openapi-typescript reads the document without a warning, and client/schema.ts is what it writes', async (t) => {
-  const { stdout, stderr } = await run(process.execPath, [join(ROOT, 'node_modules', 'openapi-typescript', 'bin', 'cli.js'), 'openapi.json', '-o', 'client/schema.ts', '--check'], {
+  const check = [bin('openapi-typescript', 'bin', 'cli.js'), 'openapi.json', '-o', 'client/schema.ts', '--check']
+  const { stdout, stderr } = await run(process.execPath, check, {
     cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', NO_COLOR: '1' }, timeout: 50_000
   })
   t.notMatch(`${stdout}${stderr}`, /warn|error/i, `${stdout}${stderr}`)

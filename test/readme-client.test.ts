@@ -18,7 +18,8 @@ const run = promisify(execFile)
 /** The README's TypeScript block that uses the typed client. */
 const snippet = ((): string => {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!).find((code) => code.includes('./client/index.js'))
+  const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!)
+  const block = blocks.find((code) => code.includes('./client/index.js'))
   if (block === undefined) throw new Error('README.md has no ```ts block importing ./client/index.js')
   return block
 })()
@@ -26,12 +27,14 @@ const snippet = ((): string => {
 /** Type-check `source` as if it were the file `name` at the repository's root, with the project's strict options. */
 function typeErrors (name: string, source: string): string[] {
   const file = join(ROOT, name)
-  const config = ts.getParsedCommandLineOfConfigFile(join(ROOT, 'tsconfig.json'), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} })!
+  const host0 = { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} }
+  const config = ts.getParsedCommandLineOfConfigFile(join(ROOT, 'tsconfig.json'), {}, host0)!
   const host = ts.createCompilerHost(config.options)
   const { getSourceFile, fileExists, readFile } = host
   host.fileExists = (path) => path === file || fileExists(path)
   host.readFile = (path) => (path === file ? source : readFile(path))
-  host.getSourceFile = (path, ...rest) => (path === file ? ts.createSourceFile(path, source, ts.ScriptTarget.ES2022, true) : getSourceFile(path, ...rest))
+  host.getSourceFile = (path, ...rest) =>
+    (path === file ? ts.createSourceFile(path, source, ts.ScriptTarget.ES2022, true) : getSourceFile(path, ...rest))
   const program = ts.createProgram([file], { ...config.options, noEmit: true, strict: true }, host)
   return ts.getPreEmitDiagnostics(program)
     .filter((d) => d.file?.fileName === file)
@@ -44,19 +47,24 @@ t.test('the README snippet compiles in strict mode and runs against a gateway', 
   const { url } = await build(t, { upstreamUrl: engine.origin })
   // Compiled beside dist/client/index.js, which its import names.
   const compiled = join(ROOT, 'dist', `readme-snippet-${process.pid}.mjs`)
-  writeFileSync(compiled, ts.transpileModule(snippet, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText)
+  const compilerOptions = { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 }
+  writeFileSync(compiled, ts.transpileModule(snippet, { compilerOptions }).outputText)
   t.teardown(() => rmSync(compiled, { force: true }))
   const { stdout } = await run(process.execPath, [compiled], {
-    cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', GATEWAY_URL: url, TOKEN: hs256({ sub: 'readme' }) }, timeout: 30_000
+    cwd: ROOT,
+    env: { PATH: process.env['PATH'] ?? '', GATEWAY_URL: url, TOKEN: hs256({ sub: 'readme' }) },
+    timeout: 30_000
   })
   t.equal(stdout, 'Target positions updated\n')
   t.equal(engine.engine.portfolios.size, 1, 'the portfolio was made, with its image')
 })
 
-t.test('the generated types: a method per operation, errors narrowed by status and code, the image as bytes', async (t) => {
+t.test('the generated types: a method per operation, errors narrowed by status and code, image bytes', async (t) => {
   const checks = `
 import { createGatewayClient, type operations } from './client/index.js'
-const ids: Array<keyof operations> = ['createPortfolio', 'updatePortfolio', 'pingEngine', 'getEngineHealth', 'getLiveness', 'ping', 'getOpenApiDocument']
+const ids: Array<keyof operations> = [
+  'createPortfolio', 'updatePortfolio', 'pingEngine', 'getEngineHealth', 'getLiveness', 'ping', 'getOpenApiDocument'
+]
 const gateway = createGatewayClient({ baseUrl: 'http://gw', token: 't' })
 const created = await gateway.createPortfolio({ name: 'n', type: 'PORTFOLIO', image: new Uint8Array([0x89]) })
 if (!created.ok && created.status === 409) {

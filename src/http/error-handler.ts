@@ -60,8 +60,11 @@ export function installErrorHandling (app: FastifyInstance): void {
     // The path as the router read it (percent-decoded, from an absolute target), so /%61pi/x is /api/x here too.
     const allowed = methodsByPath.get(routerPath(request.url) ?? path)
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
-    if (allowed === undefined) return done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${path.slice(0, 200)}`))
+    if (allowed === undefined) {
+      return done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${path.slice(0, 200)}`))
+    }
     const allow = allowed.join(', ')
-    done(new GatewayError('METHOD_NOT_ALLOWED', `${request.method.slice(0, 20)} not allowed on ${path}: use ${allow}`, { headers: { allow } }))
+    const message = `${request.method.slice(0, 20)} not allowed on ${path}: use ${allow}`
+    done(new GatewayError('METHOD_NOT_ALLOWED', message, { headers: { allow } }))
   })
 }

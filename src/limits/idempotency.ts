@@ -92,7 +92,8 @@ export class Idempotency {
       const { held } = begun
       if (held.state === 'pending') {
         this.#opts.metrics.idempotencyShortCut('in_flight')
-        throw new GatewayError('IDEMPOTENCY_KEY_IN_USE', undefined, { headers: { 'retry-after': String(retryAfterS(held.until)) } })
+        const headers = { 'retry-after': String(retryAfterS(held.until)) }
+        throw new GatewayError('IDEMPOTENCY_KEY_IN_USE', undefined, { headers })
       }
       // A completed record: the request is read whole and checked, never forwarded.
       await route.readAll?.()
@@ -114,7 +115,9 @@ export class Idempotency {
   }
 
   /** Claim subject+key under a fresh owner token, or say who holds it. */
-  async #begin (request: FastifyRequest, key: string, runsForMs: number): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
+  async #begin (
+    request: FastifyRequest, key: string, runsForMs: number
+  ): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
     const { store, ttlS, pendingTtlMs } = this.#opts
     const subject = request.userId
     // Only this request knows its token: complete and release act only while

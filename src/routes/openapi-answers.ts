@@ -21,7 +21,8 @@ const json = (schema: Json): Json => ({ 'application/json': { schema } })
 
 /** The codes of the catalogue's entries with this status and shape: a status's `code` enum. */
 const codesOf = (status: number, shape: 'simple' | 'structured'): ErrorCode[] =>
-  (Object.keys(CATALOGUE) as ErrorCode[]).filter((code) => CATALOGUE[code].status === status && CATALOGUE[code].shape === shape)
+  (Object.keys(CATALOGUE) as ErrorCode[])
+    .filter((code) => CATALOGUE[code].status === status && CATALOGUE[code].shape === shape)
 
 /** A structured error whose `code` is one of `codes`: one schema per status, so clients narrow by it. */
 function structuredError (codes: readonly string[], description: string): TSchema {
@@ -38,13 +39,13 @@ function structuredError (codes: readonly string[], description: string): TSchem
 
 /** Schemas every answer below names, beside the ones the routes validate with (hoisted from the routes). */
 export const ANSWER_SCHEMAS: Record<string, TSchema> = {
-  SimpleError: { ...SimpleError, description: 'The simple shape: the connection, the caller or the gateway\'s capacity' },
+  SimpleError: { ...SimpleError, description: 'The simple shape: about the connection, the caller or the capacity' },
   HealthError,
   ValidationError: structuredError(['VALIDATION_ERROR'], 'The request is invalid; the message names the field'),
   NotFoundError: structuredError(['NOT_FOUND'], 'No such portfolio, or another user\'s (the engine\'s answer)'),
-  IdempotencyKeyInUseError: structuredError(codesOf(409, 'structured'), 'A request with this Idempotency-Key is in flight'),
-  IdempotencyKeyReusedError: structuredError(['IDEMPOTENCY_KEY_REUSED'], 'This Idempotency-Key was used for another request'),
-  InternalError: structuredError(['INTERNAL_ERROR'], 'An unexpected failure, of the gateway or of the engine; no internals'),
+  IdempotencyKeyInUseError: structuredError(codesOf(409, 'structured'), 'A request with this key is in flight'),
+  IdempotencyKeyReusedError: structuredError(['IDEMPOTENCY_KEY_REUSED'], 'This key was used for another request'),
+  InternalError: structuredError(['INTERNAL_ERROR'], 'An unexpected failure, of the gateway or the engine'),
   CreatePortfolioResponse,
   UpdatePortfolioResponse,
   OpenApiDocument: Type.Object({ openapi: Type.String() }, { additionalProperties: true, description: 'OpenAPI 3.1' })
@@ -53,7 +54,7 @@ export const ANSWER_SCHEMAS: Record<string, TSchema> = {
 /** Response headers, each with whether the answers that declare it always carry it. */
 export const ANSWER_HEADERS: Record<string, Json> = {
   RequestId: {
-    description: 'The request id: the client\'s x-request-id when it is 1-128 visible ASCII characters, else a new UUID',
+    description: 'The request id: the client\'s x-request-id when 1-128 visible ASCII characters, else a new UUID',
     required: true,
     schema: { ...RequestIdHeader, description: undefined }
   },
@@ -90,13 +91,14 @@ const COUNTED = { ...ID, ratelimit: headerRef('RateLimit'), 'ratelimit-policy': 
 const REPLAYABLE = { ...COUNTED, 'idempotent-replayed': headerRef('IdempotentReplayed') }
 const RETRY = { ...COUNTED, 'retry-after': headerRef('RetryAfter') }
 
-const simple = (description: string, headers: Json = ID): Json => ({ description, headers, content: json(schemaRef('SimpleError')) })
+const simple = (description: string, headers: Json = ID): Json =>
+  ({ description, headers, content: json(schemaRef('SimpleError')) })
 
 /** Answers that several operations give alike. */
 export const SHARED_ANSWERS: Record<string, Json> = {
   MalformedRequest: simple('Node\'s parser could not read the request (malformed request, missing Host header, ' +
     'a URL the router cannot read); the connection closes'),
-  RequestTimeout: simple('The request\'s headers or body did not arrive within the server\'s time; the connection closes'),
+  RequestTimeout: simple('The request\'s headers or body did not arrive in the server\'s time; the connection closes'),
   ChunkExtensionsTooLarge: simple('Chunk extensions too large (Node\'s parser); the connection closes'),
   ExpectationFailed: simple('An Expect header other than 100-continue'),
   HeadersTooLarge: simple('The request headers are too large (Node\'s parser); the connection closes'),
@@ -219,7 +221,11 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description: 'text/plain pong from the engine. Retried on another engine after a failure, within the deadline.',
     bearer: true,
     responses: {
-      200: { description: 'The engine answered', headers: COUNTED, content: { 'text/plain': { schema: { type: 'string', const: 'pong' } } } },
+      200: {
+        description: 'The engine answered',
+        headers: COUNTED,
+        content: { 'text/plain': { schema: { type: 'string', const: 'pong' } } }
+      },
       ...PARSER_ANSWERS,
       ...BEARER_ANSWERS,
       ...ENGINE_ANSWERS,
@@ -239,7 +245,11 @@ export const OPERATIONS: Record<string, OperationDoc> = {
       'from the stored answer.',
     bearer: true,
     responses: {
-      200: { description: 'Target positions updated', headers: REPLAYABLE, content: json(schemaRef('UpdatePortfolioResponse')) },
+      200: {
+        description: 'Target positions updated',
+        headers: REPLAYABLE,
+        content: json(schemaRef('UpdatePortfolioResponse'))
+      },
       ...PARSER_ANSWERS,
       ...BEARER_ANSWERS,
       ...ENGINE_ANSWERS,
@@ -290,7 +300,7 @@ export const UNMATCHED_ANSWERS: Json = {
     description: 'METHOD_NOT_ALLOWED: this path is served, with other methods (RFC 9110 15.5.6)',
     headers: {
       ...ID,
-      allow: { description: 'The methods the path is served with, e.g. GET, HEAD', required: true, schema: { type: 'string' } }
+      allow: { description: 'The path\'s methods, e.g. GET, HEAD', required: true, schema: { type: 'string' } }
     },
     content: json(schemaRef('SimpleError'))
   }

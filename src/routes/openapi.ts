@@ -54,7 +54,9 @@ const REQUESTS: Record<string, { headers: Record<string, TSchema>, body?: TSchem
 }
 
 /** @fastify/swagger `transform`: the route's own request schemas plus its headers; answers come later (`document`). */
-function documentRoute ({ schema, url, route }: { schema: RouteOptions['schema'], url: string, route: RouteOptions }): { schema: Record<string, unknown>, url: string } {
+function documentRoute (
+  { schema, url, route }: { schema: RouteOptions['schema'], url: string, route: RouteOptions }
+): { schema: Record<string, unknown>, url: string } {
   const method = Array.isArray(route.method) ? route.method[0] : route.method
   const key = `${String(method)} ${url}`
   if (OPERATIONS[key] === undefined) return { schema: { ...schema, hide: true }, url }
@@ -113,7 +115,9 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
       }
     },
     transform: documentRoute,
-    transformObject: (document) => 'openapiObject' in document ? withAnswers(hoistNamedSchemas(document.openapiObject as Json)) : document.swaggerObject
+    transformObject: (document) => 'openapiObject' in document
+      ? withAnswers(hoistNamedSchemas(document.openapiObject as Json))
+      : document.swaggerObject
   })
   // The routes are fixed once the app is ready: serialize the document once.
   let text: string | undefined
@@ -161,7 +165,8 @@ function withAnswers (document: Json): Json {
       const responses: Record<string, unknown> = { ...doc.responses }
       // A route's own 200 schema (the one it serializes with) is its 200 body, unless the table gives the whole answer.
       if (responses['200'] === undefined && own !== undefined) {
-        responses['200'] = { description: 'OK', headers: { 'x-request-id': { $ref: '#/components/headers/RequestId' } }, content: own }
+        const headers = { 'x-request-id': { $ref: '#/components/headers/RequestId' } }
+        responses['200'] = { description: 'OK', headers, content: own }
       }
       operations[method] = {
         operationId: doc.operationId,

@@ -43,13 +43,15 @@ const pointer = (...parts: string[]): string => parts.map((p) => p.replace(/~/g,
 /** The response object at `where` (a JSON pointer into the document), its $ref followed. */
 function responseAt (doc: Json, where: string): { object: Json, where: string } | undefined {
   let object: unknown = doc
-  for (const part of where.split('/').slice(1)) object = (object as Json | undefined)?.[part.replace(/~1/g, '/').replace(/~0/g, '~')]
+  for (const part of where.split('/').slice(1)) {
+    object = (object as Json | undefined)?.[part.replace(/~1/g, '/').replace(/~0/g, '~')]
+  }
   if (object === undefined) return undefined
   const ref = (object as Json).$ref
   return typeof ref === 'string' ? responseAt(doc, ref.slice(1)) : { object: object as Json, where }
 }
 
-/** Where the document declares this answer: its operation's response, or what it says of requests no operation matches. */
+/** Where the document declares this answer: its operation's, or what it says of requests matching none. */
 function declaration (doc: Json, answer: Answer): { object: Json, where: string } | string {
   // The path as the gateway's router reads it (absolute targets, percent-encoding); one it cannot read is any path's.
   const path = routerPath(answer.url)
@@ -118,7 +120,9 @@ export function violationsOf (answer: Answer): string[] {
     if (typeof ref === 'string') headerWhere = ref.slice(1)
     const schema = responseAt(doc, headerWhere)?.object.schema as Json | undefined
     const typed = schema?.type === 'integer' && /^\d+$/.test(value) ? Number(value) : value
-    if (!validator(ajv, `${headerWhere}/schema`)(typed)) problems.push(`${what}: header ${name}: ${value} is not of its schema`)
+    if (!validator(ajv, `${headerWhere}/schema`)(typed)) {
+      problems.push(`${what}: header ${name}: ${value} is not of its schema`)
+    }
   }
   for (const [name, header] of Object.entries(declared)) {
     const ref = header.$ref
@@ -170,8 +174,11 @@ export function violationsOfRaw (answer: Omit<Answer, 'method' | 'url'>): string
 
 let checked = 0
 let violated = 0
+/** A gateway process writes its counts as it goes (answer-check-child.ts): it is killed, never ends. */
+let countsAtExit = true
+export const countAsYouGo = (): void => { countsAtExit = false }
 process.once('exit', () => {
-  if (checked > 0) appendFileSync(COUNT_FILE, `${process.pid} ${checked} ${violated}\n`)
+  if (countsAtExit && checked > 0) appendFileSync(COUNT_FILE, `${process.pid} ${checked} ${violated}\n`)
 })
 
 /** The raw head Node wrote (`res._header`): the status and every header, as the client reads them. */
@@ -201,13 +208,14 @@ function parseHead (head: string): { status: number, headers: Record<string, str
  * Watch every answer `server` sends through Node's response objects; the
  * violations found so far, for the test's teardown to fail on.
  */
-export function watchAnswers (server: Server): string[] {
+export function watchAnswers (server: Server, report?: (found: string[]) => void): string[] {
   const violations: string[] = []
   const watch = (req: IncomingMessage, res: ServerResponse): void => {
     const chunks: Buffer[] = []
     const keep = (chunk: unknown, encoding?: unknown): void => {
       if (chunk === undefined || chunk === null || typeof chunk === 'function') return
-      chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8'))
+      const text = typeof encoding === 'string' ? encoding as BufferEncoding : 'utf8'
+      chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string, text))
     }
     const write = res.write
     const end = res.end
@@ -221,13 +229,15 @@ export function watchAnswers (server: Server): string[] {
     } as typeof res.end
     res.once('finish', () => {
       const { status, headers } = headOf(res)
-      record(violationsOf({ method: req.method ?? 'GET', url: req.url ?? '/', status, headers, body: Buffer.concat(chunks) }))
+      const body = Buffer.concat(chunks)
+      record(violationsOf({ method: req.method ?? 'GET', url: req.url ?? '/', status, headers, body }))
     })
   }
   const record = (found: string[]): void => {
     checked++
     if (found.length > 0) violated++
     violations.push(...found)
+    report?.(found)
   }
   // Answers written on the socket itself, not through a response object: the head is not a response's own.
   server.on('connection', (socket: Socket & { _httpMessage?: ServerResponse | null }) => {
