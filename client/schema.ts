@@ -179,7 +179,7 @@ export interface components {
             status: "error";
             message: string;
         };
-        /** @description A request with this Idempotency-Key is in flight */
+        /** @description A request with this key is in flight */
         IdempotencyKeyInUseError: {
             /** @constant */
             success: false;
@@ -194,7 +194,7 @@ export interface components {
                 function: string;
             };
         };
-        /** @description This Idempotency-Key was used for another request */
+        /** @description This key was used for another request */
         IdempotencyKeyReusedError: {
             /** @constant */
             success: false;
@@ -209,7 +209,7 @@ export interface components {
                 function: string;
             };
         };
-        /** @description An unexpected failure, of the gateway or of the engine; no internals */
+        /** @description An unexpected failure, of the gateway or the engine */
         InternalError: {
             /** @constant */
             success: false;
@@ -257,7 +257,7 @@ export interface components {
             /** @enum {string} */
             message: "pong";
         };
-        /** @description The simple shape: the connection, the caller or the gateway's capacity */
+        /** @description The simple shape: about the connection, the caller or the capacity */
         SimpleError: {
             error: string;
         };
@@ -302,7 +302,7 @@ export interface components {
                 "application/json": components["schemas"]["SimpleError"];
             };
         };
-        /** @description The request's headers or body did not arrive within the server's time; the connection closes */
+        /** @description The request's headers or body did not arrive in the server's time; the connection closes */
         RequestTimeout: {
             headers: {
                 "x-request-id": components["headers"]["RequestId"];
@@ -469,7 +469,7 @@ export interface components {
     parameters: never;
     requestBodies: never;
     headers: {
-        /** @description The request id: the client's x-request-id when it is 1-128 visible ASCII characters, else a new UUID */
+        /** @description The request id: the client's x-request-id when 1-128 visible ASCII characters, else a new UUID */
         RequestId: string;
         /** @description Whole seconds to wait before trying again (RFC 9110 10.2.3) */
         RetryAfter: number;
