@@ -14,6 +14,8 @@ import { startEngine } from './helpers/engine.js'
 import { ROOT } from './helpers/processes.js'
 
 const run = promisify(execFile)
+// Type-checking the client and its generated types costs several seconds of CPU, tens on a loaded runner.
+t.setTimeout(150_000)
 
 /** The README's TypeScript block that uses the typed client. */
 const snippet = ((): string => {
