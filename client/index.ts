@@ -1,26 +1,31 @@
 /**
  * A typed client for the gateway: the types come from openapi.json (itself
  * generated from the schemas that validate requests) through
- * openapi-typescript, the calls from openapi-fetch. Nothing here is written
- * twice: a change in the contract is a compile error in the app.
+ * openapi-typescript, the calls from openapi-fetch. One method per operation,
+ * named by its operationId; every answer is a value or an error typed by its
+ * status, so a `switch (result.status)` narrows the error body, and a
+ * structured error's `code` is the enum that status allows.
  *
  *   const gateway = createGatewayClient({ baseUrl: 'https://gw.example', token })
- *   const created = await gateway.create({ name: 'Blue chips', type: 'PORTFOLIO', image: png })
- *   if (!created.ok) throw new Error(errorMessage(created.error))
- *   await gateway.update({ portfolio_id: created.data.portfolio_id, target_positions: [...] })
+ *   const created = await gateway.createPortfolio({ name: 'Blue chips', type: 'PORTFOLIO', image: png })
+ *   if (!created.ok && created.status === 409) retryIn(created.retryAfter)
  */
 import createClient, { type Middleware } from 'openapi-fetch'
-import type { components, paths } from './schema.js'
+import type { components, operations, paths } from './schema.js'
 
-export type { components, paths } from './schema.js'
+export type { components, operations, paths } from './schema.js'
 
 type Schemas = components['schemas']
 export type SimpleError = Schemas['SimpleError']
-export type StructuredError = Schemas['StructuredError']
+export type ValidationError = Schemas['ValidationError']
 export type UpdatePortfolioBody = Schemas['UpdatePortfolioBody']
 export type UpdatePortfolioResponse = Schemas['UpdatePortfolioResponse']
 export type CreatePortfolioResponse = Schemas['CreatePortfolioResponse']
 export type ApiHealth = Schemas['ApiHealth']
+/** Every structured error the gateway or the engine sends, by its code. */
+export type StructuredError =
+  | Schemas['ValidationError'] | Schemas['NotFoundError'] | Schemas['IdempotencyKeyInUseError']
+  | Schemas['IdempotencyKeyReusedError'] | Schemas['InternalError']
 
 /** The create form's fields with the image as bytes instead of the document's binary string. */
 export type CreatePortfolioInput = Omit<Schemas['CreatePortfolioForm'], 'image'> & {
@@ -29,13 +34,30 @@ export type CreatePortfolioInput = Omit<Schemas['CreatePortfolioForm'], 'image'>
   filename?: string
 }
 
-/** Statuses whose body is the structured shape on create and update (DECISIONS 19). */
-export type StructuredStatus = 400 | 404 | 409 | 422 | 500
+type OperationId = keyof operations
+type Responses<Op extends OperationId> = operations[Op]['responses']
+/** A response's body: its one media type's schema. */
+type BodyOf<R> = R extends { content: infer C } ? C[keyof C] : never
 
-/** Every call answers a value or a typed error, never throws for an HTTP status. */
-export type Result<T, E> =
-  | { ok: true, status: number, data: T, requestId: string }
-  | { ok: false, status: number, error: E, requestId: string }
+interface Common {
+  /** The x-request-id the gateway answered with: give it to whoever reads the logs. */
+  requestId: string
+  /** Retry-After in seconds, on the answers that ask the client to wait (409, 429, 503). */
+  retryAfter?: number
+}
+
+/** The 200 of `Op`: its body, and whether it is a stored answer to a repeated Idempotency-Key. */
+export type Success<Op extends OperationId> = Common & {
+  ok: true
+  status: 200
+  data: BodyOf<Responses<Op>[200 & keyof Responses<Op>]>
+  replayed: boolean
+}
+/** Each other status `Op` declares, with its own body: narrow on `status`, then on a structured error's `code`. */
+export type Failure<Op extends OperationId> = {
+  [S in Exclude<keyof Responses<Op>, 200>]: Common & { ok: false, status: S, error: BodyOf<Responses<Op>[S]> }
+}[Exclude<keyof Responses<Op>, 200>]
+export type Result<Op extends OperationId> = Success<Op> | Failure<Op>
 
 export interface CallOptions {
   /** draft-ietf-httpapi-idempotency-key-header; create and update only. */
@@ -85,62 +107,90 @@ function createForm (input: CreatePortfolioInput): FormData {
   return form
 }
 
-function result<T, E> (outcome: { data?: T, error?: E, response: Response }): Result<T, E> {
+/** Errors of a call read as text (ping's) are JSON all the same. */
+function parsed (error: unknown): unknown {
+  if (typeof error !== 'string') return error
+  try {
+    return JSON.parse(error)
+  } catch {
+    return { error }
+  }
+}
+
+/** The answer as `Op` declares it: the document lists every status, so the status picks the body's type. */
+function result<Op extends OperationId> (outcome: { data?: unknown, error?: unknown, response: Response }): Result<Op> {
   const { response } = outcome
-  const requestId = response.headers.get('x-request-id') ?? ''
-  if (response.ok) return { ok: true, status: response.status, data: outcome.data as T, requestId }
-  return { ok: false, status: response.status, error: outcome.error as E, requestId }
+  const retryAfter = response.headers.get('retry-after')
+  const common: Common = {
+    requestId: response.headers.get('x-request-id') ?? '',
+    ...(retryAfter === null ? {} : { retryAfter: Number(retryAfter) })
+  }
+  if (response.status === 200) {
+    const replayed = response.headers.get('idempotent-replayed') === 'true'
+    return { ...common, ok: true, status: 200, data: outcome.data, replayed } as Result<Op>
+  }
+  return { ...common, ok: false, status: response.status, error: parsed(outcome.error) } as Result<Op>
 }
 
 export function createGatewayClient (options: GatewayClientOptions) {
-  const client = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/$/, ''), ...(options.fetch === undefined ? {} : { fetch: options.fetch }) })
+  const client = createClient<paths>({
+    baseUrl: options.baseUrl.replace(/\/$/, ''),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch })
+  })
   const bearer: Middleware = {
-    async onRequest ({ request }) {
+    async onRequest ({ request, schemaPath }) {
+      // The public operations send no token.
+      if (!schemaPath.startsWith('/api/')) return request
       const token = typeof options.token === 'string' ? options.token : await options.token()
       request.headers.set('authorization', `Bearer ${token}`)
       return request
     }
   }
   client.use(bearer)
+  const init = (opts: CallOptions) =>
+    ({ headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) })
 
   return {
-    /** GET /api/portfolio/ping: 'pong' from the engine. */
-    async ping (opts: CallOptions = {}): Promise<Result<'pong', SimpleError>> {
-      const outcome = await client.GET('/api/portfolio/ping', { parseAs: 'text', headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) })
-      return result<'pong', SimpleError>({ ...outcome, data: outcome.data as 'pong' | undefined, error: parseError(outcome.error) })
+    /** GET /health: liveness of the gateway. */
+    async getLiveness (opts: CallOptions = {}): Promise<Result<'getLiveness'>> {
+      return result(await client.GET('/health', init(opts)))
+    },
+
+    /** GET /ping: the gateway answers. */
+    async ping (opts: CallOptions = {}): Promise<Result<'ping'>> {
+      return result(await client.GET('/ping', init(opts)))
+    },
+
+    /** GET /openapi.json: the document these types come from. */
+    async getOpenApiDocument (opts: CallOptions = {}): Promise<Result<'getOpenApiDocument'>> {
+      return result(await client.GET('/openapi.json', init(opts)))
     },
 
     /** GET /api/health: the engine's services. */
-    async health (opts: CallOptions = {}): Promise<Result<ApiHealth, SimpleError>> {
-      return result(await client.GET('/api/health', { headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) }))
+    async getEngineHealth (opts: CallOptions = {}): Promise<Result<'getEngineHealth'>> {
+      return result(await client.GET('/api/health', init(opts)))
+    },
+
+    /** GET /api/portfolio/ping: 'pong' from the engine. */
+    async pingEngine (opts: CallOptions = {}): Promise<Result<'pingEngine'>> {
+      return result(await client.GET('/api/portfolio/ping', { parseAs: 'text', ...init(opts) }))
     },
 
     /** POST /api/portfolio/create: multipart, the image as a Blob, Buffer or Uint8Array. */
-    async create (input: CreatePortfolioInput, opts: CallOptions = {}): Promise<Result<CreatePortfolioResponse, StructuredError | SimpleError>> {
+    async createPortfolio (input: CreatePortfolioInput, opts: CallOptions = {}): Promise<Result<'createPortfolio'>> {
       return result(await client.POST('/api/portfolio/create', {
         // The document types the image as a binary string; the form carries the bytes.
         body: input as unknown as Schemas['CreatePortfolioForm'],
         bodySerializer: () => createForm(input),
-        headers: requestHeaders(opts),
-        ...(opts.signal === undefined ? {} : { signal: opts.signal })
+        ...init(opts)
       }))
     },
 
     /** POST /api/portfolio/update: new target positions, allocations summing to 1. */
-    async update (body: UpdatePortfolioBody, opts: CallOptions = {}): Promise<Result<UpdatePortfolioResponse, StructuredError | SimpleError>> {
-      return result(await client.POST('/api/portfolio/update', { body, headers: requestHeaders(opts), ...(opts.signal === undefined ? {} : { signal: opts.signal }) }))
+    async updatePortfolio (body: UpdatePortfolioBody, opts: CallOptions = {}): Promise<Result<'updatePortfolio'>> {
+      return result(await client.POST('/api/portfolio/update', { body, ...init(opts) }))
     }
   }
 }
 
 export type GatewayClient = ReturnType<typeof createGatewayClient>
-
-/** With parseAs 'text' errors arrive as text too: they are JSON (SimpleError). */
-function parseError (error: unknown): SimpleError | undefined {
-  if (typeof error !== 'string') return error as SimpleError | undefined
-  try {
-    return JSON.parse(error) as SimpleError
-  } catch {
-    return { error }
-  }
-}

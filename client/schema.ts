@@ -11,47 +11,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** This document */
-        get: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OpenAPI 3.1 document */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * This document
+         * @description The OpenAPI 3.1 document of the gateway, the same as openapi.json in its repository.
+         */
+        get: operations["getOpenApiDocument"];
         put?: never;
         post?: never;
         delete?: never;
@@ -67,45 +31,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: 500 while the gateway drains for shutdown */
-        get: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OK */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Liveness"];
-                    };
-                };
-                /** @description The gateway is shutting down */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["HealthError"];
-                    };
-                };
-            };
-        };
+        /**
+         * Liveness
+         * @description Whether this gateway process is up; 500 while it drains for shutdown. Never limited, never shed.
+         */
+        get: operations["getLiveness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -121,45 +51,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The gateway answers (no engine call) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OK */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Pong"];
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * The gateway answers
+         * @description A round trip to the gateway only: no engine call, no token.
+         */
+        get: operations["ping"];
         put?: never;
         post?: never;
         delete?: never;
@@ -175,108 +71,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The engine's database and cache, as the engine reports them; always 200 while the token is good */
-        get: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description OK */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ApiHealth"];
-                    };
-                };
-                /** @description Missing, malformed, expired or otherwise invalid bearer token */
-                401: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Rate limit reached for this token subject (DECISIONS 14); RateLimit and RateLimit-Policy headers say when it resets */
-                429: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        ratelimit?: string;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        "ratelimit-policy"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine is unreachable or answered outside its contract */
-                502: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The gateway is overloaded, the key set or the shared store cannot be reached: retry after Retry-After seconds */
-                503: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine did not answer in time */
-                504: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * The engine's health
+         * @description The engine's database and cache as the engine reports them: always 200 while the token is good; degraded when the engine cannot be reached or reports a service down.
+         */
+        get: operations["getEngineHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -292,108 +91,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Round trip to the engine */
-        get: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The engine answered */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": "pong";
-                    };
-                };
-                /** @description Missing, malformed, expired or otherwise invalid bearer token */
-                401: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Rate limit reached for this token subject (DECISIONS 14); RateLimit and RateLimit-Policy headers say when it resets */
-                429: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        ratelimit?: string;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        "ratelimit-policy"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine is unreachable or answered outside its contract */
-                502: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The gateway is overloaded, the key set or the shared store cannot be reached: retry after Retry-After seconds */
-                503: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine did not answer in time */
-                504: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * Round trip to the engine
+         * @description text/plain pong from the engine. Retried on another engine after a failure, within the deadline.
+         */
+        get: operations["pingEngine"];
         put?: never;
         post?: never;
         delete?: never;
@@ -411,158 +113,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Replace the target positions of a portfolio; allocations sum to 1 */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                    /** @description draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare or as a quoted string. A retry with the same key and request gets the stored answer (Idempotent-Replayed: true) */
-                    "idempotency-key"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["UpdatePortfolioBody"];
-                };
-            };
-            responses: {
-                /** @description Target positions updated */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["UpdatePortfolioResponse"];
-                    };
-                };
-                /** @description The request is invalid (code VALIDATION_ERROR); the message names the field */
-                400: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description Missing, malformed, expired or otherwise invalid bearer token */
-                401: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description NOT_FOUND: no such portfolio, or it belongs to another user */
-                404: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still in flight */
-                409: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for a different request */
-                422: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description Rate limit reached for this token subject (DECISIONS 14); RateLimit and RateLimit-Policy headers say when it resets */
-                429: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        ratelimit?: string;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        "ratelimit-policy"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description The engine is unreachable or answered outside its contract */
-                502: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The gateway is overloaded, the key set or the shared store cannot be reached: retry after Retry-After seconds */
-                503: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine did not answer in time */
-                504: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * Replace a portfolio's target positions
+         * @description Replaces the whole set of target positions of a portfolio of this user. Allocations are numbers in [0, 1] that sum to 1, no mint twice; the body is at most 64 KiB. With an Idempotency-Key a retry is answered from the stored answer.
+         */
+        post: operations["updatePortfolio"];
         delete?: never;
         options?: never;
         head?: never;
@@ -578,159 +133,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a portfolio from a multipart form, streamed to the engine */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine */
-                    "x-request-id"?: string;
-                    /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
-                    traceparent?: string;
-                    /** @description draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare or as a quoted string. A retry with the same key and request gets the stored answer (Idempotent-Replayed: true) */
-                    "idempotency-key"?: string;
-                };
-                path?: never;
-                cookie?: never;
-            };
-            /** @description Each field at most once; the parts are checked as they stream, before the engine is called */
-            requestBody: {
-                content: {
-                    "multipart/form-data": components["schemas"]["CreatePortfolioForm"];
-                };
-            };
-            responses: {
-                /** @description Created */
-                200: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["CreatePortfolioResponse"];
-                    };
-                };
-                /** @description The request is invalid (code VALIDATION_ERROR); the message names the field */
-                400: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description Missing, malformed, expired or otherwise invalid bearer token */
-                401: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The upload held an engine connection and sent no byte for 10 s, or under 4 KiB/s over 30 s; the connection closes */
-                408: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still in flight */
-                409: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for a different request */
-                422: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description Rate limit reached for this token subject (DECISIONS 14); RateLimit and RateLimit-Policy headers say when it resets */
-                429: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        ratelimit?: string;
-                        /** @description draft-ietf-httpapi-ratelimit-headers */
-                        "ratelimit-policy"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description Internal error */
-                500: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StructuredError"];
-                    };
-                };
-                /** @description The engine is unreachable or answered outside its contract */
-                502: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The gateway is overloaded, the key set or the shared store cannot be reached: retry after Retry-After seconds */
-                503: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        /** @description Seconds to wait before trying again */
-                        "retry-after"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-                /** @description The engine did not answer in time */
-                504: {
-                    headers: {
-                        /** @description The request id: the client's when sane, otherwise a new UUID */
-                        "x-request-id"?: string;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SimpleError"];
-                    };
-                };
-            };
-        };
+        /**
+         * Create a portfolio
+         * @description A multipart form, streamed to the engine as it arrives; the portfolio starts in DRAFT with no positions. At most 2 creates per user at once; an upload that stalls or crawls is cut off (408). A form refused or abandoned halfway never creates a portfolio.
+         */
+        post: operations["createPortfolio"];
         delete?: never;
         options?: never;
         head?: never;
@@ -764,15 +171,58 @@ export interface components {
             beneficiary_wallet?: string;
             description?: string;
         };
-        /** CreatePortfolioResponse */
         CreatePortfolioResponse: {
             portfolio_id: string;
         };
-        /** HealthError */
         HealthError: {
-            /** @enum {string} */
+            /** @constant */
             status: "error";
             message: string;
+        };
+        /** @description A request with this key is in flight */
+        IdempotencyKeyInUseError: {
+            /** @constant */
+            success: false;
+            error: {
+                /** @description The service that refused: portfolio-gateway, or the engine's name */
+                source: string;
+                /** @constant */
+                code: "IDEMPOTENCY_KEY_IN_USE";
+                /** @description What was wrong, naming the field when there is one */
+                message: string;
+                /** @description The handler: createPortfolio or updatePortfolio */
+                function: string;
+            };
+        };
+        /** @description This key was used for another request */
+        IdempotencyKeyReusedError: {
+            /** @constant */
+            success: false;
+            error: {
+                /** @description The service that refused: portfolio-gateway, or the engine's name */
+                source: string;
+                /** @constant */
+                code: "IDEMPOTENCY_KEY_REUSED";
+                /** @description What was wrong, naming the field when there is one */
+                message: string;
+                /** @description The handler: createPortfolio or updatePortfolio */
+                function: string;
+            };
+        };
+        /** @description An unexpected failure, of the gateway or the engine */
+        InternalError: {
+            /** @constant */
+            success: false;
+            error: {
+                /** @description The service that refused: portfolio-gateway, or the engine's name */
+                source: string;
+                /** @constant */
+                code: "INTERNAL_ERROR";
+                /** @description What was wrong, naming the field when there is one */
+                message: string;
+                /** @description The handler: createPortfolio or updatePortfolio */
+                function: string;
+            };
         };
         /** Liveness */
         Liveness: {
@@ -781,25 +231,35 @@ export interface components {
             timestamp: string;
             uptime: number;
         };
+        /** @description No such portfolio, or another user's (the engine's answer) */
+        NotFoundError: {
+            /** @constant */
+            success: false;
+            error: {
+                /** @description The service that refused: portfolio-gateway, or the engine's name */
+                source: string;
+                /** @constant */
+                code: "NOT_FOUND";
+                /** @description What was wrong, naming the field when there is one */
+                message: string;
+                /** @description The handler: createPortfolio or updatePortfolio */
+                function: string;
+            };
+        };
+        /** @description OpenAPI 3.1 */
+        OpenApiDocument: {
+            openapi: string;
+        } & {
+            [key: string]: unknown;
+        };
         /** Pong */
         Pong: {
             /** @enum {string} */
             message: "pong";
         };
-        /** SimpleError */
+        /** @description The simple shape: about the connection, the caller or the capacity */
         SimpleError: {
             error: string;
-        };
-        /** StructuredError */
-        StructuredError: {
-            /** @enum {boolean} */
-            success: false;
-            error: {
-                source: string;
-                code: string;
-                message: string;
-                function: string;
-            };
         };
         /** UpdatePortfolioBody */
         UpdatePortfolioBody: {
@@ -810,18 +270,556 @@ export interface components {
                 allocation: number;
             }[];
         };
-        /** UpdatePortfolioResponse */
         UpdatePortfolioResponse: {
-            /** @enum {boolean} */
+            /** @constant */
             success: true;
             message: string;
         };
+        /** @description The request is invalid; the message names the field */
+        ValidationError: {
+            /** @constant */
+            success: false;
+            error: {
+                /** @description The service that refused: portfolio-gateway, or the engine's name */
+                source: string;
+                /** @constant */
+                code: "VALIDATION_ERROR";
+                /** @description What was wrong, naming the field when there is one */
+                message: string;
+                /** @description The handler: createPortfolio or updatePortfolio */
+                function: string;
+            };
+        };
     };
-    responses: never;
+    responses: {
+        /** @description Node's parser could not read the request (malformed request, missing Host header, a URL the router cannot read); the connection closes */
+        MalformedRequest: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description The request's headers or body did not arrive in the server's time; the connection closes */
+        RequestTimeout: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description Chunk extensions too large (Node's parser); the connection closes */
+        ChunkExtensionsTooLarge: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description An Expect header other than 100-continue */
+        ExpectationFailed: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description The request headers are too large (Node's parser); the connection closes */
+        HeadersTooLarge: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description No bearer token, or one refused: malformed, expired, not yet valid, badly signed, no sub, a wrong iss or aud. The message says which; WWW-Authenticate says whether a token was sent */
+        Unauthorized: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                "www-authenticate": components["headers"]["WwwAuthenticate"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description RATE_LIMITED: this user's requests per minute are used up; retry after Retry-After */
+        RateLimited: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "retry-after": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description Retry after Retry-After seconds: the gateway is overloaded (OVERLOADED, without RateLimit: refused before it counts), the identity provider cannot be reached (AUTH_PROVIDER_UNAVAILABLE, without RateLimit), the key store is away (IDEMPOTENCY_STORE_UNAVAILABLE), uploads hold their share of the engine (UPLOADS_BUSY), or the engine cannot serve it now (UPSTREAM_RETRY_LATER, with the engine's Retry-After) */
+        ServiceUnavailable: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "retry-after": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description The engine cannot be reached, or answered outside its contract (UPSTREAM_UNAVAILABLE, UPSTREAM_BAD_RESPONSE) */
+        BadGateway: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description UPSTREAM_TIMEOUT: the engine did not answer in time */
+        GatewayTimeout: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description INTERNAL_ERROR: an unexpected failure (no internals) */
+        InternalErrorSimple: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SimpleError"];
+            };
+        };
+        /** @description IDEMPOTENCY_KEY_IN_USE: the first request with this key is still running. Retry-After is at most how long it may still run (an upload and the engine's deadline) */
+        IdempotencyKeyInUse: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "retry-after": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["IdempotencyKeyInUseError"];
+            };
+        };
+        /** @description IDEMPOTENCY_KEY_REUSED: this key was used for a different request (by this gateway or the engine) */
+        IdempotencyKeyReused: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["IdempotencyKeyReusedError"];
+            };
+        };
+        /** @description INTERNAL_ERROR: an unexpected failure of the gateway or the engine (no internals) */
+        PortfolioInternalError: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["InternalError"];
+            };
+        };
+        /** @description VALIDATION_ERROR (structured): a field, the form, the body or the Idempotency-Key is invalid, from the gateway or the engine; or the simple shape when Node's parser could not read the request */
+        PortfolioBadRequest: {
+            headers: {
+                "x-request-id": components["headers"]["RequestId"];
+                ratelimit: components["headers"]["RateLimit"];
+                "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ValidationError"] | components["schemas"]["SimpleError"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description The request id: the client's x-request-id when 1-128 visible ASCII characters, else a new UUID */
+        RequestId: string;
+        /** @description Whole seconds to wait before trying again (RFC 9110 10.2.3) */
+        RetryAfter: number;
+        /** @description draft-ietf-httpapi-ratelimit-headers: what is left of the window and when it resets, e.g. "default";r=42;t=17. On every answer the per-user limit counted (not on a 401), while RATE_LIMIT_PER_MINUTE > 0 */
+        RateLimit: string;
+        /** @description draft-ietf-httpapi-ratelimit-headers: the limit, e.g. "default";q=600;w=60; sent with RateLimit */
+        RateLimitPolicy: string;
+        /** @description true on the stored answer to a repeated Idempotency-Key; absent on a first answer */
+        IdempotentReplayed: "true";
+        /** @description RFC 6750 section 3: the bare challenge when no bearer token was sent (none, or another scheme such as Basic), error="invalid_token" when one was sent and refused */
+        WwwAuthenticate: "Bearer" | "Bearer error=\"invalid_token\"";
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getOpenApiDocument: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description This document */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenApiDocument"];
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["InternalErrorSimple"];
+        };
+    };
+    getLiveness: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Liveness"];
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+            /** @description The gateway is shutting down */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HealthError"];
+                };
+            };
+        };
+    };
+    ping: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pong"];
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["InternalErrorSimple"];
+        };
+    };
+    getEngineHealth: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The engine as it reports itself */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiHealth"];
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            /** @description INTERNAL_ERROR: an unexpected failure */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SimpleError"];
+                };
+            };
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    pingEngine: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The engine answered */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": "pong";
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            /** @description INTERNAL_ERROR: the engine's own structured error, or the gateway's in the simple shape */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InternalError"] | components["schemas"]["SimpleError"];
+                };
+            };
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["GatewayTimeout"];
+        };
+    };
+    updatePortfolio: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+                /** @description draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare, or in double quotes (which are not part of the key). A retry with the same key and request gets the stored answer (Idempotent-Replayed: true) */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdatePortfolioBody"];
+            };
+        };
+        responses: {
+            /** @description Target positions updated */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UpdatePortfolioResponse"];
+                };
+            };
+            400: components["responses"]["PortfolioBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description NOT_FOUND: no such portfolio, or it belongs to another user (the same answer for both) */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotFoundError"];
+                };
+            };
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["IdempotencyKeyInUse"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["PortfolioInternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["GatewayTimeout"];
+        };
+    };
+    createPortfolio: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new UUID; echoed on every answer and sent to the engine */
+                "x-request-id"?: string;
+                /** @description W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace */
+                traceparent?: string;
+                /** @description draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare, or in double quotes (which are not part of the key). A retry with the same key and request gets the stored answer (Idempotent-Replayed: true) */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Each field at most once; the parts are checked as they stream, before the engine is called */
+        requestBody: {
+            content: {
+                "multipart/form-data": components["schemas"]["CreatePortfolioForm"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    "idempotent-replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatePortfolioResponse"];
+                };
+            };
+            400: components["responses"]["PortfolioBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            /** @description UPLOAD_TIMEOUT: the upload sent no byte for 10 s, or under 4 KiB/s over 30 s; or the request's headers or body did not arrive in time (Node's parser). The connection closes */
+            408: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SimpleError"];
+                };
+            };
+            409: components["responses"]["IdempotencyKeyInUse"];
+            413: components["responses"]["ChunkExtensionsTooLarge"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            /** @description RATE_LIMITED: this user's requests per minute are used up; or TOO_MANY_UPLOADS: this user already has 2 creates in progress. Retry after Retry-After */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    ratelimit: components["headers"]["RateLimit"];
+                    "ratelimit-policy": components["headers"]["RateLimitPolicy"];
+                    "retry-after": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SimpleError"];
+                };
+            };
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["PortfolioInternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["GatewayTimeout"];
+        };
+    };
+}

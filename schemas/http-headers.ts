@@ -19,11 +19,29 @@ export const TraceParentHeader = Type.String({
   description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace'
 })
 
+/**
+ * Exactly what src/limits/idempotency.ts accepts: 1-255 visible ASCII characters bare (not beginning with a
+ * double quote), or 1-255 such characters other than the double quote, in double quotes.
+ */
 export const IdempotencyKeyHeader = Type.String({
   minLength: 1,
   maxLength: 257,
-  pattern: '^[\\x21-\\x7e]+$',
-  description: 'draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare or as a quoted string. A retry with the same key and request gets the stored answer (Idempotent-Replayed: true)'
+  pattern: '^(?:[\\x21\\x23-\\x7e][\\x21-\\x7e]{0,254}|"[\\x21\\x23-\\x7e]{1,255}")$',
+  description: 'draft-ietf-httpapi-idempotency-key-header: 1-255 visible ASCII characters, bare, or in double quotes ' +
+    '(which are not part of the key). A retry with the same key and request gets the stored answer ' +
+    '(Idempotent-Replayed: true)'
+})
+
+/** The request side of x-request-id: any value is accepted; one that RequestIdHeader does not fit is replaced. */
+export const RequestIdParameter = Type.String({
+  description: 'Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new ' +
+    'UUID; echoed on every answer and sent to the engine'
+})
+
+/** The request side of traceparent: any value is accepted; one TraceParentHeader does not fit starts a new trace. */
+export const TraceParentParameter = Type.String({
+  description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); ' +
+    'anything else starts a new trace'
 })
 
 export const RetryAfterHeader = Type.Integer({ minimum: 0, description: 'Seconds to wait before trying again' })

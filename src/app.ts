@@ -129,7 +129,9 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       // Expect: 100-continue: these routes' bodies are invited now (DECISIONS 21).
       routes.addHook('onRequest', inviteBody)
       await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
-      await routes.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
+      await routes.register(portfolioRoutes, {
+        prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency, engineTimeoutMs: config.upstreamTimeoutMs
+      })
     })
     // Create invites its body itself, once it will really stream: after its upload cap,
     // Idempotency-Key claim and upload connection (DECISIONS 21 v4).

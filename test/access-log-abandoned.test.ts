@@ -340,7 +340,7 @@ t.test('two pipelined pings whose client resets (RST): a 499 line each, the wait
   await pipelinedClientLeaves(t, (socket) => socket.resetAndDestroy(), ['p-rst-1', 'p-rst-2'])
 })
 
-t.test('an engine that answers 499 itself: the line says 499, and not that the client left', async (t) => {
+t.test('an engine that answers 499 itself: a 502 (no status the contract names), and the line does not say the client left', async (t) => {
   const engineError = { success: false, error: { source: 'engine', code: 'CLIENT_CLOSED', message: 'closed', function: 'ping' } }
   const stub = await startStubUpstream((req, res) => {
     if (req.url !== '/api/portfolio/ping') return contractHandler(req, res, Buffer.alloc(0))
@@ -351,11 +351,11 @@ t.test('an engine that answers 499 itself: the line says 499, and not that the c
   const log = capture()
   const { url } = await build(t, { upstreamUrl: stub.url, logger: { level: 'info', stream: log.stream } })
   const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-engine-499' } })
-  t.equal(res.statusCode, 499)
-  t.same(await res.body.json(), engineError)
+  t.equal(res.statusCode, 502)
+  t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' })
   const line = await log.accessLine('r-engine-499')
   t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client stayed for its answer')
-  t.match(line, { reqId: 'r-engine-499', status: 499, msg: 'request' })
+  t.match(line, { reqId: 'r-engine-499', status: 502, msg: 'request' })
 })
 
 t.test('a complete request with a malformed one pipelined behind it: the first keeps its answer and line, then the 400, then the close', async (t) => {

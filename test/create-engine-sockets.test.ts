@@ -78,14 +78,14 @@ async function partialUpload (t: Test, url: string, head: string, partOfBody: Bu
 t.test('an engine that answers mid-upload: its answer, with connection: close', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  stub.early = (_req, res) => json(res, 409, { success: false, error: { source: 'portfolio-engine', code: 'CONFLICT', message: 'busy', function: 'createPortfolio' } })
+  stub.early = (_req, res) => json(res, 400, { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' } })
   const { url } = await build(t, { upstreamUrl: stub.url })
   const { body, contentType } = multipartBody([...BASE, image(bigPng(8 * MiB))])
   // The client sends 1 MiB of an 8 MiB upload and waits: the rest is never read.
   const head = `POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ncontent-length: ${body.length}\r\n\r\n`
   const answer = await partialUpload(t, url, head, body.subarray(0, MiB))
-  t.match(answer.head, /^HTTP\/1\.1 409 /)
+  t.match(answer.head, /^HTTP\/1\.1 400 /)
   t.match(answer.head, /\r\nconnection: close\r\n/i, 'the unread rest of the body ends the connection')
   t.match(answer.head, /\r\nx-request-id: \S+/i)
-  t.same(JSON.parse(answer.body), { success: false, error: { source: 'portfolio-engine', code: 'CONFLICT', message: 'busy', function: 'createPortfolio' } })
+  t.same(JSON.parse(answer.body), { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' } })
 })

@@ -1,7 +1,7 @@
 /**
  * Idempotency, create side (DECISIONS 16): the fingerprint
  * covers the whole form, also when the engine answered before the upload
- * ended. The stub engine here answers 403 (its structured error) as soon as a
+ * ended. The stub engine here answers 400 (its structured error) as soon as a
  * request's headers arrive, before reading the body. The gateway then reads
  * and hashes the rest of the form (the client sends it anyway) before it
  * stores the record, so the identical retry gets the replay, not 422. A form
@@ -17,8 +17,8 @@ import { eventually } from './helpers/engine.js'
 import { multipartBody } from './helpers/multipart.js'
 import { pngOf } from './helpers/slow-upload.js'
 
-const FORBIDDEN = { success: false, error: { source: 'portfolio-engine', code: 'FORBIDDEN', message: 'not allowed to create', function: 'createPortfolio' } }
-const forbidden: StubHandler = (_req, res) => json(res, 403, FORBIDDEN)
+const REFUSED = { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'image refused by the engine', function: 'createPortfolio' } }
+const refused: StubHandler = (_req, res) => json(res, 400, REFUSED)
 
 // 4 MiB: far more than the engine reads before it answers.
 const FORM = multipartBody([
@@ -37,18 +37,18 @@ async function create (url: string, key: string, form = FORM) {
   return { status: res.statusCode, headers: res.headers, raw: Buffer.from(await res.body.arrayBuffer()) }
 }
 
-t.test('an engine that answers 403 after the first bytes: the identical retry gets the replay', async (t) => {
+t.test('an engine that answers 400 after the first bytes: the identical retry gets the replay', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  stub.early = forbidden
+  stub.early = refused
   const { url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
   const first = await create(url, 'early-1')
-  t.equal(first.status, 403)
-  t.same(JSON.parse(first.raw.toString()), FORBIDDEN, "the engine's answer")
+  t.equal(first.status, 400)
+  t.same(JSON.parse(first.raw.toString()), REFUSED, "the engine's answer")
   t.equal(stub.stats.started, 1)
 
   const retry = await create(url, 'early-1')
-  t.equal(retry.status, 403, 'the stored status')
+  t.equal(retry.status, 400, 'the stored status')
   t.equal(retry.headers['idempotent-replayed'], 'true')
   t.same(retry.raw, first.raw, 'the stored body, byte for byte')
   t.equal(stub.stats.started, 1, 'the retry did not reach the engine')
@@ -71,7 +71,7 @@ t.test('an engine that answers 403 after the first bytes: the identical retry ge
 t.test('an early answer whose form cannot be read to its end stores nothing', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  stub.early = forbidden
+  stub.early = refused
   const { url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
   // A client that sends 1 MiB of the 4 MiB form and hangs up.
   const { hostname, port } = new URL(url)
@@ -89,7 +89,7 @@ t.test('an early answer whose form cannot be read to its end stores nothing', as
     await new Promise((resolve) => setTimeout(resolve, 50))
     retry = await create(url, 'early-2')
   }
-  t.equal(retry.status, 403, "the retry reaches the engine and gets the engine's answer")
+  t.equal(retry.status, 400, "the retry reaches the engine and gets the engine's answer")
   t.equal(retry.headers['idempotent-replayed'], undefined, 'not a replay: nothing was stored for the broken form')
   t.equal(stub.stats.started, 2)
 })

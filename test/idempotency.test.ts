@@ -124,15 +124,16 @@ t.test("update: the engine's structured error is stored; the gateway's own 502 i
   t.equal((await updateWith(url, validUpdate(), 'k-400')).status, 200)
 })
 
-t.test("update: the engine's 503 goes out and is not stored: the retry reaches the engine", async (t) => {
+t.test("update: the engine's 503 goes out as the gateway's 503 and is not stored: the retry reaches the engine", async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
   const { url } = await build(t, { upstreamUrl: stub.url })
   const unavailable = { success: false, error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'portfolio store unavailable, retry later', function: 'updatePortfolio' } }
-  stub.handle((_req, res) => json(res, 503, unavailable))
+  stub.handle((_req, res) => { res.setHeader('retry-after', '7'); json(res, 503, unavailable) })
   const first = await updateWith(url, validUpdate(), 'k-503')
   t.equal(first.status, 503)
-  t.same(first.json, unavailable, "the engine's own structured 503, unchanged")
+  t.same(first.json, { error: 'portfolio engine unavailable, retry later' }, "the engine's 503 in the simple shape, as every 503")
+  t.equal(first.headers['retry-after'], '7', "with the engine's Retry-After")
   stub.handle(contractHandler)
   const retry = await updateWith(url, validUpdate(), 'k-503')
   t.equal(retry.status, 200, 'the retry reached the engine')

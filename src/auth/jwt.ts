@@ -15,7 +15,7 @@ import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
 import type { JwtConfig, JwtKeySetConfig, JwtStaticKeyConfig } from '../config.js'
-import { GatewayError, unauthorized } from '../http/errors.js'
+import { BEARER_CHALLENGE, GatewayError, unauthorized } from '../http/errors.js'
 import { KeyNotFound, KeySet, type KeySetOptions, type SigningKey } from './key-set.js'
 import { TokenCache } from './token-cache.js'
 import { SANE_SUBJECT } from '../shared/subject.js'
@@ -42,6 +42,7 @@ export interface AuthOptions {
 }
 
 const BEARER = /^Bearer +([A-Za-z0-9_.~+/=-]+) *$/i
+const BEARER_SCHEME = /^Bearer(?: |$)/i
 
 /** What fast-jwt's and jose's error codes mean to the client. The token itself is never echoed. */
 const MISSING_CLAIM = 'token lacks a required claim (sub, exp, and iss/aud when configured)'
@@ -89,9 +90,13 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
 
   return function authenticate (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
     const header = request.headers.authorization
-    if (header === undefined) return done(unauthorized('missing bearer token'))
+    if (header === undefined) return done(unauthorized('missing bearer token', BEARER_CHALLENGE))
     const match = BEARER.exec(header)
-    if (match === null) return done(unauthorized('authorization header must be: Bearer <token>'))
+    if (match === null) {
+      // Another scheme (Basic) sent no bearer token: the bare challenge says which scheme to use.
+      const challenge = BEARER_SCHEME.test(header) ? undefined : BEARER_CHALLENGE
+      return done(unauthorized('authorization header must be: Bearer <token>', challenge))
+    }
     const token = match[1]!
     const cached = cache.get(token)
     if (cached !== undefined && (cached.key === undefined || verifier.trusts(cached.key))) {

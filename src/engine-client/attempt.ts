@@ -59,6 +59,8 @@ export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
   waitsForPlace = false
   status = 0
   contentType = ''
+  /** The engine's Retry-After, passed on with the 503 it came with. */
+  retryAfter: string | undefined = undefined
   chunks: Buffer[] = []
   size = 0
   /** This try's own clock ran out (a GET's per-try timeout). */
@@ -150,6 +152,8 @@ export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
     this.status = statusCode
     const type = headers['content-type']
     this.contentType = typeof type === 'string' ? type : ''
+    const retryAfter = headers['retry-after']
+    this.retryAfter = typeof retryAfter === 'string' ? retryAfter : undefined
     // Headers are in: from here undici's bodyTimeout watches the engine.
     clearTimeout(this.timer)
     this.owner.attemptResponded(this)

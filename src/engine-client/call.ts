@@ -341,6 +341,9 @@ export class Call implements AttemptOwner {
     const contentType = attempt?.contentType ?? ''
     ctx.observer?.(this.name, outcomeOf(err, status, contentType, clientAborted), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)
     if (err !== undefined) this.reject(err)
-    else this.resolve({ status, contentType, body: attempt!.body() })
+    else {
+      const { retryAfter } = attempt!
+      this.resolve({ status, contentType, body: attempt!.body(), ...(retryAfter === undefined ? {} : { retryAfter }) })
+    }
   }
 }

@@ -49,6 +49,8 @@ export interface EngineResponse {
   status: number
   contentType: string
   body: Buffer
+  /** The engine's Retry-After header, as it sent it. */
+  retryAfter?: string
 }
 
 export type { ClusterObserver, EngineCallObserver } from '../observability/metrics.js'

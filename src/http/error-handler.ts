@@ -6,6 +6,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { clientErrorMessage } from '../shared/client-errors.js'
 import { GatewayError, validationError, wireBody } from './errors.js'
 import { describeIssues, type SchemaIssue } from '../shared/validation-messages.js'
+import { routerPath } from './router-path.js'
 
 import type {} from '../shared/route-config.js'
 
@@ -43,11 +44,27 @@ export function installErrorHandling (app: FastifyInstance): void {
     return reply.code(failure.statusCode).headers(failure.headers).send(wireBody(failure, request.routeOptions.config.handler))
   })
 
+  // Each path's methods, as routes are added: a known path asked with another method is 405 (RFC 9110 15.5.6).
+  const methodsByPath = new Map<string, string[]>()
+  app.addHook('onRoute', (route) => {
+    const methods = methodsByPath.get(route.url) ?? []
+    for (const method of [route.method].flat()) if (!methods.includes(method)) methods.push(method)
+    methodsByPath.set(route.url, methods)
+  })
+
   // An unknown route is answered in onRequest, before any of its body is read:
   // a not-found handler runs only after Fastify has parsed the body (DECISIONS 21).
   app.addHook('onRequest', function routeNotFound (request, _reply, done) {
     if (!request.is404) return done()
+    const path = request.url.split('?')[0]!
+    // The path as the router read it (percent-decoded, from an absolute target), so /%61pi/x is /api/x here too.
+    const allowed = methodsByPath.get(routerPath(request.url) ?? path)
     // The path is the client's own; cut so a long one cannot bloat the answer or the log.
-    done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0]!.slice(0, 200)}`))
+    if (allowed === undefined) {
+      return done(new GatewayError('ROUTE_NOT_FOUND', `no route ${request.method} ${path.slice(0, 200)}`))
+    }
+    const allow = allowed.join(', ')
+    const message = `${request.method.slice(0, 20)} not allowed on ${path}: use ${allow}`
+    done(new GatewayError('METHOD_NOT_ALLOWED', message, { headers: { allow } }))
   })
 }

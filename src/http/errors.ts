@@ -30,7 +30,9 @@ export const CATALOGUE = {
   IDEMPOTENCY_KEY_REUSED: { status: 422, shape: 'structured', message: 'this Idempotency-Key was used for a different request' },
   TOO_MANY_UPLOADS: { status: 429, shape: 'simple', message: 'too many uploads at once' },
   UPLOADS_BUSY: { status: 503, shape: 'simple', message: 'too many uploads in progress, retry later' },
-  UPLOAD_TIMEOUT: { status: 408, shape: 'simple', message: 'upload too slow' }
+  UPLOAD_TIMEOUT: { status: 408, shape: 'simple', message: 'upload too slow' },
+  METHOD_NOT_ALLOWED: { status: 405, shape: 'simple', message: 'method not allowed' },
+  UPSTREAM_RETRY_LATER: { status: 503, shape: 'simple', message: 'portfolio engine unavailable, retry later' }
 } as const satisfies Record<string, { status: number, shape: Shape, message: string }>
 
 export type ErrorCode = keyof typeof CATALOGUE
@@ -51,7 +53,15 @@ export class GatewayError extends Error {
 }
 
 export const validationError = (message: string): GatewayError => new GatewayError('VALIDATION_ERROR', message)
-export const unauthorized = (message: string): GatewayError => new GatewayError('UNAUTHORIZED', message)
+
+/** RFC 6750 section 3: the challenge of a request that sent no bearer token (none, or another scheme). */
+export const BEARER_CHALLENGE = 'Bearer'
+/** RFC 6750 section 3.1: a token was sent and refused; why stays in the log (DECISIONS 9). */
+export const INVALID_TOKEN_CHALLENGE = 'Bearer error="invalid_token"'
+
+/** A 401 with its challenge: `invalid_token` unless no bearer token was sent at all. */
+export const unauthorized = (message: string, challenge: string = INVALID_TOKEN_CHALLENGE): GatewayError =>
+  new GatewayError('UNAUTHORIZED', message, { headers: { 'www-authenticate': challenge } })
 
 /**
  * The body for an error. Structured errors need the failing handler's name

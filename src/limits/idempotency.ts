@@ -16,7 +16,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'
 import type { EngineResponse } from '../engine-client/client.js'
 import { sendEngineJson } from '../engine-client/answers.js'
-import type { IdempotencyRecord, LimitStore } from './store.js'
+import { ownerToken, type IdempotencyRecord, type LimitStore } from './store.js'
 import type { LimitsMetrics } from '../observability/metrics.js'
 import { endStoreSpan, startStoreSpan } from '../observability/tracing.js'
 import { randomHex } from '../shared/random-hex.js'
@@ -67,6 +67,8 @@ export interface IdempotentCall {
   fingerprint: () => string
   /** Read and check the rest of the request without sending it, when a completed record is found. */
   readAll?: () => Promise<void>
+  /** How long this request may still run once it holds the key: a 409 tells a second one to wait that long. */
+  runsForMs: number
 }
 
 export class Idempotency {
@@ -85,12 +87,13 @@ export class Idempotency {
    */
   async run (request: FastifyRequest, reply: FastifyReply, key: string | undefined, route: IdempotentCall): Promise<EngineResponse | undefined> {
     if (key === undefined) return await route.call()
-    const begun = await this.#begin(request, key)
+    const begun = await this.#begin(request, key, route.runsForMs)
     if ('held' in begun) {
       const { held } = begun
       if (held.state === 'pending') {
         this.#opts.metrics.idempotencyShortCut('in_flight')
-        throw new GatewayError('IDEMPOTENCY_KEY_IN_USE')
+        const headers = { 'retry-after': String(retryAfterS(held.until)) }
+        throw new GatewayError('IDEMPOTENCY_KEY_IN_USE', undefined, { headers })
       }
       // A completed record: the request is read whole and checked, never forwarded.
       await route.readAll?.()
@@ -112,12 +115,15 @@ export class Idempotency {
   }
 
   /** Claim subject+key under a fresh owner token, or say who holds it. */
-  async #begin (request: FastifyRequest, key: string): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
+  async #begin (
+    request: FastifyRequest, key: string, runsForMs: number
+  ): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
     const { store, ttlS, pendingTtlMs } = this.#opts
     const subject = request.userId
     // Only this request knows its token: complete and release act only while
     // the record is still this claim (a late one never touches a newer claim's record).
-    const owner = randomHex(16)
+    // The token begins with the time this request may run until, for the 409's Retry-After.
+    const owner = ownerToken(Date.now() + Math.min(runsForMs, pendingTtlMs), randomHex(16))
     let held
     const claimSpan = startStoreSpan(request, 'claim')
     try {
@@ -176,6 +182,11 @@ export class Idempotency {
     // stored, which may differ in case or charset).
     sendEngineJson(reply.header(REPLAYED_HEADER, 'true'), { status: held.status, contentType: held.contentType, body: Buffer.from(held.body, 'base64') })
   }
+}
+
+/** Whole seconds until the request holding the key must be done, at least 1 (a claim with no time: 1). */
+export function retryAfterS (until: number | undefined, now = Date.now()): number {
+  return until === undefined ? 1 : Math.max(1, Math.ceil((until - now) / 1000))
 }
 
 function storeUnavailable (request: FastifyRequest, err: unknown): GatewayError {

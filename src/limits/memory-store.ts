@@ -8,7 +8,7 @@
  * records out of the shared LRU; only many users together fill it.
  */
 import { LRUCache } from 'lru-cache'
-import { currentWindow, type IdempotencyRecord, type LimitStore, type StoreStatus, type WindowHit } from './store.js'
+import { currentWindow, pendingOf, type IdempotencyRecord, type LimitStore, type StoreStatus, type WindowHit } from './store.js'
 
 interface Window { id: number, count: number }
 interface Stored { subject: string, record: IdempotencyRecord }
@@ -53,7 +53,7 @@ export class MemoryStore implements LimitStore {
   async claim (subject: string, key: string, owner: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
     const id = recordId(subject, key)
     const held = this.#records.get(id)
-    if (held !== undefined) return held.record.state === 'pending' ? { state: 'pending' } : held.record
+    if (held !== undefined) return held.record.state === 'pending' ? pendingOf(held.record.owner) : held.record
     const keys = this.#bySubject.get(subject) ?? new Set<string>()
     for (const oldest of keys) {
       if (keys.size < this.#perSubject) break

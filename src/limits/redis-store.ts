@@ -12,7 +12,7 @@
 import DataLoader from 'dataloader'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { currentWindow, type IdempotencyRecord, type LimitStore, type StoreStatus, type UploadLeaseStore, type WindowHit } from './store.js'
+import { currentWindow, pendingOf, type IdempotencyRecord, type LimitStore, type StoreStatus, type UploadLeaseStore, type WindowHit } from './store.js'
 import { createRedisClient, type RedisClient } from './redis/client.js'
 import type { RedisConfig } from '../redis-config.js'
 import { groupBySlot, recordKey, uploadsKey, windowKey } from './redis/keys.js'
@@ -161,7 +161,7 @@ export class RedisStore implements LimitStore {
     }
     if (held === null) return undefined
     const record = JSON.parse(held) as IdempotencyRecord
-    return record.state === 'pending' ? { state: 'pending' } : record
+    return record.state === 'pending' ? pendingOf(record.owner) : record
   }
 
   async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {

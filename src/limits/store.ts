@@ -33,8 +33,20 @@ export interface WindowHit {
  * newer one cannot overwrite or delete the newer one's record.
  */
 export type IdempotencyRecord =
-  | { state: 'pending', owner?: string }
+  | { state: 'pending', owner?: string, until?: number }
   | { state: 'done', fingerprint: string, status: number, contentType: string, body: string /* base64 */ }
+
+/**
+ * A claim's owner token: the time its request may run until, then random
+ * hex. Another request sees only that time (`pendingOf`), for its 409's Retry-After.
+ */
+export const ownerToken = (untilMs: number, random: string): string => `${untilMs}.${random}`
+
+/** A pending record as another request sees it: when its request must be done, never its owner. */
+export function pendingOf (owner: string | undefined): IdempotencyRecord {
+  const until = Number(owner?.split('.', 1)[0])
+  return Number.isFinite(until) ? { state: 'pending', until } : { state: 'pending' }
+}
 
 export interface LimitStore {
   /**

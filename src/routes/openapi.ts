@@ -11,21 +11,15 @@
 import fastifySwagger from '@fastify/swagger'
 import { Type, type TSchema } from '@sinclair/typebox'
 import type { FastifyInstance, RouteOptions } from 'fastify'
-import { HealthError, SimpleError, StructuredError } from '../../schemas/errors.js'
-import { IdempotencyKeyHeader, RequestIdHeader, RetryAfterHeader, TraceParentHeader } from '../../schemas/http-headers.js'
-import { CreatePortfolioFields, CreatePortfolioResponse, IMAGE_FIELD, LIMITS, UpdatePortfolioResponse } from '../../schemas/portfolio.js'
+import { IdempotencyKeyHeader, RequestIdParameter, TraceParentParameter } from '../../schemas/http-headers.js'
+import { CreatePortfolioFields, IMAGE_FIELD, LIMITS } from '../../schemas/portfolio.js'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { TRACEPARENT_HEADER } from '../observability/trace-context.js'
 import { IMAGE_TYPE_NAMES } from '../shared/image-type.js'
+import { ANSWER_HEADERS, ANSWER_SCHEMAS, OPERATIONS, SHARED_ANSWERS, UNMATCHED_ANSWERS } from './openapi-answers.js'
 
 export const OPENAPI_PATH = '/openapi.json'
 const BEARER_SCHEME = 'bearerAuth'
-
-/** Every answer carries the request id (DECISIONS 21). */
-const ANSWER_HEADERS = { [REQUEST_ID_HEADER]: { ...RequestIdHeader, description: 'The request id: the client\'s when sane, otherwise a new UUID' } }
-const RETRY_HEADERS = { ...ANSWER_HEADERS, 'retry-after': RetryAfterHeader }
-
-type Response = TSchema & { 'x-response-description': string }
 
 /**
  * A schema that becomes a named component: @fastify/swagger drops a top-level
@@ -33,37 +27,9 @@ type Response = TSchema & { 'x-response-description': string }
  */
 const named = <T extends TSchema>(schema: T): T => (typeof schema.$id === 'string' ? { ...schema, title: schema.$id } : schema)
 
-/** A response: its schema (a named component), what it means, its headers. */
-const answer = (schema: TSchema, description: string, headers: Record<string, TSchema> = ANSWER_HEADERS): Response =>
-  ({ ...named(schema), 'x-response-description': description, headers }) as Response
-
-const simple = (description: string, headers?: Record<string, TSchema>): Response => answer(SimpleError, description, headers)
-const structured = (description: string): Response => answer(StructuredError, description)
-
-/** DECISIONS 19: the simple errors of every /api/* route. */
-const BEARER_ERRORS = {
-  401: simple('Missing, malformed, expired or otherwise invalid bearer token'),
-  429: simple('Rate limit reached for this token subject (DECISIONS 14); RateLimit and RateLimit-Policy headers say when it resets', {
-    ...RETRY_HEADERS,
-    ratelimit: Type.String({ description: 'draft-ietf-httpapi-ratelimit-headers' }),
-    'ratelimit-policy': Type.String({ description: 'draft-ietf-httpapi-ratelimit-headers' })
-  }),
-  502: simple('The engine is unreachable or answered outside its contract'),
-  503: simple('The gateway is overloaded, the key set or the shared store cannot be reached: retry after Retry-After seconds', RETRY_HEADERS),
-  504: simple('The engine did not answer in time')
-}
-
-/** DECISIONS 19: the structured errors of create and update. */
-const PORTFOLIO_ERRORS = {
-  400: structured('The request is invalid (code VALIDATION_ERROR); the message names the field'),
-  409: structured('IDEMPOTENCY_KEY_IN_USE: a request with this Idempotency-Key is still in flight'),
-  422: structured('IDEMPOTENCY_KEY_REUSED: this Idempotency-Key was used for a different request'),
-  500: structured('Internal error')
-}
-
 const TRACE_HEADERS = {
-  [REQUEST_ID_HEADER]: Type.Optional(RequestIdHeader),
-  [TRACEPARENT_HEADER]: Type.Optional(TraceParentHeader)
+  [REQUEST_ID_HEADER]: Type.Optional(RequestIdParameter),
+  [TRACEPARENT_HEADER]: Type.Optional(TraceParentParameter)
 }
 const IDEMPOTENT_HEADERS = { ...TRACE_HEADERS, 'idempotency-key': Type.Optional(IdempotencyKeyHeader) }
 
@@ -81,91 +47,32 @@ const CreatePortfolioForm = Type.Object({
   description: 'Each field at most once; the parts are checked as they stream, before the engine is called'
 })
 
-interface RouteDoc {
-  summary: string
-  headers: Record<string, TSchema>
-  response: Record<number, Response>
-  bearer: boolean
-  body?: TSchema
+/** The request side of each route beyond its validating schema: headers, and create's form. */
+const REQUESTS: Record<string, { headers: Record<string, TSchema>, body?: TSchema }> = {
+  'POST /api/portfolio/update': { headers: IDEMPOTENT_HEADERS },
+  'POST /api/portfolio/create': { headers: IDEMPOTENT_HEADERS, body: CreatePortfolioForm }
 }
 
-/** Each documented route by "METHOD url"; a route not in this table is hidden. */
-const ROUTES: Record<string, RouteDoc> = {
-  'GET /health': {
-    summary: 'Liveness: 500 while the gateway drains for shutdown',
-    headers: TRACE_HEADERS,
-    bearer: false,
-    response: { 500: answer(HealthError, 'The gateway is shutting down') }
-  },
-  'GET /ping': { summary: 'The gateway answers (no engine call)', headers: TRACE_HEADERS, bearer: false, response: { 500: simple('Internal error') } },
-  [`GET ${OPENAPI_PATH}`]: {
-    summary: 'This document',
-    headers: TRACE_HEADERS,
-    bearer: false,
-    response: { 200: answer(Type.Object({}, { additionalProperties: true }), 'OpenAPI 3.1 document'), 500: simple('Internal error') }
-  },
-  'GET /api/health': {
-    summary: 'The engine\'s database and cache, as the engine reports them; always 200 while the token is good',
-    headers: TRACE_HEADERS,
-    bearer: true,
-    response: { ...BEARER_ERRORS, 500: simple('Internal error') }
-  },
-  'GET /api/portfolio/ping': {
-    summary: 'Round trip to the engine',
-    headers: TRACE_HEADERS,
-    bearer: true,
-    response: {
-      200: { 'x-response-description': 'The engine answered', headers: ANSWER_HEADERS, content: { 'text/plain': { schema: Type.Literal('pong') } } } as unknown as Response,
-      ...BEARER_ERRORS,
-      500: simple('Internal error')
-    }
-  },
-  'POST /api/portfolio/update': {
-    summary: 'Replace the target positions of a portfolio; allocations sum to 1',
-    headers: IDEMPOTENT_HEADERS,
-    bearer: true,
-    response: {
-      200: answer(UpdatePortfolioResponse, 'Target positions updated'),
-      404: structured('NOT_FOUND: no such portfolio, or it belongs to another user'),
-      ...PORTFOLIO_ERRORS,
-      ...BEARER_ERRORS
-    }
-  },
-  'POST /api/portfolio/create': {
-    summary: 'Create a portfolio from a multipart form, streamed to the engine',
-    headers: IDEMPOTENT_HEADERS,
-    bearer: true,
-    body: CreatePortfolioForm,
-    response: {
-      200: answer(CreatePortfolioResponse, 'Created'),
-      ...PORTFOLIO_ERRORS,
-      ...BEARER_ERRORS,
-      // DECISIONS 23: fair uploads. 429 and 503 above cover the per-user cap (TOO_MANY_UPLOADS) and the uploads' share (UPLOADS_BUSY).
-      408: simple('The upload held an engine connection and sent no byte for 10 s, or under 4 KiB/s over 30 s; the connection closes')
-    }
-  }
-}
-
-/** @fastify/swagger `transform`: the route's own schema plus its documentation. */
-function documentRoute ({ schema, url, route }: { schema: RouteOptions['schema'], url: string, route: RouteOptions }): { schema: Record<string, unknown>, url: string } {
+/** @fastify/swagger `transform`: the route's own request schemas plus its headers; answers come later (`document`). */
+function documentRoute (
+  { schema, url, route }: { schema: RouteOptions['schema'], url: string, route: RouteOptions }
+): { schema: Record<string, unknown>, url: string } {
   const method = Array.isArray(route.method) ? route.method[0] : route.method
-  const doc = ROUTES[`${String(method)} ${url}`]
-  if (doc === undefined) return { schema: { ...schema, hide: true }, url }
-  const ownResponses = (schema?.response ?? {}) as Record<string, TSchema>
-  // The route's own 2xx schemas (health) are the ones that serialize: describe them, keep them.
-  const response: Record<string, unknown> = {}
-  for (const [status, own] of Object.entries(ownResponses)) response[status] = answer(own, own.description ?? 'OK')
-  Object.assign(response, doc.response)
+  const key = `${String(method)} ${url}`
+  if (OPERATIONS[key] === undefined) return { schema: { ...schema, hide: true }, url }
+  const request = REQUESTS[key]
+  // The answers are the document's own (openapi-answers.ts): the route's response schemas serialize, nothing more.
+  const { response: _serializers, ...own } = schema ?? {}
   return {
     url,
     schema: {
-      ...schema,
-      summary: doc.summary,
-      headers: doc.headers,
-      response,
-      ...(doc.bearer ? { security: [{ [BEARER_SCHEME]: [] }] } : {}),
+      ...own,
+      headers: request?.headers ?? TRACE_HEADERS,
       ...(schema?.body === undefined ? {} : { body: named(schema.body as TSchema) }),
-      ...(doc.body === undefined ? {} : { body: named(doc.body), consumes: ['multipart/form-data'] })
+      ...(request?.body === undefined ? {} : { body: named(request.body), consumes: ['multipart/form-data'] }),
+      // The 200 bodies the routes serialize with, named, for `document` to point at.
+      response: Object.fromEntries(Object.entries((schema?.response ?? {}) as Record<string, TSchema>)
+        .filter(([status]) => status === '200').map(([status, body]) => [status, named(body)]))
     }
   }
 }
@@ -183,8 +90,20 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
         title: 'Portfolio Gateway',
         // The interface this document describes (spec title).
         version: '1.2.0',
-        description: 'The Portfolio Service Interface v1.2.0 at the edge. Every answer is one of three shapes (SimpleError, StructuredError, HealthError) and carries x-request-id. An unknown route is 404 SimpleError.'
+        description: 'The Portfolio Service Interface v1.2.0 at the edge. Every answer carries x-request-id and is ' +
+          'one of three shapes: SimpleError, a structured error (success: false, with a code), or HealthError. ' +
+          'Every status an operation can answer is listed under it, including those of the HTTP parser. A request ' +
+          'that matches no operation is answered as x-unmatched-requests says: 404 for an unknown path, 405 with ' +
+          'Allow for a known path with another method.',
+        license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' }
       },
+      // Relative: the origin the document was fetched from; a client sets its deployment's own.
+      servers: [{ url: '/', description: 'The gateway that serves this document' }],
+      tags: [
+        { name: 'health', description: 'Liveness of the gateway, and the engine behind it' },
+        { name: 'portfolios', description: 'Create portfolios and set their target positions' },
+        { name: 'contract', description: 'This document' }
+      ],
       components: {
         securitySchemes: { [BEARER_SCHEME]: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } }
       }
@@ -196,7 +115,9 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
       }
     },
     transform: documentRoute,
-    transformObject: (document) => 'openapiObject' in document ? hoistNamedSchemas(document.openapiObject as Json) : document.swaggerObject
+    transformObject: (document) => 'openapiObject' in document
+      ? withAnswers(hoistNamedSchemas(document.openapiObject as Json))
+      : document.swaggerObject
   })
   // The routes are fixed once the app is ready: serialize the document once.
   let text: string | undefined
@@ -228,4 +149,47 @@ function hoistNamedSchemas (document: Json): Json {
   }
   const paths = visit(document.paths)
   return { ...document, paths, components: { ...components, schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))) } }
+}
+
+/**
+ * Each operation's name, tag, words, security and every answer it can give
+ * (openapi-answers.ts), with the components they name.
+ */
+function withAnswers (document: Json): Json {
+  const paths = document.paths as Record<string, Record<string, Json>>
+  for (const [path, operations] of Object.entries(paths)) {
+    for (const [method, operation] of Object.entries(operations)) {
+      const doc = OPERATIONS[`${method.toUpperCase()} ${path}`]!
+      const ok = (operation.responses as Record<string, Json> | undefined)?.['200']
+      const own = ok?.content as Record<string, { schema: Json }> | undefined
+      const responses: Record<string, unknown> = { ...doc.responses }
+      // A route's own 200 schema (the one it serializes with) is its 200 body, unless the table gives the whole answer.
+      if (responses['200'] === undefined && own !== undefined) {
+        const headers = { 'x-request-id': { $ref: '#/components/headers/RequestId' } }
+        responses['200'] = { description: 'OK', headers, content: own }
+      }
+      operations[method] = {
+        operationId: doc.operationId,
+        tags: [doc.tag],
+        summary: doc.summary,
+        description: doc.description,
+        ...operation,
+        security: doc.bearer ? [{ [BEARER_SCHEME]: [] }] : [],
+        responses: Object.fromEntries(Object.entries(responses).sort(([a], [b]) => a.localeCompare(b)))
+      }
+    }
+  }
+  const components = document.components as Json
+  const schemas = { ...(components.schemas as Json), ...JSON.parse(JSON.stringify(ANSWER_SCHEMAS)) as Json }
+  return {
+    ...document,
+    paths,
+    components: {
+      ...components,
+      schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
+      headers: ANSWER_HEADERS,
+      responses: SHARED_ANSWERS
+    },
+    'x-unmatched-requests': UNMATCHED_ANSWERS
+  }
 }

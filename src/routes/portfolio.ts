@@ -9,7 +9,7 @@ import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
 import { watchClientGone } from '../http/client-gone.js'
-import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
+import { assertEngineJson, sendEngineJson, sendEnginePong, UPDATE_ENGINE_ERRORS } from '../engine-client/answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../limits/idempotency.js'
 
@@ -25,9 +25,11 @@ const canonicalUpdate = fastJson(UpdatePortfolioBody)
 export interface PortfolioRouteOptions {
   engine: EngineClient
   idempotency: Idempotency
+  /** UPSTREAM_TIMEOUT_MS: how long an update may wait for the engine. */
+  engineTimeoutMs: number
 }
 
-export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency }) => {
+export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency, engineTimeoutMs }) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
   // A client that hangs up takes its call out of the queue for an engine connection; a call
   // already being written to the engine goes on (abandonIfQueued): an update's outcome stays known.
@@ -54,6 +56,8 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
     // DECISIONS 16: with an Idempotency-Key, claimed before the engine is asked.
     const answer = await idempotency.run(request, reply, key, {
       fingerprint: () => fingerprintOf('update', body),
+      // The body is read: what is left is the engine call, within its deadline.
+      runsForMs: engineTimeoutMs,
       call: async () => {
         const gone = watchClientGone(reply)
         try {
@@ -66,7 +70,7 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
             body,
             abandonIfQueued: gone.signal
           })
-          assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER)
+          assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER, UPDATE_ENGINE_ERRORS)
           return answer
         } finally {
           gone.done()

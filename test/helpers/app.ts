@@ -8,6 +8,7 @@ import { buildApp, type AppDeps } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
+import { watchAnswers } from './answer-check.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
 
@@ -62,6 +63,11 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
     ...(opts.linger === undefined ? {} : { linger: opts.linger }),
     ...(opts.tracing === undefined ? {} : { tracing: opts.tracing })
+  })
+  // Every answer this gateway sends is held to openapi.json; registered first, so it runs after the close.
+  const violations = watchAnswers(app.server)
+  t.teardown(() => {
+    if (violations.length > 0) throw new Error(`answers the document does not declare:\n${violations.join('\n')}`)
   })
   t.teardown(async () => {
     await app.close() // closes the engine pool too

@@ -8,7 +8,7 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import type { Test } from 'tap'
 import { Agent } from 'undici'
-import { GATEWAY_SCRIPT, ROOT } from './processes.js'
+import { assertAnswersDeclared, GATEWAY_SCRIPT, nodeArgs, ROOT } from './processes.js'
 
 export const SERVER = GATEWAY_SCRIPT
 export const TOKEN_CLI = join(ROOT, 'dist', 'src', 'cli', 'token.js')
@@ -31,7 +31,7 @@ export interface Child {
  */
 export function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
   // METRICS_PORT=0 unless a test sets it: several gateways run at once (common brief).
-  const proc = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc = spawn(process.execPath, [...nodeArgs(script), ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
@@ -42,6 +42,7 @@ export function start (t: Test, script: string, env: Record<string, string>, arg
       proc.kill('SIGKILL')
       await exited
     }
+    assertAnswersDeclared(proc.pid)
   })
   async function waitForOutput (pattern: RegExp): Promise<RegExpMatchArray> {
     const deadline = Date.now() + WAIT_MS

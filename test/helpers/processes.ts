@@ -7,9 +7,9 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { existsSync, readdirSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { Test } from 'tap'
 
 /**
@@ -26,6 +26,22 @@ export const ROOT = ((): string => {
   return dir
 })()
 export const GATEWAY_SCRIPT = join(ROOT, 'dist', 'src', 'server.js')
+/** Loaded into every gateway process the helpers start: it holds each answer to openapi.json (answer-check.ts). */
+const ANSWER_CHECK = join(ROOT, 'dist', 'test', 'helpers', 'answer-check-child.js')
+/** Where a gateway process writes the answers the document does not declare, one file per process id. */
+export const ANSWER_VIOLATIONS_DIR = join(ROOT, 'dist', 'answer-violations')
+
+/** Node's arguments for `script`: a gateway gets the answer check first. */
+export const nodeArgs = (script: string): string[] => (script === GATEWAY_SCRIPT ? ['--import', pathToFileURL(ANSWER_CHECK).href, script] : [script])
+
+/** Throw with what a gateway process answered outside the document, if anything. */
+export function assertAnswersDeclared (pid: number | undefined): void {
+  const file = join(ANSWER_VIOLATIONS_DIR, `${String(pid)}.log`)
+  if (pid === undefined || !existsSync(file)) return
+  const found = readFileSync(file, 'utf8')
+  rmSync(file, { force: true })
+  if (found !== '') throw new Error(`answers the document does not declare (gateway process ${pid}):\n${found}`)
+}
 export const ENGINE_SCRIPT = join(ROOT, 'dist', 'src', 'reference-engine', 'standalone.js')
 const WAIT_MS = 15_000
 
@@ -77,7 +93,7 @@ export interface Proc {
 }
 
 export async function startProcess (t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp): Promise<Proc> {
-  const proc = spawn(process.execPath, [script], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc = spawn(process.execPath, nodeArgs(script), { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   const waiters = new Set<() => void>()
@@ -92,6 +108,7 @@ export async function startProcess (t: Test, script: string, env: Record<string,
       proc.kill('SIGKILL')
       await exited
     }
+    assertAnswersDeclared(proc.pid)
   })
   const count = (pattern: RegExp): number => out.match(new RegExp(pattern.source, 'g'))?.length ?? 0
   async function waitFor (pattern: RegExp, n = 1): Promise<void> {

@@ -43,7 +43,7 @@ export interface Refusal {
 }
 
 const GIF = Buffer.from('GIF89a')
-const FORBIDDEN = { success: false, error: { source: 'portfolio-engine', code: 'FORBIDDEN', message: 'not allowed to create', function: 'createPortfolio' } }
+const ENGINE_REFUSAL = { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'image refused by the engine', function: 'createPortfolio' } }
 
 const forms = new Map<string, { body: Buffer, contentType: string }>()
 /** One body per form and size, built once: the clients send the same bytes (and python and curl read them from one file). */
@@ -138,17 +138,17 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'engine answers mid-upload',
-    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 403, FORBIDDEN) } },
+    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 400, ENGINE_REFUSAL) } },
     request: (size, sub) => create(sub, form('valid', size, valid)),
-    status: 403,
-    body: FORBIDDEN
+    status: 400,
+    body: ENGINE_REFUSAL
   },
   {
     name: 'engine answers mid-upload, Idempotency-Key',
-    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 403, FORBIDDEN) } },
+    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 400, ENGINE_REFUSAL) } },
     request: (size, sub) => create(sub, form('valid', size, valid), { 'idempotency-key': `early-${sub}` }),
-    status: 403,
-    body: FORBIDDEN
+    status: 400,
+    body: ENGINE_REFUSAL
   },
   {
     name: '502 engine reset mid-upload',

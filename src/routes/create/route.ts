@@ -82,6 +82,8 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       const answer = await opts.idempotency.run(request, reply, key, {
         // No digest is taken without a key: the image is hashed only then.
         fingerprint: () => fingerprintOf('create', form.contentDigest()),
+        // The upload may take the request's whole time, then the engine's answer its deadline.
+        runsForMs: opts.callTimeoutMs,
         readAll: async () => {
           invite()
           await readWholeForm(form)

@@ -1,0 +1,194 @@
+/**
+ * The document is the contract: the answers it was missing (401 challenges,
+ * 405, 417, the engine's 503, the 409's Retry-After), the request headers at
+ * their boundaries as the schema and the server see them, the answer check
+ * catching what it must, and the linters client teams run.
+ */
+import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import t from 'tap'
+import { request } from 'undici'
+import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
+import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
+import { ROOT } from './helpers/processes.js'
+
+const run = promisify(execFile)
+const MALFORMED = 'authorization header must be: Bearer <token>'
+const INVALID = 'Bearer error="invalid_token"'
+const updateRequest = (headers: Record<string, string> = {}) => ({
+  method: 'POST' as const,
+  headers: { ...bearer(), 'content-type': 'application/json', ...headers },
+  body: JSON.stringify(validUpdate())
+})
+const bin = (...path: string[]) => join(ROOT, 'node_modules', ...path)
+const doc = JSON.parse(readFileSync(join(ROOT, 'openapi.json'), 'utf8')) as {
+  paths: Record<string, Record<string, { parameters: Array<{ name: string, schema: object }> }>>
+}
+
+t.test('401 challenges (RFC 6750 section 3): bare without a bearer token, invalid_token for a refused one', async t => {
+  const { url } = await build(t)
+  const cases: Array<[string, Record<string, string>, string, string]> = [
+    ['no token', {}, 'Bearer', 'missing bearer token'],
+    ['Basic auth', { authorization: 'Basic YWxpY2U6c2VjcmV0' }, 'Bearer', MALFORMED],
+    ['a bad signature', bearer(hs256({}, `${SECRET}-not`)), INVALID, 'invalid token'],
+    ['an expired token', bearer(hs256({ exp: 1 })), INVALID, 'token expired'],
+    ['a malformed bearer token', { authorization: 'Bearer not a token' }, INVALID, MALFORMED]
+  ]
+  for (const [name, headers, challenge, message] of cases) {
+    const res = await request(`${url}/api/portfolio/ping`, { headers })
+    t.equal(res.statusCode, 401, name)
+    t.equal(res.headers['www-authenticate'], challenge, `${name}: the challenge`)
+    t.same(await res.body.json(), { error: message }, `${name}: the body`)
+  }
+})
+
+t.test('a known path with another method is 405 with Allow; an unknown path stays 404', async (t) => {
+  const { url } = await build(t)
+  const get = await request(`${url}/api/portfolio/update`, { headers: bearer() })
+  t.equal(get.statusCode, 405)
+  t.equal(get.headers['allow'], 'POST')
+  t.same(await get.body.json(), { error: 'GET not allowed on /api/portfolio/update: use POST' })
+  const post = await request(`${url}/health?x=1`, { method: 'POST', body: '' })
+  t.equal(post.statusCode, 405)
+  t.equal(post.headers['allow'], 'GET, HEAD')
+  t.same(await post.body.json(), { error: 'POST not allowed on /health: use GET, HEAD' })
+  const unknown = await request(`${url}/healthz`)
+  t.equal(unknown.statusCode, 404)
+  t.equal(unknown.headers['allow'], undefined)
+  t.same(await unknown.body.json(), { error: 'no route GET /healthz' })
+})
+
+t.test('an Expect other than 100-continue is 417, as the document says', async (t) => {
+  const { url } = await build(t)
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  socket.write('GET /ping HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\n\r\n')
+  let raw = ''
+  for await (const chunk of socket) {
+    raw += String(chunk)
+    if (raw.includes('}')) break
+  }
+  t.match(raw, /^HTTP\/1\.1 417 Expectation Failed\r\n/)
+  t.match(raw, /\r\nx-request-id: [0-9a-f-]{36}\r\n/)
+  t.match(raw, /\r\n\r\n\{"error":"unsupported Expect header: only 100-continue is accepted"\}$/)
+})
+
+t.test("the engine's 503 (its store is down) is the simple 503 with the engine's Retry-After", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const unavailable = {
+    success: false,
+    error: {
+      source: 'portfolio-engine',
+      code: 'SERVICE_UNAVAILABLE',
+      message: 'portfolio store unavailable, retry later',
+      function: 'updatePortfolio'
+    }
+  }
+  for (const [given, passed] of [['3', '3'], [undefined, '1'], ['Wed, 21 Oct 2026 07:28:00 GMT', '1']] as const) {
+    stub.handle((_req, res) => {
+      if (given !== undefined) res.setHeader('retry-after', given)
+      json(res, 503, unavailable)
+    })
+    const res = await request(`${url}/api/portfolio/update`, updateRequest())
+    t.equal(res.statusCode, 503)
+    t.equal(res.headers['retry-after'], passed, `the engine's ${String(given)} is passed on as ${passed}`)
+    t.same(await res.body.json(), { error: 'portfolio engine unavailable, retry later' })
+  }
+  stub.handle((_req, res) => json(res, 418, { ...unavailable, error: { ...unavailable.error, code: 'TEAPOT' } }))
+  const odd = await request(`${url}/api/portfolio/update`, updateRequest())
+  t.equal(odd.statusCode, 502, 'a status the contract does not name is not passed on')
+  t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
+})
+
+t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the server accepts', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const { parameters } = doc.paths['/api/portfolio/update']!['post']!
+  const schema = parameters.find((p) => p.name === 'idempotency-key')!.schema
+  const valid = new Ajv2020({ strict: false }).compile(schema)
+  const keys: Array<[string, boolean]> = [
+    ['a'.repeat(255), true],
+    ['a'.repeat(256), false],
+    [`"${'a'.repeat(255)}"`, true],
+    [`"${'a'.repeat(256)}"`, false],
+    ['"quoted"', true],
+    ['"unclosed', false],
+    ['in"side', true],
+    ['"in"side"', false],
+    ['""', false],
+    ['!', true]
+  ]
+  let n = 0
+  for (const [key, accepted] of keys) {
+    // Each accepted key fresh (a number in front), so no answer is a replay.
+    const fresh = `${key.startsWith('"') ? '"' : ''}${n++}${key.replace(/^"/, '')}`
+    const unique = accepted && key.length < 250 ? fresh : key
+    const res = await request(`${url}/api/portfolio/update`, updateRequest({ 'idempotency-key': unique }))
+    await res.body.dump()
+    t.equal(res.statusCode, accepted ? 200 : 400, `${unique.slice(0, 20)}... (${unique.length}): the server`)
+    t.equal(valid(unique), accepted, `${unique.slice(0, 20)}... (${unique.length}): the schema`)
+  }
+})
+
+t.test('x-request-id: any value is accepted; a sane one is kept, up to 128 characters', async (t) => {
+  const { url } = await build(t)
+  for (const [given, kept] of [['a'.repeat(128), true], ['a'.repeat(129), false], ['with space', false]] as const) {
+    const res = await request(`${url}/ping`, { headers: { 'x-request-id': given } })
+    t.equal(res.statusCode, 200)
+    await res.body.dump()
+    t.equal(res.headers['x-request-id'] === given, kept, `${given.length} characters: ${kept ? 'kept' : 'replaced'}`)
+  }
+})
+
+t.test('the answer check catches an undeclared header or status, a missing header, a wrong body', async (t) => {
+  const json = 'application/json; charset=utf-8'
+  const headers = { 'x-request-id': 'r', 'content-type': json }
+  const base = { method: 'GET', url: '/ping', headers, body: Buffer.from('{"message":"pong"}') }
+  const simple = Buffer.from('{"error":"x"}')
+  t.same(violationsOf({ ...base, status: 200 }), [], 'a declared answer passes')
+  t.same(violationsOf({ ...base, status: 200, headers: { ...base.headers, 'x-planted': '1' } }),
+    ['GET /ping 200: header x-planted is sent but not declared'])
+  t.same(violationsOf({ ...base, status: 418 }), ['GET /ping answered 418, which its operation does not declare'])
+  t.same(violationsOf({ ...base, status: 200, headers: { 'content-type': json } }),
+    ['GET /ping 200: required header x-request-id is missing'])
+  t.same(violationsOf({ ...base, status: 200, body: Buffer.from('{"message":"pang"}') }),
+    ['GET /ping 200: the body {"message":"pang"} is not of its schema'])
+  t.same(violationsOf({ ...base, method: 'POST', url: '/api/portfolio/update', status: 401, body: simple }),
+    ['POST /api/portfolio/update 401: required header www-authenticate is missing'])
+  const raw = { headers: { 'x-request-id': 'r', 'content-type': json, connection: 'close' }, body: simple }
+  t.same(violationsOfRaw({ ...raw, status: 431 }), [], "a parser's answer, as every operation declares it")
+  t.same(violationsOfRaw({ ...raw, status: 418 }),
+    ['raw answer: GET /openapi.json answered 418, which its operation does not declare'])
+  const allow = { ...base.headers, allow: 'GET, HEAD' }
+  const deleted = violationsOf({ ...base, method: 'DELETE', status: 405, headers: allow, body: simple })
+  t.same(deleted, [], 'a 405 as the document says')
+})
+
+t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {
+  const lint = [bin('@redocly', 'cli', 'bin', 'cli.js'), 'lint', '--extends=recommended', 'openapi.json']
+  const { stdout, stderr } = await run(process.execPath, lint, {
+    cwd: ROOT,
+    // Offline: no usage report, no update check; the npm registry is all a fresh clone has had.
+    env: { PATH: process.env['PATH'] ?? '', REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' },
+    timeout: 50_000
+  })
+  const output = `${stdout}${stderr}`
+  t.match(output, /Woohoo! Your API description is valid/)
+  t.notMatch(output, /warning|error/i, output)
+})
+
+t.test('openapi-typescript reads the document without a warning, and client/schema.ts is what it writes', async (t) => {
+  const check = [bin('openapi-typescript', 'bin', 'cli.js'), 'openapi.json', '-o', 'client/schema.ts', '--check']
+  const { stdout, stderr } = await run(process.execPath, check, {
+    cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', NO_COLOR: '1' }, timeout: 50_000
+  })
+  t.notMatch(`${stdout}${stderr}`, /warn|error/i, `${stdout}${stderr}`)
+})
