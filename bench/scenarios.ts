@@ -39,6 +39,8 @@ export interface GatewaySpec {
   env?: Record<string, string>
   /** Another build's gateway (run.ts --compare); default this build's dist/src/server.js. */
   script?: string
+  /** The node binary that runs it (run.ts --runtime); default the harness's own. */
+  node?: string
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
@@ -64,7 +66,9 @@ const FIXED_GATEWAYS: Record<string, GatewaySpec> = {
   'gateway-prod-traced-all': { ...PRODUCTION, traceRatio: 1 }
 }
 
-export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx' && target !== 'bare' && target !== 'bare-fastify'
+/** A target's own name, without a --runtime copy's `@label`. */
+const ownTarget = (target: TargetName): string => target.replace(/@[^@]*$/, '')
+export const isGateway = (target: TargetName): target is GatewayName => !['mock', 'nginx', 'bare', 'bare-fastify'].includes(ownTarget(target))
 
 /** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
 export type FreshHeader = 'idempotency-key' | 'traceparent'
