@@ -202,7 +202,9 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
   const launched = launch(options.node ?? process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
-  if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
+  // Workers: SIGTERM, which worker 0 forwards; a SIGKILLed worker 0 would leave its copies draining alone.
+  const workers = Number(options.env?.GATEWAY_WORKERS ?? '1') > 1
+  if ((options.nodeArgs === undefined || options.nodeArgs.length === 0) && !workers) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   // Generous: on a shared machine several gateways start at once, each compiling its modules.

@@ -204,6 +204,17 @@ const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('metrics') },
   { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, in-process') },
   { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, Redis') },
+  // GATEWAY_WORKERS=2 (DECISIONS 35, "Workers"): the same gateway as two processes on one port; its CPU is both's.
+  {
+    name: 'ping-redis-2-workers',
+    description: 'gateway ping, rate limit in Redis, two workers on one port (GATEWAY_WORKERS=2)',
+    gateway: { ...BARE, rateLimit: 'redis', needs: ['rate-limit', 'redis'], env: { GATEWAY_WORKERS: '2' } },
+    method: 'GET',
+    path: PING,
+    auth: true,
+    localOnly: true,
+    cost: { feature: 'two workers on one port', base: 'bare-ping', adds: 'ping-redis' }
+  },
   // The same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
   { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.
