@@ -24,7 +24,10 @@ export interface Runtime {
 /** `LABEL=NODE[,DIST]`; DIST defaults to `ownDist`, the harness's own build. */
 export function parseRuntime (text: string, ownDist: string): Runtime {
   const m = /^([A-Za-z0-9_.-]+)=([^,]+)(?:,(.+))?$/.exec(text)
-  if (m === null) throw new Error(`--runtime ${text}: expected LABEL=NODE or LABEL=NODE,DIST (e.g. node20=/usr/bin/node,/work/old/dist)`)
+  if (m === null) {
+    throw new Error(`--runtime ${text}: expected LABEL=NODE or LABEL=NODE,DIST ` +
+      '(e.g. node20=/usr/bin/node,/work/old/dist)')
+  }
   return { label: m[1]!, node: path.resolve(m[2]!), dist: path.resolve(m[3] ?? ownDist) }
 }
 
@@ -39,7 +42,12 @@ const fromBuild = (s: Scenario): boolean => s.target !== 'mock' && s.target !== 
 export function withRuntimes (scenarios: readonly Scenario[], runtimes: readonly Runtime[]): Scenario[] {
   return scenarios.filter(fromBuild).flatMap((s) => runtimes.map((r): Scenario => {
     const { cost: _cost, ...rest } = s
-    return { ...rest, name: `${s.name}@${r.label}`, description: `${s.description} [${r.label}]`, target: `${s.target}@${r.label}` }
+    const copy = {
+      name: `${s.name}@${r.label}`,
+      description: `${s.description} [${r.label}]`,
+      target: `${s.target}@${r.label}`
+    }
+    return { ...rest, ...copy }
   }))
 }
 
@@ -70,7 +78,11 @@ export interface RuntimeRow {
 const round3 = (n: number): number => Math.round(n * 1000) / 1000
 
 /** The runtime table: for each scenario, each runtime's cost and its ratio to the first runtime's. */
-export function runtimeTable (originals: readonly string[], runtimes: readonly Runtime[], measured: ReadonlyArray<readonly Measurement[]>): RuntimeRow[] {
+export function runtimeTable (
+  originals: readonly string[],
+  runtimes: readonly Runtime[],
+  measured: ReadonlyArray<readonly Measurement[]>
+): RuntimeRow[] {
   const first = runtimes[0]!.label
   const inRound = (round: readonly Measurement[], name: string): number => {
     const m = round.find((x) => x.scenario === name)
@@ -92,7 +104,7 @@ export function runtimeTable (originals: readonly string[], runtimes: readonly R
   })
 }
 
-/** The runtime table as Markdown: CPU µs per request, each runtime against the first, and against its own bare proxy. */
+/** The runtime table as Markdown: CPU µs per request, each runtime against the first and against its bare proxy. */
 export function formatRuntimeMarkdown (rows: readonly RuntimeRow[], runtimes: readonly Runtime[]): string {
   const [first, ...rest] = runtimes
   const head = [
@@ -102,7 +114,8 @@ export function formatRuntimeMarkdown (rows: readonly RuntimeRow[], runtimes: re
     ...runtimes.map((r) => `${r.label} × its bare proxy`)
   ]
   const lines = [`| ${head.join(' | ')} |`, `|${head.map((_, i) => i === 0 ? '---' : '---:').join('|')}|`]
-  const fixed = (n: number | undefined, digits: number): string => n === undefined || !Number.isFinite(n) ? '–' : n.toFixed(digits)
+  const fixed = (n: number | undefined, digits: number): string =>
+    n === undefined || !Number.isFinite(n) ? '–' : n.toFixed(digits)
   for (const row of rows) {
     lines.push(`| \`${row.scenario}\` | ${[
       ...runtimes.map((r) => fixed(row.usPerRequest[r.label], 0)),

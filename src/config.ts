@@ -172,11 +172,12 @@ function checkWorkers (env: Env, shared: boolean, generatedKey: boolean): void {
       'set it to the engine\'s base URL, or GATEWAY_WORKERS=1')
   }
   if (generatedKey) {
-    throw new ConfigError(`${n} needs a JWT key: each worker would generate a secret of its own and refuse the others' tokens; ` +
-      'set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1')
+    throw new ConfigError(`${n} needs a JWT key: each worker would generate a secret of its own ` +
+      'and refuse the others\' tokens; set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1')
   }
   if (env.PORT === 0) {
-    throw new ConfigError(`${n} with PORT=0: each worker would listen on a port of its own; set PORT to the port they share`)
+    throw new ConfigError(`${n} with PORT=0: each worker would listen on a port of its own; ` +
+      'set PORT to the port they share')
   }
   const last = env.METRICS_PORT + env.GATEWAY_WORKERS - 1
   if (env.METRICS_PORT !== 0 && last > 65535) {
@@ -184,7 +185,8 @@ function checkWorkers (env: Env, shared: boolean, generatedKey: boolean): void {
       `up to ${last}; pick a METRICS_PORT of at most ${65536 - env.GATEWAY_WORKERS}, or 0 to turn metrics off`)
   }
   if (env.METRICS_PORT !== 0 && env.PORT >= env.METRICS_PORT && env.PORT <= last) {
-    throw new ConfigError(`PORT=${env.PORT} is one of the workers' metrics ports (METRICS_PORT + i, ${env.METRICS_PORT}-${last}): ` +
+    throw new ConfigError(`PORT=${env.PORT} is one of the workers' metrics ports ` +
+      `(METRICS_PORT + i, ${env.METRICS_PORT}-${last}): ` +
       'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT')
   }
 }

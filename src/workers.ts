@@ -30,11 +30,15 @@ export interface Workers {
  * SIGTERM: a second signal would end a draining gateway at once.
  * `onLost` is told when a copy exits while no stop was asked for.
  */
-export function forkWorkers (count: number, onLost: (index: number, code: number | null, signal: string | null) => void): Workers {
+export function forkWorkers (
+  count: number,
+  onLost: (index: number, code: number | null, signal: string | null) => void
+): Workers {
   let stopping = false
   const children: ChildProcess[] = []
   for (let index = 1; index < count; index++) {
-    const child = fork(process.argv[1]!, [...process.argv.slice(2), `${WORKER_FLAG}${index}`], { detached: true, stdio: 'inherit' })
+    const args = [...process.argv.slice(2), `${WORKER_FLAG}${index}`]
+    const child = fork(process.argv[1]!, args, { detached: true, stdio: 'inherit' })
     child.once('exit', (code, signal) => { if (!stopping) onLost(index, code, signal) })
     children.push(child)
   }

@@ -37,8 +37,10 @@ async function twoFreePorts (): Promise<number> {
 }
 
 interface Entry { msg?: string, pid?: number, url?: string, status?: number, worker?: number }
-const entries = (child: Child): Entry[] => lines(child.out()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Entry)
-const pings = (child: Child): Entry[] => entries(child).filter((e) => e.msg === 'request' && e.url?.startsWith('/api/portfolio/ping?n=') === true)
+const entries = (child: Child): Entry[] =>
+  lines(child.out()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Entry)
+const pings = (child: Child): Entry[] =>
+  entries(child).filter((e) => e.msg === 'request' && e.url?.startsWith('/api/portfolio/ping?n=') === true)
 
 /** Two workers on a free port in front of `stub`, with Redis; resolves once both said "gateway ready". */
 async function startWorkers (t: Test, stub: StubUpstream, metricsPort = 0): Promise<{ child: Child, url: string }> {
@@ -50,15 +52,25 @@ async function startWorkers (t: Test, stub: StubUpstream, metricsPort = 0): Prom
   })
   await child.waitForOutput(/gateway ready[^\n]*\n(?:.*\n)*.*gateway ready/)
   // The copy is detached: teardown ends it too if a test failed before it drained.
-  t.teardown(() => { for (const e of entries(child)) if (e.pid !== undefined && e.pid !== child.proc.pid && isAlive(e.pid)) process.kill(e.pid, 'SIGKILL') })
+  t.teardown(() => {
+    for (const { pid } of entries(child)) {
+      if (pid !== undefined && pid !== child.proc.pid && isAlive(pid)) process.kill(pid, 'SIGKILL')
+    }
+  })
   return { child, url: `http://127.0.0.1:${port}` }
 }
 
 t.test('more than one worker without Redis is refused at start with one line', async (t) => {
-  const child = start(t, SERVER, { GATEWAY_WORKERS: '2', PORT: String(await freePort()), HOST: '127.0.0.1', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9' })
+  const port = String(await freePort())
+  const env = {
+    GATEWAY_WORKERS: '2', PORT: port, HOST: '127.0.0.1', JWT_SECRET: SECRET,
+    UPSTREAM_URL: 'http://127.0.0.1:9'
+  }
+  const child = start(t, SERVER, env)
   t.same(await exitOf(child), { code: 1, signal: null })
   t.same(lines(child.err()), [
-    'portfolio-gateway: GATEWAY_WORKERS=2 needs Redis: each worker would keep rate limits and idempotency records of its own; ' +
+    'portfolio-gateway: GATEWAY_WORKERS=2 needs Redis: ' +
+    'each worker would keep rate limits and idempotency records of its own; ' +
     'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1'
   ])
   t.notMatch(child.out(), /gateway ready/, 'it never served')
@@ -98,8 +110,9 @@ t.test('two workers on one port', async (t) => {
       const scraped = await request(`http://127.0.0.1:${metricsPort + worker}/metrics`, { dispatcher })
       t.equal(scraped.statusCode, 200)
       const samples = parseExposition(await scraped.body.text())
-      t.equal(valueOf(samples, 'gateway_requests_total', { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx', worker: String(worker) }),
-        byPid.get(pid), `worker ${worker} counts what its access lines say it answered`)
+      const labels = { route: '/api/portfolio/ping', method: 'GET', status_class: '2xx', worker: String(worker) }
+      const counted = valueOf(samples, 'gateway_requests_total', labels)
+      t.equal(counted, byPid.get(pid), `worker ${worker} counts what its access lines show`)
     }
   })
 })
@@ -135,7 +148,8 @@ t.test('SIGTERM drains both workers: requests in flight on each are answered, th
   t.same(await exitOf(child), { code: 0, signal: null }, 'worker 0 exits 0 once both have closed')
   t.notOk(isAlive(copy), 'the copy is gone')
   const all = entries(child)
-  t.same(all.filter((e) => e.msg === 'closed').map((e) => e.pid).sort(), [child.proc.pid, copy].sort(), 'each closed by its own graceful close')
+  const closed = all.filter((e) => e.msg === 'closed').map((e) => e.pid)
+  t.same(closed.sort(), [child.proc.pid, copy].sort(), 'each closed by its own graceful close')
   const pids = new Set(pings(child).map((e) => e.pid))
   t.same([...pids].sort(), [child.proc.pid, copy].sort(), 'both workers had requests in flight')
 })
