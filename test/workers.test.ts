@@ -22,6 +22,9 @@ t.setTimeout(120_000)
 
 t.before(ensureBuilt)
 
+/** Two gateway start-ups one after the other, on a machine that may be running other test files. */
+const START_MS = 45_000
+
 /** A free port whose next port is free too: worker 1 serves metrics on METRICS_PORT + 1. */
 async function twoFreePorts (): Promise<number> {
   for (;;) {
@@ -50,7 +53,10 @@ async function startWorkers (t: Test, stub: StubUpstream, metricsPort = 0): Prom
     GATEWAY_WORKERS: '2', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET,
     UPSTREAM_URL: stub.url, REDIS_URL: redis.url, METRICS_PORT: String(metricsPort)
   })
-  await child.waitForOutput(/gateway ready[^\n]*\n(?:.*\n)*.*gateway ready/)
+  // The copy starts only once worker 0 is ready: two start-ups in turn, slow on a busy machine.
+  const readyLines = async (): Promise<Entry[]> => entries(child).filter((e) => e.msg === 'gateway ready')
+  const ready = await attemptUntil(readyLines, (list) => list.length >= 2 || child.proc.exitCode !== null, START_MS)
+  if (ready.length < 2) throw new Error(`not both workers ready within ${START_MS} ms:\n${child.out()}\n${child.err()}`)
   // The copy is detached: teardown ends it too if a test failed before it drained.
   t.teardown(() => {
     for (const { pid } of entries(child)) {
