@@ -147,10 +147,20 @@ export async function startMock (): Promise<Server> {
  * The bare proxy (bench/bare-proxy.ts) in front of `upstreamUrl`, checking
  * HS256 tokens signed with `secret`: the baseline of every CPU ratio.
  */
-export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false, runtime: { node?: string, script?: string } = {}): Promise<Server> {
+export async function startBareProxy (
+  upstreamUrl: string,
+  secret: string,
+  nodeArgs: string[] = [],
+  fastify = false,
+  runtime: { node?: string, script?: string } = {}
+): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env }
   delete env.NODE_OPTIONS
-  const launched = launch(runtime.node ?? process.execPath, [...nodeArgs, runtime.script ?? BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
+  const args = [
+    ...nodeArgs, runtime.script ?? BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl,
+    `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])
+  ]
+  const launched = launch(runtime.node ?? process.execPath, args, env, 'pipe')
   const url = await listeningUrl(launched, fastify ? 'bare Fastify proxy' : 'bare proxy')
   return { name: fastify ? 'bare-fastify' : 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
@@ -201,7 +211,8 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(options.node ?? process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
+  const args = [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT]
+  const launched = launch(options.node ?? process.execPath, args, env, stdout)
   // Workers: SIGTERM, which worker 0 forwards; a SIGKILLed worker 0 would leave its copies draining alone.
   const workers = Number(options.env?.GATEWAY_WORKERS ?? '1') > 1
   if ((options.nodeArgs === undefined || options.nodeArgs.length === 0) && !workers) killable.add(launched.child)

@@ -26,7 +26,9 @@ import {
 import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
 import { roundSchedule, ROWS_PER_BASE, SETTLE_DEFAULT_S, settleShares, TWIN_SUFFIX, type Measurement } from './schedule.js'
 import { renderCostChart } from './chart.js'
-import { formatRuntimeMarkdown, parseRuntime, runtimeSchedule, runtimeTable, withRuntimes, type Runtime } from './runtimes.js'
+import {
+  formatRuntimeMarkdown, parseRuntime, runtimeSchedule, runtimeTable, withRuntimes, type Runtime
+} from './runtimes.js'
 import {
   formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
   type Probe, type Round, type SaturationPoint, type ScenarioSummary
@@ -192,7 +194,8 @@ function parseOptions (argv: string[]): Options {
   const runtimes = (values.runtime ?? []).map((text) => parseRuntime(text, path.dirname(path.dirname(GATEWAY_SCRIPT))))
   if (runtimes.length === 1) throw new Error('--runtime: give two or more, the table compares them')
   if (new Set(runtimes.map((r) => r.label)).size !== runtimes.length) throw new Error('--runtime: each label once')
-  if (runtimes.length > 0 && (values.compare !== undefined || values.target !== undefined || values.markdown !== undefined)) {
+  const alone = values.compare === undefined && values.target === undefined && values.markdown === undefined
+  if (runtimes.length > 0 && !alone) {
     throw new Error('--runtime makes a runtime table of its own: not with --compare, --target or --markdown')
   }
   for (const r of runtimes) {
@@ -503,13 +506,17 @@ async function main (): Promise<void> {
   const local = options.target === undefined
   const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
   const byRuntime = options.runtimes.length > 0
-  const all = byRuntime ? withRuntimes(SCENARIOS.filter(wanted), options.runtimes) : withTwins(SCENARIOS, options.compare)
+  const all = byRuntime
+    ? withRuntimes(SCENARIOS.filter(wanted), options.runtimes)
+    : withTwins(SCENARIOS, options.compare)
   for (const r of options.runtimes) {
     for (const name of Object.keys(GATEWAYS).filter((g) => !g.includes('@'))) {
-      GATEWAYS[`${name}@${r.label}`] = { ...gatewaySpec(name), script: path.join(r.dist, 'src', 'server.js'), node: r.node }
+      const script = path.join(r.dist, 'src', 'server.js')
+      GATEWAYS[`${name}@${r.label}`] = { ...gatewaySpec(name), script, node: r.node }
     }
   }
-  const selected = byRuntime ? all : all.filter((s) => wanted(s) || (s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))))
+  const twinWanted = (s: Scenario): boolean => s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))
+  const selected = byRuntime ? all : all.filter((s) => wanted(s) || twinWanted(s))
   // The open-loop parts compare the bare proxy with the everything-on gateway of one build: not by runtime.
   const wantSaturation = local && !byRuntime && (options.only.length === 0 || options.only.includes(SATURATION))
   const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
@@ -557,7 +564,8 @@ async function main (): Promise<void> {
     for (const [bare, fastify] of [['bare', false], ['bare-fastify', true]] as const) {
       const target = `${bare}@${r.label}`
       const runtime = { node: r.node, script: path.join(r.dist, 'bench', 'bare-proxy.js') }
-      if (needs(target)) servers.set(target, await startBareProxy(mock!.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, target), fastify, runtime))
+      const nodeArgs = options.profile === undefined ? [] : profileArgs(options.profile, target)
+      if (needs(target)) servers.set(target, await startBareProxy(mock!.url, secret, nodeArgs, fastify, runtime))
     }
   }
   if (mock !== null) {
@@ -603,7 +611,8 @@ async function main (): Promise<void> {
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
   // Every round in this order: each cost row beside a measurement of its base (bench/schedule.ts).
   const schedule = roundSchedule(runnable, options.rowsPerBase)
-  const scheduleOf = (round: number): string[] => byRuntime ? runtimeSchedule(runnable.map((s) => s.name), options.runtimes, round) : schedule
+  const scheduleOf = (round: number): string[] =>
+    byRuntime ? runtimeSchedule(runnable.map((s) => s.name), options.runtimes, round) : schedule
   // The 1-minute load average as each round began: on a shared machine, which rounds had neighbours.
   const roundLoads: number[] = []
   const byName = new Map(runnable.map((s) => [s.name, s]))
@@ -788,7 +797,8 @@ async function main (): Promise<void> {
       : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`)
   }
   if (byRuntime) {
-    process.stdout.write(`\n${formatRuntimeMarkdown(runtimeRows, options.runtimes)}\n\nruntimes: ${options.runtimes.map((r) => `${r.label}=${r.node} (${r.dist})`).join(', ')}\n` +
+    const used = options.runtimes.map((r) => `${r.label}=${r.node} (${r.dist})`).join(', ')
+    process.stdout.write(`\n${formatRuntimeMarkdown(runtimeRows, options.runtimes)}\n\nruntimes: ${used}\n` +
       `load average (1 min) at each round's start: ${report.roundLoads.join(', ')}\n`)
   } else process.stdout.write(`\n${formatCosts(report.costs)}\n`)
   if (latencyReport !== null) process.stdout.write('skipped' in latencyReport ? `\nlatency: skipped: ${latencyReport.skipped}\n` : `\n${formatLatency(latencyReport)}\n`)

@@ -68,7 +68,8 @@ const FIXED_GATEWAYS: Record<string, GatewaySpec> = {
 
 /** A target's own name, without a --runtime copy's `@label`. */
 const ownTarget = (target: TargetName): string => target.replace(/@[^@]*$/, '')
-export const isGateway = (target: TargetName): target is GatewayName => !['mock', 'nginx', 'bare', 'bare-fastify'].includes(ownTarget(target))
+export const isGateway = (target: TargetName): target is GatewayName =>
+  !['mock', 'nginx', 'bare', 'bare-fastify'].includes(ownTarget(target))
 
 /** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
 export type FreshHeader = 'idempotency-key' | 'traceparent'

@@ -116,8 +116,8 @@ if (config.metricsPort !== 0) {
     // GET /status beside /metrics: read from each part when asked.
     const status = { version: gatewayVersion(), startedAt: Date.now() - Math.round(process.uptime() * 1000), lifecycle, engine, store: app.storeStatus, keySet: app.keySet }
     // A port per worker: one shared port would hand each scrape to a different worker's counters.
-    const port = config.metricsPort + worker
-    metricsServer = await startMetricsServer(app.metrics, { port, host: config.host, status: () => gatewayStatus(status) })
+    const where = { port: config.metricsPort + worker, host: config.host }
+    metricsServer = await startMetricsServer(app.metrics, { ...where, status: () => gatewayStatus(status) })
   } catch (err) {
     if (!(err instanceof MetricsPortError)) throw err
     process.stderr.write(`portfolio-gateway: ${err.message}\n`)

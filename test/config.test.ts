@@ -384,20 +384,31 @@ for (const [env, message] of BAD_REDIS) {
 }
 
 // DECISIONS 35, "Workers": several processes share only what lives outside them.
-const WORKERS = { GATEWAY_WORKERS: '2', PORT: '8080', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000', REDIS_URL: 'redis://redis:6379' }
+const WORKERS = {
+  GATEWAY_WORKERS: '2', PORT: '8080', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000',
+  REDIS_URL: 'redis://redis:6379'
+}
 const WORKER_REFUSALS: Array<[Record<string, string>, string]> = [
-  [{ ...WORKERS, REDIS_URL: '' }, 'GATEWAY_WORKERS=2 needs Redis: each worker would keep rate limits and idempotency records of its own; ' +
+  [{ ...WORKERS, REDIS_URL: '' },
+    'GATEWAY_WORKERS=2 needs Redis: each worker would keep rate limits and idempotency records of its own; ' +
     'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1'],
-  [{ ...WORKERS, UPSTREAM_URL: '' }, 'GATEWAY_WORKERS=2 needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ' +
+  [{ ...WORKERS, UPSTREAM_URL: '' },
+    'GATEWAY_WORKERS=2 needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ' +
     "set it to the engine's base URL, or GATEWAY_WORKERS=1"],
-  [{ ...WORKERS, JWT_SECRET: '' }, "GATEWAY_WORKERS=2 needs a JWT key: each worker would generate a secret of its own and refuse the others' tokens; " +
+  [{ ...WORKERS, JWT_SECRET: '' },
+    'GATEWAY_WORKERS=2 needs a JWT key: each worker would generate a secret of its own ' +
+    "and refuse the others' tokens; " +
     'set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1'],
-  [{ ...WORKERS, PORT: '0' }, 'GATEWAY_WORKERS=2 with PORT=0: each worker would listen on a port of its own; set PORT to the port they share'],
-  [{ ...WORKERS, METRICS_PORT: '65535' }, 'METRICS_PORT=65535 with GATEWAY_WORKERS=2: worker i serves metrics on METRICS_PORT + i, up to 65536; ' +
+  [{ ...WORKERS, PORT: '0' },
+    'GATEWAY_WORKERS=2 with PORT=0: each worker would listen on a port of its own; set PORT to the port they share'],
+  [{ ...WORKERS, METRICS_PORT: '65535' },
+    'METRICS_PORT=65535 with GATEWAY_WORKERS=2: worker i serves metrics on METRICS_PORT + i, up to 65536; ' +
     'pick a METRICS_PORT of at most 65534, or 0 to turn metrics off'],
-  [{ ...WORKERS, METRICS_PORT: '8079', GATEWAY_WORKERS: '3' }, "PORT=8080 is one of the workers' metrics ports (METRICS_PORT + i, 8079-8081): " +
+  [{ ...WORKERS, METRICS_PORT: '8079', GATEWAY_WORKERS: '3' },
+    "PORT=8080 is one of the workers' metrics ports (METRICS_PORT + i, 8079-8081): " +
     'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT'],
-  [{ ...WORKERS, GATEWAY_WORKERS: '0' }, 'GATEWAY_WORKERS="0" is invalid: must be between 1 and 64; expected gateway processes sharing PORT ' +
+  [{ ...WORKERS, GATEWAY_WORKERS: '0' },
+    'GATEWAY_WORKERS="0" is invalid: must be between 1 and 64; expected gateway processes sharing PORT ' +
     '(SO_REUSEPORT, Linux), each a full gateway; more than 1 needs Redis, UPSTREAM_URL, a JWT key and a fixed PORT, ' +
     'and worker i serves metrics on METRICS_PORT + i']
 ]
@@ -405,9 +416,12 @@ const WORKER_REFUSALS: Array<[Record<string, string>, string]> = [
 t.test('GATEWAY_WORKERS: 1 by default; more than 1 with Redis, an engine, a key and a fixed port', async (t) => {
   t.equal(loadConfig({}).workers, 1)
   t.equal(loadConfig(WORKERS).workers, 2)
-  t.equal(loadConfig({ ...WORKERS, REDIS_URL: '', REDIS_CLUSTER_NODES: 'n1:7000,n2:7000' }).workers, 2, 'any Redis mode is shared')
-  t.equal(loadConfig({ ...WORKERS, GATEWAY_WORKERS: '1', REDIS_URL: '', PORT: '0' }).workers, 1, 'one worker needs none of it')
-  t.equal(loadConfig({ ...WORKERS, METRICS_PORT: '0', PORT: '9465' }).workers, 2, 'no metrics: no metrics ports to keep clear')
+  t.equal(loadConfig({ ...WORKERS, REDIS_URL: '', REDIS_CLUSTER_NODES: 'n1:7000,n2:7000' }).workers, 2,
+    'any Redis mode is shared')
+  t.equal(loadConfig({ ...WORKERS, GATEWAY_WORKERS: '1', REDIS_URL: '', PORT: '0' }).workers, 1,
+    'one worker needs none of it')
+  t.equal(loadConfig({ ...WORKERS, METRICS_PORT: '0', PORT: '9465' }).workers, 2,
+    'no metrics: no metrics ports to keep clear')
 })
 
 for (const [env, message] of WORKER_REFUSALS) {

@@ -33,7 +33,7 @@ load () {
   node --input-type=module -e "
     import autocannon from 'autocannon'
     import { mintToken } from './dist/bench/payloads.js'
-    const r = await autocannon({ url: 'http://127.0.0.1:$GPORT/api/portfolio/ping', amount: $1, connections: 20,
+    const r = await autocannon({ url: 'http://127.0.0.1:$GPORT/api/portfolio/ping', amount: $1, connections: Math.min(20, $1),
       headers: { authorization: 'Bearer ' + mintToken('$SECRET') } })
     console.log('$LABEL: ' + r.requests.total + ' answered, ' + r.errors + ' errors (timeouts under valgrind)')"
 }
