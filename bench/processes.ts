@@ -147,10 +147,20 @@ export async function startMock (): Promise<Server> {
  * The bare proxy (bench/bare-proxy.ts) in front of `upstreamUrl`, checking
  * HS256 tokens signed with `secret`: the baseline of every CPU ratio.
  */
-export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false): Promise<Server> {
+export async function startBareProxy (
+  upstreamUrl: string,
+  secret: string,
+  nodeArgs: string[] = [],
+  fastify = false,
+  runtime: { node?: string, script?: string } = {}
+): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env }
   delete env.NODE_OPTIONS
-  const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
+  const args = [
+    ...nodeArgs, runtime.script ?? BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl,
+    `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])
+  ]
+  const launched = launch(runtime.node ?? process.execPath, args, env, 'pipe')
   const url = await listeningUrl(launched, fastify ? 'bare Fastify proxy' : 'bare proxy')
   return { name: fastify ? 'bare-fastify' : 'bare', url, pids: ownPids(launched.child), stop: async () => await stopChild(launched.child) }
 }
@@ -168,6 +178,8 @@ export interface GatewayOptions {
   nodeArgs?: string[]
   /** The gateway's entry point; default GATEWAY_SCRIPT (this build's). */
   script?: string
+  /** The node binary; default the harness's own. */
+  node?: string
 }
 
 /** Gateway settings that must come from the harness alone, never from the operator's shell. */
@@ -199,8 +211,11 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
-  if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
+  const args = [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT]
+  const launched = launch(options.node ?? process.execPath, args, env, stdout)
+  // Workers: SIGTERM, which worker 0 forwards; a SIGKILLed worker 0 would leave its copies draining alone.
+  const workers = Number(options.env?.GATEWAY_WORKERS ?? '1') > 1
+  if ((options.nodeArgs === undefined || options.nodeArgs.length === 0) && !workers) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
   // Generous: on a shared machine several gateways start at once, each compiling its modules.

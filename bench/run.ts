@@ -27,6 +27,9 @@ import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTabl
 import { roundSchedule, ROWS_PER_BASE, SETTLE_DEFAULT_S, settleShares, TWIN_SUFFIX, type Measurement } from './schedule.js'
 import { renderCostChart } from './chart.js'
 import {
+  formatRuntimeMarkdown, parseRuntime, runtimeSchedule, runtimeTable, withRuntimes, type Runtime
+} from './runtimes.js'
+import {
   formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
   type Probe, type Round, type SaturationPoint, type ScenarioSummary
 } from './report.js'
@@ -110,6 +113,10 @@ const HELP = `usage: node dist/bench/run.js [options]
                     profiles to DIR (summarise: node bench/tools/profile-summary.mjs DIR/<gateway>)
   --compare DIST    also run every selected gateway scenario on another build's dist/ (e.g. of an older
                     commit), as <name>@before, interleaved in the same rounds: a before/after table in one run
+  --runtime L=NODE[,DIST]  run every selected bare proxy and gateway scenario under this node binary (and from
+                    this build's dist/, default the harness's), as <name>@L; give it twice or more: each round
+                    measures a scenario's copies back to back, and the report is a runtime table, not the cost table
+                    (e.g. --runtime node20=/usr/bin/node,/old/dist --runtime node24=$(which node),/old/dist)
   --target URL      measure a running gateway instead of starting one (no direct/nginx/ping-logging;
                     create-10mib only when named in --only)
   --token JWT       bearer token for --target (default: minted from $JWT_SECRET)
@@ -130,6 +137,8 @@ interface Options {
   profile?: string
   /** Another build's dist/ whose gateway runs the `@before` twins. */
   compare?: string
+  /** --runtime: the node binaries (and builds) whose copies of each scenario one run interleaves. */
+  runtimes: Runtime[]
   prodEnv: Record<string, string>
   saturationConnections: number
   capacitySteps: number
@@ -154,6 +163,7 @@ function parseOptions (argv: string[]): Options {
       'cost-chart': { type: 'string' },
       profile: { type: 'string' },
       compare: { type: 'string' },
+      runtime: { type: 'string', multiple: true },
       'prod-env': { type: 'string' },
       'saturation-connections': { type: 'string', default: '1000' },
       'capacity-steps': { type: 'string', default: String(CAPACITY_STEPS_MAX) },
@@ -172,7 +182,7 @@ function parseOptions (argv: string[]): Options {
     return n
   }
   const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
-  const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@before$/, '')))
+  const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@[^@]*$/, '')))
   if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
   const rounds = number('rounds', values.rounds, 1, true)
   const rowsPerBaseOf = (text: string): number => {
@@ -181,7 +191,20 @@ function parseOptions (argv: string[]): Options {
   }
   // The published table is a median of rounds: of one or two it would be a single disturbed round's word.
   if (values.markdown !== undefined && rounds < MARKDOWN_ROUNDS_MIN) throw new Error(`--markdown needs --rounds ${MARKDOWN_ROUNDS_MIN} or more (the table is the median of at least ${MARKDOWN_ROUNDS_MIN} rounds); got --rounds ${rounds}`)
+  const runtimes = (values.runtime ?? []).map((text) => parseRuntime(text, path.dirname(path.dirname(GATEWAY_SCRIPT))))
+  if (runtimes.length === 1) throw new Error('--runtime: give two or more, the table compares them')
+  if (new Set(runtimes.map((r) => r.label)).size !== runtimes.length) throw new Error('--runtime: each label once')
+  const alone = values.compare === undefined && values.target === undefined && values.markdown === undefined
+  if (runtimes.length > 0 && !alone) {
+    throw new Error('--runtime makes a runtime table of its own: not with --compare, --target or --markdown')
+  }
+  for (const r of runtimes) {
+    for (const file of [r.node, path.join(r.dist, 'src', 'server.js'), path.join(r.dist, 'bench', 'bare-proxy.js')]) {
+      if (!existsSync(file)) throw new Error(`--runtime ${r.label}: ${file} does not exist`)
+    }
+  }
   return {
+    runtimes,
     duration: number('duration', values.duration, 0.1, false),
     connections: number('connections', values.connections, 1, true),
     rounds,
@@ -409,6 +432,7 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
   const keySet = spec.auth === 'keyset' && context.keyServer !== null
   return await startGateway({
     ...(spec.script === undefined ? {} : { script: spec.script }),
+    ...(spec.node === undefined ? {} : { node: spec.node }),
     upstreamUrl: spec.engines === 2 && context.secondUpstreamUrl !== undefined ? `${context.upstreamUrl},${context.secondUpstreamUrl}` : context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
@@ -481,9 +505,20 @@ async function main (): Promise<void> {
   const loadBefore = loadavg()[0] ?? Number.NaN
   const local = options.target === undefined
   const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
-  const all = withTwins(SCENARIOS, options.compare)
-  const selected = all.filter((s) => wanted(s) || (s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))))
-  const wantSaturation = local && (options.only.length === 0 || options.only.includes(SATURATION))
+  const byRuntime = options.runtimes.length > 0
+  const all = byRuntime
+    ? withRuntimes(SCENARIOS.filter(wanted), options.runtimes)
+    : withTwins(SCENARIOS, options.compare)
+  for (const r of options.runtimes) {
+    for (const name of Object.keys(GATEWAYS).filter((g) => !g.includes('@'))) {
+      const script = path.join(r.dist, 'src', 'server.js')
+      GATEWAYS[`${name}@${r.label}`] = { ...gatewaySpec(name), script, node: r.node }
+    }
+  }
+  const twinWanted = (s: Scenario): boolean => s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))
+  const selected = byRuntime ? all : all.filter((s) => wanted(s) || twinWanted(s))
+  // The open-loop parts compare the bare proxy with the everything-on gateway of one build: not by runtime.
+  const wantSaturation = local && !byRuntime && (options.only.length === 0 || options.only.includes(SATURATION))
   const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
   // The latency pair runs whenever both of its scenarios do (or when named).
   const wantLatency = local && (options.only.length === 0 || options.only.includes(LATENCY)) && LATENCY_PAIR.every((name) => selected.some((s) => s.name === name))
@@ -525,6 +560,14 @@ async function main (): Promise<void> {
   const mock2 = mock !== null && specs.some((g) => g.engines === 2) ? await startMock() : null
   if (mock !== null && needs('bare')) servers.set('bare', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare')))
   if (mock !== null && needs('bare-fastify')) servers.set('bare-fastify', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare-fastify'), true))
+  for (const r of mock === null ? [] : options.runtimes) {
+    for (const [bare, fastify] of [['bare', false], ['bare-fastify', true]] as const) {
+      const target = `${bare}@${r.label}`
+      const runtime = { node: r.node, script: path.join(r.dist, 'bench', 'bare-proxy.js') }
+      const nodeArgs = options.profile === undefined ? [] : profileArgs(options.profile, target)
+      if (needs(target)) servers.set(target, await startBareProxy(mock!.url, secret, nodeArgs, fastify, runtime))
+    }
+  }
   if (mock !== null) {
     const context: GatewayContext = { upstreamUrl: mock.url, ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }), secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
@@ -568,6 +611,10 @@ async function main (): Promise<void> {
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
   // Every round in this order: each cost row beside a measurement of its base (bench/schedule.ts).
   const schedule = roundSchedule(runnable, options.rowsPerBase)
+  const scheduleOf = (round: number): string[] =>
+    byRuntime ? runtimeSchedule(runnable.map((s) => s.name), options.runtimes, round) : schedule
+  // The 1-minute load average as each round began: on a shared machine, which rounds had neighbours.
+  const roundLoads: number[] = []
   const byName = new Map(runnable.map((s) => [s.name, s]))
   const measured: Measurement[][] = []
   // Unmeasured load on a scenario's server: the settling below and each measurement's warm-up.
@@ -588,9 +635,11 @@ async function main (): Promise<void> {
   for (let r = 1; r <= options.rounds; r++) {
     const sequence: Measurement[] = []
     const inRound = new Map<string, Round[]>()
-    for (const [slot, name] of schedule.entries()) {
+    const order = scheduleOf(r)
+    roundLoads.push(loadavg()[0] ?? Number.NaN)
+    for (const [slot, name] of order.entries()) {
       const s = byName.get(name)!
-      process.stderr.write(`round ${r}/${options.rounds}, ${slot + 1}/${schedule.length}: ${s.name}...`)
+      process.stderr.write(`round ${r}/${options.rounds}, ${slot + 1}/${order.length}: ${s.name}...`)
       // Warmed right before each measurement, not once at the start: a gateway that sat idle
       // through the other scenarios (a minute, in a full run) answers its first seconds
       // 15-25% slower (docs/performance-history.md, Method).
@@ -702,6 +751,8 @@ async function main (): Promise<void> {
       }
     }
   }
+  const runtimeOriginals = [...new Set(runnable.map((s) => s.name.slice(0, s.name.lastIndexOf('@'))))]
+  const runtimeRows = byRuntime ? runtimeTable(runtimeOriginals, options.runtimes, measured) : []
   const keySetFetches = keyServer?.fetches ?? null
   await keyServer?.close()
   await stopAll()
@@ -726,7 +777,9 @@ async function main (): Promise<void> {
     scenarios,
     ratios: ratios(scenarios),
     // The order of each round's measurements, and what each measured: the cost table's ratios are read from these.
-    schedule: { rowsPerBase: options.rowsPerBase, order: schedule, rounds: measured },
+    schedule: { rowsPerBase: options.rowsPerBase, order: byRuntime ? null : schedule, rounds: measured },
+    roundLoads: roundLoads.map((l) => Math.round(l * 100) / 100),
+    runtimes: byRuntime ? { runtimes: options.runtimes, rows: runtimeRows } : null,
     // Seconds of unmeasured load each server process got before round 1 (--settle), as autocannon timed it.
     settled,
     costs: costTable(all, scenarios, measured),
@@ -737,13 +790,17 @@ async function main (): Promise<void> {
   const { duration, connections } = options
   process.stdout.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, ${duration} s x ${options.rounds} rounds, ${connections} connections, median of rounds, ` +
     `load average ${report.machine.loadavg1m.before.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
-  process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n\n${formatRatios(report.ratios)}\n`)
+  process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n${byRuntime ? '' : `\n${formatRatios(report.ratios)}\n`}`)
   if (saturationReport !== null) {
     process.stdout.write('skipped' in saturationReport
       ? `\nsaturation: skipped: ${saturationReport.skipped}\n`
       : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`)
   }
-  process.stdout.write(`\n${formatCosts(report.costs)}\n`)
+  if (byRuntime) {
+    const used = options.runtimes.map((r) => `${r.label}=${r.node} (${r.dist})`).join(', ')
+    process.stdout.write(`\n${formatRuntimeMarkdown(runtimeRows, options.runtimes)}\n\nruntimes: ${used}\n` +
+      `load average (1 min) at each round's start: ${report.roundLoads.join(', ')}\n`)
+  } else process.stdout.write(`\n${formatCosts(report.costs)}\n`)
   if (latencyReport !== null) process.stdout.write('skipped' in latencyReport ? `\nlatency: skipped: ${latencyReport.skipped}\n` : `\n${formatLatency(latencyReport)}\n`)
   if (missing.size > 0) process.stdout.write(`\nfeatures not in this build:\n${[...missing].map(([f, why]) => `  ${f}: ${why}`).join('\n')}\n`)
   const problems = formatProblems(scenarios)

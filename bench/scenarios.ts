@@ -39,6 +39,8 @@ export interface GatewaySpec {
   env?: Record<string, string>
   /** Another build's gateway (run.ts --compare); default this build's dist/src/server.js. */
   script?: string
+  /** The node binary that runs it (run.ts --runtime); default the harness's own. */
+  node?: string
 }
 
 const BARE: GatewaySpec = { logLevel: 'warn', auth: 'hs256', rateLimit: 'off', metrics: false, shedding: false, needs: [] }
@@ -64,7 +66,10 @@ const FIXED_GATEWAYS: Record<string, GatewaySpec> = {
   'gateway-prod-traced-all': { ...PRODUCTION, traceRatio: 1 }
 }
 
-export const isGateway = (target: TargetName): target is GatewayName => target !== 'mock' && target !== 'nginx' && target !== 'bare' && target !== 'bare-fastify'
+/** A target's own name, without a --runtime copy's `@label`. */
+const ownTarget = (target: TargetName): string => target.replace(/@[^@]*$/, '')
+export const isGateway = (target: TargetName): target is GatewayName =>
+  !['mock', 'nginx', 'bare', 'bare-fastify'].includes(ownTarget(target))
 
 /** Headers that must differ on every request: a reused Idempotency-Key would be a replay, not an update. */
 export type FreshHeader = 'idempotency-key' | 'traceparent'
@@ -200,6 +205,17 @@ const ENTRIES: readonly ScenarioEntry[] = [
   { name: 'ping-metrics', description: 'gateway ping, metrics on', target: 'gateway-metrics', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('metrics') },
   { name: 'ping-ratelimit', description: 'gateway ping, rate limit in-process (never reached)', target: 'gateway-ratelimit', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, in-process') },
   { name: 'ping-redis', description: 'gateway ping, rate limit in Redis (never reached)', target: 'gateway-redis', method: 'GET', path: PING, auth: true, localOnly: true, cost: feature('rate limit, Redis') },
+  // GATEWAY_WORKERS=2 (DECISIONS 35, "Workers"): the same gateway as two processes on one port; its CPU is both's.
+  {
+    name: 'ping-redis-2-workers',
+    description: 'gateway ping, rate limit in Redis, two workers on one port (GATEWAY_WORKERS=2)',
+    gateway: { ...BARE, rateLimit: 'redis', needs: ['rate-limit', 'redis'], env: { GATEWAY_WORKERS: '2' } },
+    method: 'GET',
+    path: PING,
+    auth: true,
+    localOnly: true,
+    cost: { feature: 'two workers on one port', base: 'bare-ping', adds: 'ping-redis' }
+  },
   // The same on a three-primary Redis Cluster (REDIS_CLUSTER_NODES): one user's keys in one slot.
   { name: 'ping-redis-cluster', description: 'gateway ping, rate limit in a 3-primary Redis Cluster (never reached)', target: 'gateway-redis-cluster', method: 'GET', path: PING, auth: true, localOnly: true },
   // One user's hits of a loop turn sum into one INCRBY; here every request of a batch may be another user's.

@@ -71,6 +71,8 @@ export interface GatewayConfig {
   readonly tracing?: TracingSettings
   /** Reading the rest of refused bodies (DECISIONS 32). */
   readonly linger: LingerConfig
+  /** GATEWAY_WORKERS: gateway processes on one port (DECISIONS 35, "Workers"). */
+  readonly workers: number
 }
 
 /** LINGER_BODY_FACTOR, LINGER_MAX_SOCKETS and LINGER_MAX_PER_ADDRESS. */
@@ -138,6 +140,7 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   if (!redis.ok) throw new ConfigError(redis.message)
   const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
   if (!tracing.ok) throw new ConfigError(tracing.message)
+  if (parsed.GATEWAY_WORKERS > 1) checkWorkers(parsed, redis.value !== undefined, jwt.generated)
   return Object.freeze({
     production,
     port: parsed.PORT,
@@ -168,8 +171,43 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
       bodyFactor: parsed.LINGER_BODY_FACTOR,
       maxSockets: parsed.LINGER_MAX_SOCKETS,
       maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
-    })
+    }),
+    workers: parsed.GATEWAY_WORKERS
   })
+}
+
+/**
+ * Several workers are several processes: whatever one keeps in memory the
+ * others do not see, so what must be shared has to live outside them.
+ */
+function checkWorkers (env: Env, shared: boolean, generatedKey: boolean): void {
+  const n = `GATEWAY_WORKERS=${env.GATEWAY_WORKERS}`
+  if (!shared) {
+    throw new ConfigError(`${n} needs Redis: each worker would keep rate limits and idempotency records of its own; ` +
+      'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1')
+  }
+  if (env.UPSTREAM_URL === undefined) {
+    throw new ConfigError(`${n} needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ` +
+      'set it to the engine\'s base URL, or GATEWAY_WORKERS=1')
+  }
+  if (generatedKey) {
+    throw new ConfigError(`${n} needs a JWT key: each worker would generate a secret of its own ` +
+      'and refuse the others\' tokens; set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1')
+  }
+  if (env.PORT === 0) {
+    throw new ConfigError(`${n} with PORT=0: each worker would listen on a port of its own; ` +
+      'set PORT to the port they share')
+  }
+  const last = env.METRICS_PORT + env.GATEWAY_WORKERS - 1
+  if (env.METRICS_PORT !== 0 && last > 65535) {
+    throw new ConfigError(`METRICS_PORT=${env.METRICS_PORT} with ${n}: worker i serves metrics on METRICS_PORT + i, ` +
+      `up to ${last}; pick a METRICS_PORT of at most ${65536 - env.GATEWAY_WORKERS}, or 0 to turn metrics off`)
+  }
+  if (env.METRICS_PORT !== 0 && env.PORT >= env.METRICS_PORT && env.PORT <= last) {
+    throw new ConfigError(`PORT=${env.PORT} is one of the workers' metrics ports ` +
+      `(METRICS_PORT + i, ${env.METRICS_PORT}-${last}): ` +
+      'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT')
+  }
 }
 
 /** TRUST_PROXY as a list of addresses and CIDRs, each checked here so a typo stops start-up with one line. */

@@ -19,6 +19,7 @@ import { namesAHost, serversLookup } from './engine-client/endpoints.js'
 import { buildEngine } from './reference-engine/engine.js'
 import { MetricsPortError, startMetricsServer, type MetricsServer } from './observability/metrics-server.js'
 import { gatewayStatus, gatewayVersion } from './observability/status.js'
+import { drainWhenOrphaned, forkWorkers, workerIndex, type Workers } from './workers.js'
 
 let config
 try {
@@ -28,6 +29,9 @@ try {
   process.stderr.write(`portfolio-gateway: ${err.message}\n`)
   process.exit(1)
 }
+
+/** GATEWAY_WORKERS: 0 is the process that was started, the others its copies (workers.ts). */
+const worker = workerIndex()
 
 /**
  * Log lines go to stdout through pino's asynchronous destination (sonic-boom):
@@ -98,6 +102,8 @@ if (config.upstreamDnsServers !== undefined) await engine.ready()
 const lifecycle = { draining: false }
 // With JWT_JWKS_URL, buildApp fetches the key set once, so the gateway listens only after it (DECISIONS 13).
 const app = await buildApp(config, { engine, lifecycle, logger, ...(tracing === undefined ? {} : { tracing }) })
+// Each worker's scrape target says which worker it is, so a dashboard can tell them apart or sum them.
+if (config.workers > 1) app.metrics.registry.setDefaultLabels({ worker: String(worker) })
 // Not an error (nothing is harmed), but an operator who set it expects it used: say that it is not.
 if (config.upstreamDnsServers !== undefined && !namesAHost(config.upstreamUrls ?? [])) {
   app.log.warn({ upstreamDnsServers: config.upstreamDnsServers }, 'UPSTREAM_DNS_SERVERS is set, but UPSTREAM_URL names no host (only IP addresses, or unset): nothing is resolved, the servers are never asked')
@@ -109,7 +115,9 @@ if (config.metricsPort !== 0) {
   try {
     // GET /status beside /metrics: read from each part when asked.
     const status = { version: gatewayVersion(), startedAt: Date.now() - Math.round(process.uptime() * 1000), lifecycle, engine, store: app.storeStatus, keySet: app.keySet }
-    metricsServer = await startMetricsServer(app.metrics, { port: config.metricsPort, host: config.host, status: () => gatewayStatus(status) })
+    // A port per worker: one shared port would hand each scrape to a different worker's counters.
+    const where = { port: config.metricsPort + worker, host: config.host }
+    metricsServer = await startMetricsServer(app.metrics, { ...where, status: () => gatewayStatus(status) })
   } catch (err) {
     if (!(err instanceof MetricsPortError)) throw err
     process.stderr.write(`portfolio-gateway: ${err.message}\n`)
@@ -124,10 +132,17 @@ if (config.metricsPort !== 0) {
  */
 const DRAIN_NOTICE_MS = config.production ? GATEWAY_DRAIN.productionNoticeMs : 0
 
+/** Worker 0's copies (GATEWAY_WORKERS > 1), forked once it listens. */
+let workers: Workers | undefined
+/** A copy that exited unasked: the others are drained and worker 0 exits 1, for the supervisor to restart them all. */
+let lostWorker = false
+
 closeWithGrace({ delay: GATEWAY_DRAIN.exitDeadlineMs }, async ({ signal, err }) => {
   if (err !== undefined) app.log.error({ err }, 'fatal error, shutting down')
   else app.log.info({ signal, noticeMs: DRAIN_NOTICE_MS }, 'draining: /health answers 500, finishing requests in flight')
   lifecycle.draining = true
+  // Every copy runs its own graceful close beside this one's.
+  const copiesStopped = workers?.stop()
   if (err === undefined) {
     await sleep(DRAIN_NOTICE_MS)
     await stopAccepting(app.server, GATEWAY_DRAIN.idleGraceMs)
@@ -137,16 +152,31 @@ closeWithGrace({ delay: GATEWAY_DRAIN.exitDeadlineMs }, async ({ signal, err }) 
   await embedded?.close()
   await Promise.all([tracing?.shutdown(TRACE_FLUSH_MS), engineTracing?.shutdown(TRACE_FLUSH_MS)])
   if (imageDir !== undefined) await rm(imageDir, { recursive: true, force: true })
+  await copiesStopped
   app.log.info('closed')
   await flushLog()
+  if (lostWorker) process.exit(1)
 })
 
-await app.listen({ port: config.port, host: config.host })
+// SO_REUSEPORT only with workers: a lone gateway that finds its port taken should fail, not share it.
+// Fastify hands these to net's listen() whole; its types do not name reusePort (Node 22.12+) yet.
+const listenOptions = { port: config.port, host: config.host, reusePort: config.workers > 1 }
+await app.listen(listenOptions)
+if (config.workers > 1 && worker === 0) {
+  workers = forkWorkers(config.workers, (index, code, signal) => {
+    app.log.error({ worker: index, code, signal }, 'a worker exited: draining every worker')
+    lostWorker = true
+    process.kill(process.pid, 'SIGTERM')
+  })
+}
+// A copy whose worker 0 is gone (killed, crashed) drains itself; one already draining goes on.
+if (worker > 0) drainWhenOrphaned(() => { if (!lifecycle.draining) process.kill(process.pid, 'SIGTERM') })
 app.log.info({
   upstream: embedded === undefined ? (config.upstreamUrls ?? [upstreamUrl]).join(',') : `embedded reference engine at ${upstreamUrl}`,
   metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`,
   // The collector's URL without credentials; OTEL_EXPORTER_OTLP_HEADERS is never logged.
-  traces: config.tracing === undefined ? 'off' : `${withoutUserInfo(config.tracing.url)} (${config.tracing.sampler}${config.tracing.sampler.endsWith('traceidratio') ? ` ${config.tracing.ratio}` : ''})`
+  traces: config.tracing === undefined ? 'off' : `${withoutUserInfo(config.tracing.url)} (${config.tracing.sampler}${config.tracing.sampler.endsWith('traceidratio') ? ` ${config.tracing.ratio}` : ''})`,
+  ...(config.workers > 1 ? { worker, workers: config.workers } : {})
 }, 'gateway ready')
 
 if (config.jwt.generated) {

@@ -21,7 +21,8 @@ t.test('defaults: nothing set is a development gateway with the embedded engine'
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 },
-    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 }
+    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 },
+    workers: 1
   })
   t.ok(Object.isFrozen(config.limits), 'limits frozen')
   t.notOk('upstreamUrl' in config, 'no UPSTREAM_URL: embedded engine')
@@ -50,7 +51,8 @@ t.test('each variable is read', async (t) => {
     UPSTREAM_DNS_REFRESH_MS: '2000',
     LINGER_BODY_FACTOR: '3',
     LINGER_MAX_SOCKETS: '64',
-    LINGER_MAX_PER_ADDRESS: '4'
+    LINGER_MAX_PER_ADDRESS: '4',
+    GATEWAY_WORKERS: '2'
   })
   t.same(config, {
     production: true,
@@ -66,7 +68,8 @@ t.test('each variable is read', async (t) => {
     metricsPort: 9100,
     limits: { ratePerMinute: 0, redis: { mode: 'single', url: 'redis://:pw@redis:6379/2' }, idempotencyTtlS: 3600, shedEventLoopDelayMs: 0, upstreamMaxQueue: 16 },
     uploads: { maxPerUser: 3, maxConnections: 16 },
-    linger: { bodyFactor: 3, maxSockets: 64, maxPerAddress: 4 }
+    linger: { bodyFactor: 3, maxSockets: 64, maxPerAddress: 4 },
+    workers: 2
   })
   t.equal(loadConfig({ METRICS_PORT: '0' }).metricsPort, 0, 'METRICS_PORT=0 turns metrics off')
   t.equal(loadConfig({ PORT: '0' }).port, 0, 'PORT=0 (any free port) is allowed')
@@ -226,7 +229,7 @@ t.test('an empty variable counts as unset', async (t) => {
     NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
     JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
     RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: '',
-    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: '',
+    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: '', GATEWAY_WORKERS: '',
     LINGER_BODY_FACTOR: '', LINGER_MAX_SOCKETS: '', LINGER_MAX_PER_ADDRESS: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
@@ -241,7 +244,8 @@ t.test('an empty variable counts as unset', async (t) => {
     metricsPort: 9464,
     limits: { ratePerMinute: 600, idempotencyTtlS: 86_400, shedEventLoopDelayMs: 200, upstreamMaxQueue: 256 },
     uploads: { maxPerUser: 2, maxConnections: 32 },
-    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 }
+    linger: { bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 },
+    workers: 1
   })
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: '' }), ConfigError, 'an empty secret is no key')
 })
@@ -393,5 +397,53 @@ for (const [env, message] of BAD_REDIS) {
     const err = t.throws(() => loadConfig(env), new ConfigError(message)) as Error
     t.notMatch(err.message, /\n/, 'one line')
     t.notMatch(err.message, /secret/, 'no password in it')
+  })
+}
+
+// DECISIONS 35, "Workers": several processes share only what lives outside them.
+const WORKERS = {
+  GATEWAY_WORKERS: '2', PORT: '8080', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000',
+  REDIS_URL: 'redis://redis:6379'
+}
+const WORKER_REFUSALS: Array<[Record<string, string>, string]> = [
+  [{ ...WORKERS, REDIS_URL: '' },
+    'GATEWAY_WORKERS=2 needs Redis: each worker would keep rate limits and idempotency records of its own; ' +
+    'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1'],
+  [{ ...WORKERS, UPSTREAM_URL: '' },
+    'GATEWAY_WORKERS=2 needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ' +
+    "set it to the engine's base URL, or GATEWAY_WORKERS=1"],
+  [{ ...WORKERS, JWT_SECRET: '' },
+    'GATEWAY_WORKERS=2 needs a JWT key: each worker would generate a secret of its own ' +
+    "and refuse the others' tokens; " +
+    'set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1'],
+  [{ ...WORKERS, PORT: '0' },
+    'GATEWAY_WORKERS=2 with PORT=0: each worker would listen on a port of its own; set PORT to the port they share'],
+  [{ ...WORKERS, METRICS_PORT: '65535' },
+    'METRICS_PORT=65535 with GATEWAY_WORKERS=2: worker i serves metrics on METRICS_PORT + i, up to 65536; ' +
+    'pick a METRICS_PORT of at most 65534, or 0 to turn metrics off'],
+  [{ ...WORKERS, METRICS_PORT: '8079', GATEWAY_WORKERS: '3' },
+    "PORT=8080 is one of the workers' metrics ports (METRICS_PORT + i, 8079-8081): " +
+    'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT'],
+  [{ ...WORKERS, GATEWAY_WORKERS: '0' },
+    'GATEWAY_WORKERS="0" is invalid: must be between 1 and 64; expected gateway processes sharing PORT ' +
+    '(SO_REUSEPORT, Linux), each a full gateway; more than 1 needs Redis, UPSTREAM_URL, a JWT key and a fixed PORT, ' +
+    'and worker i serves metrics on METRICS_PORT + i']
+]
+
+t.test('GATEWAY_WORKERS: 1 by default; more than 1 with Redis, an engine, a key and a fixed port', async (t) => {
+  t.equal(loadConfig({}).workers, 1)
+  t.equal(loadConfig(WORKERS).workers, 2)
+  t.equal(loadConfig({ ...WORKERS, REDIS_URL: '', REDIS_CLUSTER_NODES: 'n1:7000,n2:7000' }).workers, 2,
+    'any Redis mode is shared')
+  t.equal(loadConfig({ ...WORKERS, GATEWAY_WORKERS: '1', REDIS_URL: '', PORT: '0' }).workers, 1,
+    'one worker needs none of it')
+  t.equal(loadConfig({ ...WORKERS, METRICS_PORT: '0', PORT: '9465' }).workers, 2,
+    'no metrics: no metrics ports to keep clear')
+})
+
+for (const [env, message] of WORKER_REFUSALS) {
+  t.test(`GATEWAY_WORKERS refused: ${message.slice(0, 60)}`, async (t) => {
+    t.throws(() => loadConfig(env), new ConfigError(message))
+    t.notMatch(message, /\n/, 'one line')
   })
 }

@@ -28,7 +28,7 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['src/auth', 'src/limits', 'src/engine-client'],
   ['src/routes'],
   ['src/reference-engine'],
-  ['src/app.ts', 'src/server.ts'],
+  ['src/app.ts', 'src/server.ts', 'src/workers.ts'],
   ['src/cli']
 ]
 
