@@ -12,9 +12,8 @@ import { join } from 'node:path'
 import { createHmac, randomBytes } from 'node:crypto'
 import { pathToFileURL } from 'node:url'
 import { request } from 'undici'
-import { buildApp } from '../src/app.js'
+import { compose } from '../src/compose.js'
 import { loadConfig } from '../src/config.js'
-import { EngineClient } from '../src/engine-client/client.js'
 import { buildEngine } from '../src/reference-engine/engine.js'
 import { startTracing } from '../src/shared/tracing-sdk.js'
 import { startOtlpSink, type DecodedSpan } from './otlp-sink.js'
@@ -84,9 +83,8 @@ export async function captureCreateTrace (): Promise<DecodedSpan[]> {
   const engineUrl = await engine.listen({ port: 0, host: '127.0.0.1' })
   const secret = randomBytes(32).toString('hex')
   const config = loadConfig({ JWT_SECRET: secret, UPSTREAM_URL: engineUrl, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: 'always_on', SHED_EVENT_LOOP_DELAY_MS: '0' })
-  const client = new EngineClient({ url: engineUrl, timeoutMs: config.upstreamTimeoutMs })
-  const app = await buildApp(config, { engine: client, tracing: gatewayTracing })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  const gateway = await compose(config, { tracing: gatewayTracing })
+  const url = await gateway.app.listen({ port: 0, host: '127.0.0.1' })
   try {
     const token = hs256(secret)
     const form = createForm(pngImage(256 * 1024))
@@ -97,7 +95,7 @@ export async function captureCreateTrace (): Promise<DecodedSpan[]> {
     const traceId = spans.find((s) => s.kind === 2 && s.service === 'portfolio-gateway')!.traceId
     return spans.filter((s) => s.traceId === traceId)
   } finally {
-    await app.close()
+    await gateway.close()
     await engine.close()
     await Promise.all([gatewayTracing.shutdown(1_000), engineTracing.shutdown(1_000)])
     await sink.close()

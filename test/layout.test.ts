@@ -28,7 +28,9 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['src/auth', 'src/limits', 'src/engine-client'],
   ['src/routes'],
   ['src/reference-engine'],
-  ['src/app.ts', 'src/server.ts'],
+  ['src/app.ts'],
+  ['src/compose.ts'],
+  ['src/main.ts', 'src/process-log.ts', 'src/server.ts'],
   ['src/cli']
 ]
 

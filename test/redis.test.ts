@@ -52,7 +52,7 @@ if (requireRedis(t)) {
     const redis = await startRedis(t)
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
     const ping = () => call(`${url}/api/portfolio/ping`, { headers: bearer() })
 
     // The connect, two pings and the refusal within one window.
@@ -82,16 +82,16 @@ if (requireRedis(t)) {
 
     await redis.kill()
     // Pings before the first connect went through unlimited too: count from here.
-    const openBefore = await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total') ?? NaN
+    const openBefore = await metricOf(metrics, 'gateway_rate_limit_fail_open_total') ?? NaN
     const open = await ping()
     t.equal(open.status, 200, 'rate limit fails open')
     t.equal(open.headers['ratelimit'], undefined)
-    t.equal(await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total'), openBefore + 1, 'and is counted')
+    t.equal(await metricOf(metrics, 'gateway_rate_limit_fail_open_total'), openBefore + 1, 'and is counted')
     const closed = await update(url, validUpdate(), 'r-2')
     t.equal(closed.status, 503, 'a keyed request fails closed')
     t.same(closed.json, { error: 'idempotency store unavailable, retry later' })
     t.equal(closed.headers['retry-after'], '1')
-    t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1, 'and is counted')
+    t.equal(await metricOf(metrics, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1, 'and is counted')
     t.equal((await update(url, validUpdate())).status, 200, 'a request without a key is unaffected')
 
     await redis.restart()

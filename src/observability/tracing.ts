@@ -83,13 +83,12 @@ export interface TracingInstallOptions {
 }
 
 /**
- * The server span's hooks, right after installTraceContext; the engine
- * client's per-try spans; dropped spans counted in gateway_trace_spans_dropped_total.
+ * The server span's hooks, right after installTraceContext, and the engine
+ * client's per-try spans.
  */
 export function installTracing (app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions): void {
   const { tracer } = tracing
   const trusted = trustedPeers(opts.trustProxy)
-  tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
   app.decorateRequest('trace', undefined)
 
   app.addHook('onRequest', (request, reply, done) => {

@@ -3,10 +3,10 @@
  * here with node:crypto, independently of the code under test.
  */
 import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
-import type { FastifyInstance } from 'fastify'
-import { buildApp, type AppDeps } from '../../src/app.js'
+import type { AppDeps } from '../../src/app.js'
+import { compose, type ComposeOverrides, type Gateway, type LogOptions } from '../../src/compose.js'
 import { loadConfig } from '../../src/config.js'
-import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
+import type { EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
@@ -23,8 +23,9 @@ export interface BuildOptions {
   /** The engine pool's sockets and idle keep-alive (defaults: 128, 500 ms). */
   engineConnections?: number
   engineKeepAliveMs?: number
-  logger?: AppDeps['logger']
-  keySet?: AppDeps['keySet']
+  /** pino's options and the stream its lines go to; absent: nothing is logged. */
+  logger?: LogOptions
+  keySet?: ComposeOverrides['keySet']
   /** Lingering-close bounds (DECISIONS 21), shortened by tests. */
   linger?: AppDeps['linger']
   /** Pool settings for the test (e.g. a small pool and queue). */
@@ -34,40 +35,53 @@ export interface BuildOptions {
   /** Cluster settings for the test: shorter health checks, an injected DNS lookup, fixed randomness. */
   cluster?: Partial<Pick<EnginePoolOptions, 'health' | 'lookup' | 'resolveIntervalMs' | 'random' | 'tryTimeoutMs'>>
   /** OTLP traces (DECISIONS 29): a provider the test started (src/shared/tracing-sdk.ts). */
-  tracing?: AppDeps['tracing']
+  tracing?: ComposeOverrides['tracing']
 }
 
-export interface Built {
-  app: FastifyInstance
-  engine: EngineClient
+/** The gateway's parts (src/compose.ts) and the URL it listens on. */
+export interface Built extends Gateway {
   url: string
 }
 
-/** Build and listen on loopback (real sockets), closing everything when the test ends. */
+/** Build with compose() and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   // Event-loop shedding is off unless a test turns it on: this process runs the
   // clients and tap as well, and a stall of theirs would shed the gateway's requests.
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
+  const config = loadConfig({
+    JWT_SECRET: SECRET,
+    UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9',
+    UPSTREAM_TIMEOUT_MS: '1000',
+    SHED_EVENT_LOOP_DELAY_MS: '0',
+    ...opts.env
+  })
   // A single engine is health-checked too (DECISIONS 24 v2), every 5 s: tests that count every request a
   // stub engine gets would count those checks, so a test of one engine gets checks only when it asks.
   const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined ? { health: { intervalMs: 0 } } : {}
-  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...quiet, ...opts.pool, ...opts.cluster })
-  await engine.ready()
-  const app = await buildApp(config, {
-    engine,
-    ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
+  const engine: Partial<EnginePoolOptions> = {
+    keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500,
+    ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }),
+    ...quiet,
+    ...opts.pool,
+    ...opts.cluster
+  }
+  const app = {
     ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
     ...(opts.uploadMinRate === undefined ? {} : { uploadMinRate: opts.uploadMinRate }),
-    ...(opts.logger === undefined ? {} : { logger: opts.logger }),
+    ...(opts.linger === undefined ? {} : { linger: opts.linger })
+  }
+  const gateway = await compose(config, {
+    engine,
+    app,
+    ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
+    ...(opts.logger === undefined ? {} : { log: opts.logger }),
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
-    ...(opts.linger === undefined ? {} : { linger: opts.linger }),
     ...(opts.tracing === undefined ? {} : { tracing: opts.tracing })
   })
-  t.teardown(async () => {
-    await app.close() // closes the engine pool too
-  })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
-  return { app, engine, url }
+  t.teardown(gateway.close)
+  // Names in UPSTREAM_URL resolved before the first request, so a test's first call finds its endpoints.
+  await gateway.engine.ready()
+  const url = await gateway.app.listen({ port: 0, host: '127.0.0.1' })
+  return { ...gateway, url }
 }
 
 const b64url = (value: unknown): string => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')

@@ -6,8 +6,8 @@ import { describe, viaPython, viaRawSocket } from './write-first.js'
 
 /** The tests' gateway: build() in this process, closed as soon as its refusal has been tried. */
 export const startInProcess = (t: Test): StartGateway => async (upstreamUrl, setup) => {
-  const { app, url } = await build(t, { upstreamUrl, ...(setup.env === undefined ? {} : { env: setup.env }), ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
-  return { url, close: async () => { await app.close() } }
+  const { close, url } = await build(t, { upstreamUrl, ...(setup.env === undefined ? {} : { env: setup.env }), ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
+  return { url, close }
 }
 
 /** Refusals run this many at a time (each with its own gateway and engine double): the 2 s bound holds on a busy 2-core runner only one by one. */

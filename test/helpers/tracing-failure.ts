@@ -120,8 +120,8 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
   t.ok(maxPending <= QUEUE_MAX, `spans held never passed the bound (${maxPending} <= ${QUEUE_MAX})`)
   const requests = BURST
   // Every span ended either waits (pending) or was dropped: none was exported (the latency rounds' 1% add a few).
-  const dropped = droppedOf((await traced.app.metrics.scrape()).body)
+  const dropped = droppedOf((await traced.metrics.scrape()).body)
   t.ok(dropped + tracing.pending >= requests, `every span is dropped or waiting (${dropped} dropped + ${tracing.pending} waiting, ${requests} requests)`)
   t.ok(dropped >= requests - QUEUE_MAX, 'the drops are counted')
-  t.equal(droppedOf((await plain.app.metrics.scrape()).body), 0, 'the untraced gateway has the series at 0')
+  t.equal(droppedOf((await plain.metrics.scrape()).body), 0, 'the untraced gateway has the series at 0')
 }

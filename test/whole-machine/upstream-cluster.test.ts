@@ -37,8 +37,8 @@ async function ping (url: string): Promise<{ status: number, body: string }> {
   return { status: res.statusCode, body: await res.body.text() }
 }
 
-async function metrics (app: { metrics: { scrape: () => Promise<{ body: string }> } }) {
-  return parseExposition((await app.metrics.scrape()).body)
+async function metrics (gatewayMetrics: { scrape: () => Promise<{ body: string }> }) {
+  return parseExposition((await gatewayMetrics.scrape()).body)
 }
 
 const sick503: StubHandler = (_req, res) => json(res, 503, { success: false, error: { source: 'engine', code: 'UNAVAILABLE', message: 'overloaded', function: 'any' } })
@@ -51,7 +51,7 @@ for (const [name, handler] of [['503 of any shape', sick503], ['non-contract HTM
   t.test(`an engine answering ${name} is ejected after its 5th failure; pings succeed on the other`, async (t) => {
     const sick = await stub(t, handler)
     const good = await stub(t)
-    const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [sick.url, good.url], cluster: NO_CHECKS })
+    const { metrics: app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [sick.url, good.url], cluster: NO_CHECKS })
     for (let i = 0; i < 20; i++) t.same(await ping(url), { status: 200, body: 'pong' })
     t.equal(count(sick, '/api/portfolio/ping'), 5, 'exactly 5 failures reached the sick engine, then none')
     t.equal(count(good, '/api/portfolio/ping'), 20, 'every ping answered by the good one (5 of them retries)')
@@ -68,7 +68,7 @@ t.test('never more than half the set is ejected: two sick engines of three, one 
   const a = await stub(t, sick503)
   const b = await stub(t, sick503)
   const c = await stub(t)
-  const { app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url, c.url], cluster: NO_CHECKS })
+  const { metrics: app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url, c.url], cluster: NO_CHECKS })
   for (let i = 0; i < 30; i++) t.same(await ping(url), { status: 200, body: 'pong' })
   const samples = await metrics(app)
   const ejections = [a, b].map((s) => valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${s.port}` }) ?? 0)
@@ -95,7 +95,7 @@ t.test('retry budget: both engines failing half their calls, retries stay within
   const b = await stub(t, halfFailing)
   // Health checks and ejection off: the budget alone bounds the retries here.
   // A long deadline: on a loaded machine the answers are slow, and only the engines' 503s are under test here.
-  const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url], env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '30000' }, cluster: { health: { intervalMs: 0, ejectionBaseMs: 1 } } })
+  const { metrics: app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url], env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '30000' }, cluster: { health: { intervalMs: 0, ejectionBaseMs: 1 } } })
   // Enough calls in flight that 20% of them is well above the floor of 3 retries, and workers
   // that all stop together once TOTAL calls have started, so the tail at low concurrency is short.
   const TOTAL = 1500
@@ -165,10 +165,10 @@ t.test('no unsafe retry: a create whose image began to stream is never sent twic
 
 t.test('a call that never reached an engine is retried on another, POSTs included (counted at the engine)', async (t) => {
   // One gateway per call: after its first refusal the refusing endpoint is passed over, so each call must be a first.
-  const first = async (): Promise<{ app: Awaited<ReturnType<typeof build>>['app'], url: string, b: StubUpstream }> => {
+  const first = async (): Promise<{ app: Awaited<ReturnType<typeof build>>['metrics'], url: string, b: StubUpstream }> => {
     const refused = `http://127.0.0.1:${await refusedPort()}`
     const b = await stub(t)
-    const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
+    const { metrics: app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
     return { app, url, b }
   }
   {
@@ -196,7 +196,7 @@ t.test('an endpoint that refused once is passed over while another can be reache
   const refused = `http://127.0.0.1:${await refusedPort()}`
   const b = await stub(t)
   // Health checks off and no ejection yet (one failure of five): only the refusal itself can steer calls away.
-  const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
+  const { metrics: app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
   t.same(await ping(url), { status: 200, body: 'pong' }, 'the first ping is refused, then retried on the live engine')
   const results = await Promise.all(Array.from({ length: 20 }, async () => await ping(url)))
   t.same(results.filter((r) => r.status !== 200), [], 'no 502 among 20 concurrent pings')
@@ -207,7 +207,7 @@ t.test('an endpoint that refused once is passed over while another can be reache
 
 t.test('all endpoints down: 502 at once (p99 under 20 ms), and /api/health says degraded', async (t) => {
   const urls = [`http://127.0.0.1:${await refusedPort()}`, `http://127.0.0.1:${await refusedPort()}`]
-  const { app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: urls, env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 50 } } })
+  const { metrics: app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: urls, env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 50 } } })
   // Warm the client's own connection to the gateway first, and let the checks find both down.
   for (let i = 0; i < 20; i++) await ping(url)
   while (engine.endpointStates().some((e) => e.up)) await new Promise((resolve) => setTimeout(resolve, 20))
