@@ -197,6 +197,8 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   // Settings the operator's shell may carry would change what is measured.
   for (const name of INHERITED_SETTINGS) delete env[name]
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
+  // Metrics off unless the scenario gives them a port: the default 9464 may be held by another gateway.
+  env.METRICS_PORT = '0'
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
   const launched = launch(process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
