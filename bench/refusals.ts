@@ -2,7 +2,7 @@
  * What each client gets for each refusal of a create (and update's 400 past
  * its body limit), small form and 9 MiB: the table of DECISIONS 21 v4.
  *
- *   npm run build && node dist/bench/refusals.js [--gateway-root DIR]
+ *   npx tsc -p bench && node dist/bench/refusals.js [--gateway-root DIR]
  *
  * The gateway runs in this process, built from DIR's dist/ (default: this
  * tree), so the same requests can be sent to an older build: check it out

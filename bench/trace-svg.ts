@@ -4,7 +4,7 @@
  * the sink (bench/otlp-sink.ts), which decodes what they sent; one keyed
  * create with an image is drawn.
  *
- *   npm run build && node dist/bench/trace-svg.js docs/trace.svg
+ *   npx tsc -p bench && node dist/bench/trace-svg.js docs/trace.svg
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'

@@ -477,7 +477,7 @@ function formatMemory (phases: MemoryPhase[]): string {
 async function main (): Promise<void> {
   const options = parseOptions(process.argv.slice(2))
   for (const file of [GATEWAY_SCRIPT, ENGINE_SCRIPT]) {
-    if (!existsSync(file)) throw new Error(`${file} does not exist: run \`npx tsc -p tsconfig.json\` first`)
+    if (!existsSync(file)) throw new Error(`${file} does not exist: run \`npm run build\` first`)
   }
   const loadBefore = loadavg()[0] ?? Number.NaN
   const secret = randomBytes(32).toString('hex')
