@@ -147,7 +147,9 @@ export async function startMock (): Promise<Server> {
  * The bare proxy (bench/bare-proxy.ts) in front of `upstreamUrl`, checking
  * HS256 tokens signed with `secret`: the baseline of every CPU ratio.
  */
-export async function startBareProxy (upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false): Promise<Server> {
+export async function startBareProxy (
+  upstreamUrl: string, secret: string, nodeArgs: string[] = [], fastify = false
+): Promise<Server> {
   const env: NodeJS.ProcessEnv = { ...process.env }
   delete env.NODE_OPTIONS
   const launched = launch(process.execPath, [...nodeArgs, BARE_PROXY_SCRIPT, '--port', '0', '--host', '127.0.0.1', '--upstream', upstreamUrl, `--secret=${secret}`, ...(fastify ? ['--fastify'] : [])], env, 'pipe')
@@ -201,7 +203,8 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   env.METRICS_PORT = '0'
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
-  const launched = launch(process.execPath, [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT], env, stdout)
+  const args = [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT]
+  const launched = launch(process.execPath, args, env, stdout)
   if (options.nodeArgs === undefined || options.nodeArgs.length === 0) killable.add(launched.child)
   const url = `http://127.0.0.1:${port}`
   const name = `gateway (${options.label ?? `LOG_LEVEL=${options.logLevel}`})`
@@ -259,6 +262,7 @@ export async function startNginx (upstreamUrl: string, options: NginxOptions = {
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
   scratch.add(dir)
+  const uploads = options.upload === true ? '\n      client_max_body_size 0;\n      proxy_request_buffering off;' : ''
   const conf = `
 worker_processes 1;
 daemon off;
@@ -283,9 +287,7 @@ http {
     location / {
       proxy_pass http://mock;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";${options.upload === true ? `
-      client_max_body_size 0;
-      proxy_request_buffering off;` : ''}
+      proxy_set_header Connection "";${uploads}
     }
   }
 }

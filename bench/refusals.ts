@@ -22,7 +22,6 @@ const { values } = parseArgs({ options: { 'gateway-root': { type: 'string', defa
 const root = resolve(values['gateway-root'])
 const load = async <T>(file: string): Promise<T> => await import(pathToFileURL(resolve(root, 'dist', 'src', file)).href) as T
 
-/* eslint-disable @typescript-eslint/consistent-type-imports -- the same modules, from another build */
 const { compose } = await load<typeof import('../src/compose.js')>('compose.js')
 const { loadConfig } = await load<typeof import('../src/config.js')>('config.js')
 

@@ -30,9 +30,11 @@ export function renderWaterfall (spans: DecodedSpan[], title: string): string {
   const rows: Array<{ span: DecodedSpan, depth: number }> = []
   const walk = (span: DecodedSpan, depth: number): void => {
     rows.push({ span, depth })
-    for (const child of [...(byParent.get(span.spanId) ?? [])].sort((a, b) => Number(a.startNs - b.startNs))) walk(child, depth + 1)
+    const children = [...(byParent.get(span.spanId) ?? [])].sort((a, b) => Number(a.startNs - b.startNs))
+    for (const child of children) walk(child, depth + 1)
   }
-  for (const root of spans.filter((s) => !ids.has(s.parentSpanId)).sort((a, b) => Number(a.startNs - b.startNs))) walk(root, 0)
+  const roots = spans.filter((s) => !ids.has(s.parentSpanId)).sort((a, b) => Number(a.startNs - b.startNs))
+  for (const root of roots) walk(root, 0)
 
   const t0 = rows.reduce((m, r) => (r.span.startNs < m ? r.span.startNs : m), rows[0]!.span.startNs)
   const t1 = rows.reduce((m, r) => (r.span.endNs > m ? r.span.endNs : m), 0n)

@@ -2,7 +2,8 @@
  * buildApp: the whole request path, registered in the order it runs.
  *
  *   request -> [in front of Fastify (http/front.ts): no Host 400, Expect 417, /api/* while overloaded 503]
- *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler -> engine pool
+ *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler
+ *           -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify'
@@ -82,7 +83,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     clientErrorHandler: clientErrorAnswerer(linger),
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
-      void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
+      ;(reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
     },
     // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
     ajv: SCHEMA_VALIDATION
@@ -129,7 +130,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     await api.register(async function invitedOnceAdmitted (routes) {
       // Expect: 100-continue: these routes' bodies are invited now (DECISIONS 21).
       routes.addHook('onRequest', inviteBody)
-      await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
+      const probeTimeoutMs = Math.min(config.upstreamTimeoutMs, 2_000)
+      await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs })
       await routes.register(portfolioRoutes, { prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency })
     })
     // Create invites its body itself, once it will really stream: after its upload cap,

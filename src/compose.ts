@@ -89,9 +89,12 @@ async function assemble (config: GatewayConfig, overrides: ComposeOverrides, par
   const { stream, ...logOptions } = overrides.log ?? { enabled: false }
   const log = pino(logOptions, stream)
   const tracing = overrides.tracing ?? await startTracing(config, parts)
-  const embedded = config.upstreamUrl === undefined ? await startEmbeddedEngine(config, overrides.log, parts) : undefined
+  const embedded = config.upstreamUrl === undefined
+    ? await startEmbeddedEngine(config, overrides.log, parts)
+    : undefined
 
-  const engine = new EngineClient({ ...engineClientOptions(config, config.upstreamUrls ?? embedded!), ...overrides.engine })
+  const url = config.upstreamUrls ?? embedded!
+  const engine = new EngineClient({ ...engineClientOptions(config, url), ...overrides.engine })
   parts.add(async () => { await engine.close() })
   // A name is resolved in the background, so a slow DNS never holds up start-up; with UPSTREAM_DNS_SERVERS
   // the gateway waits for their first answers (at most the lookup deadline), and listens anyway if none come.
@@ -112,7 +115,8 @@ async function assemble (config: GatewayConfig, overrides: ComposeOverrides, par
   if (keySet !== undefined) parts.add(async () => { keySet.close() })
 
   const lifecycle = overrides.lifecycle ?? { draining: false }
-  const app = await buildApp(config, { ...overrides.app, engine, metrics, store, keySet, logger: log, lifecycle, tracing })
+  const deps = { ...overrides.app, engine, metrics, store, keySet, logger: log, lifecycle, tracing }
+  const app = await buildApp(config, deps)
   parts.add(async () => { await app.close() })
   return {
     app,

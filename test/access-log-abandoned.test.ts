@@ -303,7 +303,7 @@ async function pipelinedClientLeaves (t: Test, leave: (socket: Socket) => void, 
   const engine = await lateEngine(t)
   const log = capture()
   const built = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
-  const { app, url } = built
+  const { url } = built
   const metrics = await startMetricsServer(built.metrics, { port: 0, host: '127.0.0.1' })
   t.teardown(metrics.close)
   const inFlight = async (): Promise<number | undefined> => valueOf((await scrape(`http://127.0.0.1:${metrics.port}`)).samples, 'gateway_requests_in_flight')

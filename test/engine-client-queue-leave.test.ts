@@ -161,7 +161,7 @@ async function calls (gateway: { metrics: GatewayMetrics }, call: string, outcom
 
 t.test('a ping whose client hangs up while it waits for an engine connection leaves the queue and costs no connection', async (t) => {
   const engine = await saturated(t, 1)
-  const { app, metrics, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
+  const { metrics, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
   const held = request(`${url}/api/portfolio/ping`, { headers: bearer() })
   t.ok(await eventually(() => engine.stats.started === 1, 5_000), 'the one engine connection holds a ping')
 
@@ -218,7 +218,7 @@ t.test('an update whose client hangs up: left in the queue it is given up; alrea
  */
 async function createLeavesQueue (t: Test, form: { body: Buffer, contentType: string }, sent: Buffer): Promise<void> {
   const engine = await saturated(t, 1)
-  const { app, metrics, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
+  const { metrics, engine: client, url } = await build(t, { ...GATEWAY, upstreamUrl: engine.url })
   const held = request(`${url}/api/portfolio/ping`, { headers: bearer() })
   t.ok(await eventually(() => engine.stats.started === 1, 5_000), 'the one engine connection holds a ping')
   const socket = await rawClient(t, url, Buffer.concat([

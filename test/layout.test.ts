@@ -34,7 +34,10 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['src/cli']
 ]
 
-/** Beside the layers: the reference engine is a separate service that happens to ship here, so it imports only these. */
+/**
+ * Beside the layers: the reference engine is a separate service that happens to ship here, so it imports
+ * only these.
+ */
 const REFERENCE_ENGINE = 'src/reference-engine'
 const REFERENCE_ENGINE_MAY_IMPORT = ['src/reference-engine', 'src/shared', 'schemas']
 
@@ -64,8 +67,9 @@ function importsOf (file: string): Import[] {
     found.push({ file, line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, target })
   }
   const visit = (node: ts.Node): void => {
+    const dynamic = ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword
     if (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) add(node, node.moduleSpecifier)
-    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node, node.arguments[0])
+    else if (dynamic) add(node, node.arguments[0])
     else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) add(node, node.argument.literal)
     ts.forEachChild(node, visit)
   }
@@ -164,7 +168,8 @@ function instanceDecorations (sources: ts.SourceFile[]): Map<string, string> {
       for (const member of statement.body.statements) {
         if (!ts.isInterfaceDeclaration(member) || member.name.text !== 'FastifyInstance') continue
         for (const field of member.members) {
-          if (field.name !== undefined && ts.isIdentifier(field.name)) declared.set(field.name.text, path.posix.dirname(source.fileName))
+          if (field.name === undefined || !ts.isIdentifier(field.name)) continue
+          declared.set(field.name.text, path.posix.dirname(source.fileName))
         }
       }
     }
@@ -192,7 +197,8 @@ function decorationReadsAcrossFolders (sources: ts.SourceFile[]): string[] {
   return found
 }
 
-const parsed = (file: string, text: string): ts.SourceFile => ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true)
+const parsed = (file: string, text: string): ts.SourceFile =>
+  ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true)
 
 t.test('no Fastify instance decoration is read outside the folder that declares it', async (t) => {
   // A decoration read elsewhere is a service locator: the reader depends on what some plugin registered

@@ -20,7 +20,6 @@ import { freePort } from './helpers/processes.js'
 import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 
-
 const eventually = async <T>(attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> => await attemptUntil(attempt, done, 20_000)
 
 if (requireRedis(t)) {

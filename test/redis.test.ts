@@ -108,7 +108,14 @@ if (requireRedis(t)) {
     const enginePort = await freePort()
     const engine = await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(enginePort), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }, enginePort, /portfolio engine ready/)
     const gatewayEnv = (port: number): Record<string, string> => ({
-      PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: '0', JWT_SECRET: SECRET, UPSTREAM_URL: engine.url, REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '12', LOG_LEVEL: 'info',
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      METRICS_PORT: '0',
+      JWT_SECRET: SECRET,
+      UPSTREAM_URL: engine.url,
+      REDIS_URL: redis.url,
+      RATE_LIMIT_PER_MINUTE: '12',
+      LOG_LEVEL: 'info',
       // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
       SHED_EVENT_LOOP_DELAY_MS: '0',
       // Ten creates of one user at once below: an idempotency test, not one of the per-user upload cap (DECISIONS 23).

@@ -109,7 +109,8 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
     else accept(verified)
 
     function accept (identity: Identity): void {
-      cache.set(token, identity.key === undefined ? { userId: identity.userId } : { userId: identity.userId, key: identity.key }, identity.validUntilMs)
+      const { userId, key } = identity
+      cache.set(token, key === undefined ? { userId } : { userId, key }, identity.validUntilMs)
       request.userId = identity.userId
       done()
     }

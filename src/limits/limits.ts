@@ -60,7 +60,8 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, deps: L
     app.addHook('onReady', async () => { eventLoop.start() })
     app.addHook('onClose', async () => { eventLoop.stop() })
   }
-  shedder.arm({ ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }, metrics, app.log)
+  const signals = { ...(eventLoop === undefined ? {} : { eventLoop }), engineQueueFull: () => engine.queueFull() }
+  shedder.arm(signals, metrics, app.log)
   const rateLimit = config.ratePerMinute > 0 ? rateLimitHook(store, config.ratePerMinute, metrics) : undefined
   const pendingTtl = pendingTtlMs(deps.callTimeoutMs)
   return {
@@ -82,7 +83,10 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, deps: L
 export function pendingTtlMs (callTimeoutMs: number): number {
   return callTimeoutMs + PENDING_MARGIN_MS
 }
-/** Node checks requestTimeout every connectionsCheckingInterval (30 s by default), so a request can run that much longer. */
+/**
+ * Node checks requestTimeout every connectionsCheckingInterval (30 s by default), so a request can run
+ * that much longer.
+ */
 export const PENDING_MARGIN_MS = 35_000
 
 /** An event-loop watch that starts measuring when told to; until then nothing lags. */

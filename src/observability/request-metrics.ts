@@ -50,7 +50,8 @@ interface RouteSeries {
 function seriesFor (metrics: GatewayMetrics, route: string, method: string): RouteSeries {
   return {
     count: STATUS_CLASSES.map((statusClass) => metrics.requests.series({ route, method, status_class: statusClass })),
-    duration: STATUS_CLASSES.map((statusClass) => metrics.requestDuration.series({ route, method, status_class: statusClass }))
+    duration: STATUS_CLASSES.map((statusClass) =>
+      metrics.requestDuration.series({ route, method, status_class: statusClass }))
   }
 }
 
@@ -109,7 +110,10 @@ export interface ObservedMetrics { metrics: GatewayMetrics, stop: () => void }
  * ends the cluster observation.
  */
 export function observedMetrics (engine: EngineMetricsSource, opts: { perCall: boolean }): ObservedMetrics {
-  const metrics = new GatewayMetrics({ enginePool: () => engine.poolState(), engineEndpoints: () => engine.endpointStates() })
+  const metrics = new GatewayMetrics({
+    enginePool: () => engine.poolState(),
+    engineEndpoints: () => engine.endpointStates()
+  })
   const stop = engine.observeCluster({
     ejected: (endpoint) => { metrics.engineEjected(endpoint) },
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
@@ -118,6 +122,8 @@ export function observedMetrics (engine: EngineMetricsSource, opts: { perCall: b
   })
   // An address that left the set takes its series with it (a headless Service's pods come and go).
   engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })
-  if (opts.perCall) engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
+  if (opts.perCall) {
+    engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
+  }
   return { metrics, stop }
 }

@@ -56,7 +56,9 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
   })
   // A single engine is health-checked too (DECISIONS 24 v2), every 5 s: tests that count every request a
   // stub engine gets would count those checks, so a test of one engine gets checks only when it asks.
-  const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined ? { health: { intervalMs: 0 } } : {}
+  const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined
+    ? { health: { intervalMs: 0 } }
+    : {}
   const engine: Partial<EnginePoolOptions> = {
     keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500,
     ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }),
@@ -92,7 +94,8 @@ export interface Claims { sub?: unknown, exp?: number, nbf?: number, iss?: strin
 /** HS256 token; `exp` one hour ahead unless given (pass exp: undefined via `omitExp`). */
 export function hs256 (claims: Claims = {}, secret = SECRET, header: Record<string, unknown> = { alg: 'HS256', typ: 'JWT' }): string {
   const payload = { sub: 'alice', iat: now(), exp: now() + 3600, ...claims }
-  for (const k of Object.keys(payload)) if ((payload as Record<string, unknown>)[k] === undefined) delete (payload as Record<string, unknown>)[k]
+  const fields = payload as Record<string, unknown>
+  for (const k of Object.keys(fields)) if (fields[k] === undefined) delete fields[k]
   const input = `${b64url(header)}.${b64url(payload)}`
   return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`
 }
@@ -124,6 +127,9 @@ export const MINTS = [
   'DezXAZ8z7PnrnRJjz3wXBoRgixCa6xjnB7YaB1pPB263'
 ] as const
 
-export function validUpdate (): { portfolio_id: string, target_positions: Array<{ mint: string, allocation: number }> } {
+export function validUpdate (): {
+  portfolio_id: string
+  target_positions: Array<{ mint: string, allocation: number }>
+} {
   return { portfolio_id: 'p-1', target_positions: [{ mint: MINTS[0], allocation: 0.6 }, { mint: MINTS[1], allocation: 0.4 }] }
 }

@@ -76,7 +76,9 @@ export interface Proc {
   count: (pattern: RegExp) => number
 }
 
-export async function startProcess (t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp): Promise<Proc> {
+export async function startProcess (
+  t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp
+): Promise<Proc> {
   // Metrics off unless a test asks for them on a port of its own: the default 9464 may be a developer's `npm start`.
   const childEnv = { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }
   const proc = spawn(process.execPath, [script], { cwd: ROOT, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] })

@@ -17,7 +17,6 @@ import { metricOf } from '../helpers/prometheus.js'
 import { attemptUntil } from '../helpers/engine.js'
 import { commandCounts, requireRedis, startRedis, startReplicated } from '../helpers/redis.js'
 
-
 function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {
   const chunks: string[] = []
   const stream = new Writable({ write (chunk, _enc, cb) { chunks.push(String(chunk)); cb() } })
