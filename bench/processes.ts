@@ -209,6 +209,8 @@ export async function startGateway (options: GatewayOptions): Promise<Server> {
   // Settings the operator's shell may carry would change what is measured.
   for (const name of INHERITED_SETTINGS) delete env[name]
   if (options.jwtSecret !== undefined) env.JWT_SECRET = options.jwtSecret
+  // Metrics off unless the scenario gives them a port: the default 9464 may be held by another gateway.
+  env.METRICS_PORT = '0'
   Object.assign(env, options.env ?? {})
   const stdout = options.logLevel === 'info' || options.logLevel === 'debug' || options.logLevel === 'trace' ? 'ignore' : 'pipe'
   const args = [...(options.nodeArgs ?? []), options.script ?? GATEWAY_SCRIPT]
@@ -272,6 +274,7 @@ export async function startNginx (upstreamUrl: string, options: NginxOptions = {
   const port = await freePort()
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-nginx-'))
   scratch.add(dir)
+  const uploads = options.upload === true ? '\n      client_max_body_size 0;\n      proxy_request_buffering off;' : ''
   const conf = `
 worker_processes 1;
 daemon off;
@@ -296,9 +299,7 @@ http {
     location / {
       proxy_pass http://mock;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";${options.upload === true ? `
-      client_max_body_size 0;
-      proxy_request_buffering off;` : ''}
+      proxy_set_header Connection "";${uploads}
     }
   }
 }

@@ -2,7 +2,7 @@
  * What each client gets for each refusal of a create (and update's 400 past
  * its body limit), small form and 9 MiB: the table of DECISIONS 21 v4.
  *
- *   npm run build && node dist/bench/refusals.js [--gateway-root DIR] [--rate BYTES_PER_S]
+ *   npx tsc -p bench && node dist/bench/refusals.js [--gateway-root DIR] [--rate BYTES_PER_S]
  *
  * The gateway runs in this process, built from DIR's dist/ (default: this
  * tree), so the same requests can be sent to an older build: check it out
@@ -32,19 +32,20 @@ if (rate !== undefined && !(rate > 0)) throw new Error(`--rate ${values.rate}: e
 const root = resolve(values['gateway-root'])
 const load = async <T>(file: string): Promise<T> => await import(pathToFileURL(resolve(root, 'dist', 'src', file)).href) as T
 
-/* eslint-disable @typescript-eslint/consistent-type-imports -- the same modules, from another build */
-const { buildApp } = await load<typeof import('../src/app.js')>('app.js')
+const { compose } = await load<typeof import('../src/compose.js')>('compose.js')
 const { loadConfig } = await load<typeof import('../src/config.js')>('config.js')
-const { EngineClient } = await load<typeof import('../src/engine-client/client.js')>('engine-client/client.js')
 
-/** As test/helpers/app.ts's build(), from the chosen build. */
+/** As test/helpers/app.ts's build(), from the chosen build (one with src/compose.ts). */
 const start: StartGateway = async (upstreamUrl, setup) => {
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: upstreamUrl, UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...setup.env })
-  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: 500, maxQueue: config.limits.upstreamMaxQueue })
-  await engine.ready()
-  const app = await buildApp(config, { engine, ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
-  return { url, close: async () => { await app.close() } }
+  const env = { JWT_SECRET: SECRET, UPSTREAM_URL: upstreamUrl, UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0' }
+  const { uploadStallTimeoutMs } = setup
+  const gateway = await compose(loadConfig({ ...env, ...setup.env }), {
+    engine: { keepAliveTimeoutMs: 500 },
+    app: uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs }
+  })
+  await gateway.engine.ready()
+  const url = await gateway.app.listen({ port: 0, host: '127.0.0.1' })
+  return { url, close: gateway.close }
 }
 
 const sizes = Object.keys(SIZES) as SizeName[]

@@ -7,7 +7,7 @@
  * victim user sends a ping every 50 ms (open loop: sent whether or not the
  * last one has answered) for `--seconds`, and its latency is reported.
  *
- *   npm run build && node dist/bench/slow-upload-attack.js [--gateway dist/src/server.js] [--attackers 130] [--seconds 30]
+ *   npx tsc -p bench && node dist/bench/slow-upload-attack.js [--gateway dist/src/server.js] [--attackers 130] [--seconds 30]
  *
  * `--gateway` runs another build's server (e.g. main's, built in a copy) for a
  * before/after comparison. The engine is the fast mock (fixtures/mock-upstream.ts),

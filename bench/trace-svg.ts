@@ -4,7 +4,7 @@
  * the sink (bench/otlp-sink.ts), which decodes what they sent; one keyed
  * create with an image is drawn.
  *
- *   npm run build && node dist/bench/trace-svg.js docs/trace.svg
+ *   npx tsc -p bench && node dist/bench/trace-svg.js docs/trace.svg
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -12,9 +12,8 @@ import { join } from 'node:path'
 import { createHmac, randomBytes } from 'node:crypto'
 import { pathToFileURL } from 'node:url'
 import { request } from 'undici'
-import { buildApp } from '../src/app.js'
+import { compose } from '../src/compose.js'
 import { loadConfig } from '../src/config.js'
-import { EngineClient } from '../src/engine-client/client.js'
 import { buildEngine } from '../src/reference-engine/engine.js'
 import { startTracing } from '../src/shared/tracing-sdk.js'
 import { startOtlpSink, type DecodedSpan } from './otlp-sink.js'
@@ -31,9 +30,11 @@ export function renderWaterfall (spans: DecodedSpan[], title: string): string {
   const rows: Array<{ span: DecodedSpan, depth: number }> = []
   const walk = (span: DecodedSpan, depth: number): void => {
     rows.push({ span, depth })
-    for (const child of [...(byParent.get(span.spanId) ?? [])].sort((a, b) => Number(a.startNs - b.startNs))) walk(child, depth + 1)
+    const children = [...(byParent.get(span.spanId) ?? [])].sort((a, b) => Number(a.startNs - b.startNs))
+    for (const child of children) walk(child, depth + 1)
   }
-  for (const root of spans.filter((s) => !ids.has(s.parentSpanId)).sort((a, b) => Number(a.startNs - b.startNs))) walk(root, 0)
+  const roots = spans.filter((s) => !ids.has(s.parentSpanId)).sort((a, b) => Number(a.startNs - b.startNs))
+  for (const root of roots) walk(root, 0)
 
   const t0 = rows.reduce((m, r) => (r.span.startNs < m ? r.span.startNs : m), rows[0]!.span.startNs)
   const t1 = rows.reduce((m, r) => (r.span.endNs > m ? r.span.endNs : m), 0n)
@@ -84,9 +85,8 @@ export async function captureCreateTrace (): Promise<DecodedSpan[]> {
   const engineUrl = await engine.listen({ port: 0, host: '127.0.0.1' })
   const secret = randomBytes(32).toString('hex')
   const config = loadConfig({ JWT_SECRET: secret, UPSTREAM_URL: engineUrl, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: 'always_on', SHED_EVENT_LOOP_DELAY_MS: '0' })
-  const client = new EngineClient({ url: engineUrl, timeoutMs: config.upstreamTimeoutMs })
-  const app = await buildApp(config, { engine: client, tracing: gatewayTracing })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  const gateway = await compose(config, { tracing: gatewayTracing })
+  const url = await gateway.app.listen({ port: 0, host: '127.0.0.1' })
   try {
     const token = hs256(secret)
     const form = createForm(pngImage(256 * 1024))
@@ -97,7 +97,7 @@ export async function captureCreateTrace (): Promise<DecodedSpan[]> {
     const traceId = spans.find((s) => s.kind === 2 && s.service === 'portfolio-gateway')!.traceId
     return spans.filter((s) => s.traceId === traceId)
   } finally {
-    await app.close()
+    await gateway.close()
     await engine.close()
     await Promise.all([gatewayTracing.shutdown(1_000), engineTracing.shutdown(1_000)])
     await sink.close()

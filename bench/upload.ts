@@ -461,7 +461,7 @@ function formatTime (sizes: SizeResult[], rounds: number, uploads: number): stri
 function formatMemory (phases: MemoryPhase[]): string {
   const lines = [`memory: ${phases[0]?.waves ?? 0} waves x ${phases[0]?.concurrency ?? 0} concurrent ${(WAVE_IMAGE_BYTES / MiB).toFixed(0)} MiB uploads, ` +
     `one connection each; RSS sampled every ${SAMPLE_EVERY_MS} ms; MB = 10^6 bytes`, '',
-  `uploads to  process   baseline    peak  growth  per wave          VmHWM before/after  wave ms          failures`]
+  'uploads to  process   baseline    peak  growth  per wave          VmHWM before/after  wave ms          failures']
   for (const phase of phases) {
     for (const p of phase.processes) {
       lines.push(`${phase.via.padEnd(11)} ${p.process.padEnd(8)} ${pad(p.baselineMb.toFixed(1), 9)} ${pad(p.peakMb.toFixed(1), 7)} ${pad(p.growthMb.toFixed(1), 7)}  ` +
@@ -477,7 +477,7 @@ function formatMemory (phases: MemoryPhase[]): string {
 async function main (): Promise<void> {
   const options = parseOptions(process.argv.slice(2))
   for (const file of [GATEWAY_SCRIPT, ENGINE_SCRIPT]) {
-    if (!existsSync(file)) throw new Error(`${file} does not exist: run \`npx tsc -p tsconfig.json\` first`)
+    if (!existsSync(file)) throw new Error(`${file} does not exist: run \`npm run build\` first`)
   }
   const loadBefore = loadavg()[0] ?? Number.NaN
   const secret = randomBytes(32).toString('hex')

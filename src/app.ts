@@ -2,15 +2,16 @@
  * buildApp: the whole request path, registered in the order it runs.
  *
  *   request -> [in front of Fastify (http/front.ts): no Host 400, Expect 417, /api/* while overloaded 503]
- *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler -> engine pool
+ *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler
+ *           -> engine pool
  *   every failure -> error handler -> one of the interface's three shapes
  */
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify'
 import { REQUEST_ID_HEADER } from '../schemas/upstream.js'
 import type { GatewayConfig } from './config.js'
 import type { EngineClient } from './engine-client/client.js'
-import { ownEngineClient } from './engine-client/plugin.js'
-import { createAuthenticator, type AuthOptions } from './auth/jwt.js'
+import { createAuthenticator } from './auth/jwt.js'
+import type { KeySet } from './auth/key-set.js'
 import { installErrorHandling } from './http/error-handler.js'
 import { requestIdFrom } from './http/request-id.js'
 import { clientErrorAnswerer } from './http/client-error.js'
@@ -23,7 +24,8 @@ import { MIN_RATE, MinRate, type MinRateOptions } from './routes/create/min-rate
 import { portfolioRoutes } from './routes/portfolio.js'
 import { SCHEMA_VALIDATION } from './shared/schema-validation.js'
 import { registerOpenApi } from './routes/openapi.js'
-import { installMetrics } from './observability/request-metrics.js'
+import type { GatewayMetrics } from './observability/metrics.js'
+import { installRequestMetrics } from './observability/request-metrics.js'
 import { clientAddressOf, installTraceContext } from './observability/trace-context.js'
 import { logEngineEvents } from './observability/engine-log.js'
 import { installTracing, traceUploadWait } from './observability/tracing.js'
@@ -32,21 +34,26 @@ import { AccessLines } from './observability/access-log.js'
 import { requestLoggerFactory } from './observability/request-logger.js'
 import { buildLimits } from './limits/limits.js'
 import { LoadShedder } from './limits/shedding.js'
+import type { LimitStore } from './limits/store.js'
 
+/** The parts the app uses and never closes: src/compose.ts builds them, and closes them after the app. */
 export interface AppDeps {
   engine: EngineClient
+  metrics: GatewayMetrics
+  /** Rate-limit counts, idempotency records and upload leases (memory or Redis). */
+  store: LimitStore
+  /** JWT_JWKS_URL's keys, fetched once already; absent with a static key. */
+  keySet?: KeySet | undefined
+  /** The gateway's pino logger; absent: silent. */
+  logger?: FastifyBaseLogger
   lifecycle?: Lifecycle
   /** How long the engine may stop reading an upload (tests shorten it). */
   uploadStallTimeoutMs?: number
   /** The minimum-rate rule for uploads (DECISIONS 23; tests shorten it). */
   uploadMinRate?: MinRateOptions
-  /** pino options or false; server.ts passes the real logger options. */
-  logger?: FastifyServerOptions['logger']
-  /** Key-set fetch bounds (tests shorten the timeout). */
-  keySet?: AuthOptions['keySet']
   /** What reading the rest of refused bodies may cost (DECISIONS 32): overrides LINGER_* for a test. */
   linger?: Partial<LingerLimits>
-  /** OTLP traces (DECISIONS 29), started by server.ts when an endpoint is set; absent: no tracing hook at all. */
+  /** OTLP traces (DECISIONS 29) when an endpoint is set; absent: no tracing hook at all. */
   tracing?: Tracing
 }
 
@@ -62,7 +69,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   const accessLines = new AccessLines()
   const app = Fastify({
     serverFactory: (handler) => createFrontServer(handler, { shed: (req) => shedder.verdict(req), lifecycle, linger }),
-    logger: deps.logger ?? false,
+    ...(deps.logger === undefined ? { logger: false } : { loggerInstance: deps.logger }),
     genReqId: requestIdFrom,
     requestIdHeader: false,
     logController: accessLines,
@@ -81,7 +88,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     }),
     frameworkErrors (error, request, reply) {
       request.log.info({ code: error.code }, 'request rejected')
-      void (reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
+      ;(reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
     },
     // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
     ajv: SCHEMA_VALIDATION
@@ -92,7 +99,6 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   app.server.setTimeout(idleTimeoutMs(config))
   app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
   app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
-  ownEngineClient(app, deps.engine)
 
   // 1. Every response, errors and 404s included, carries the request id.
   app.decorateRequest('userId', '')
@@ -104,7 +110,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   closeConnectionsWhenNeeded(app, lifecycle, linger)
   installTraceContext(app, config.trustProxy)
   if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis', trustProxy: config.trustProxy })
-  installMetrics(app, deps.engine, { perRequest: config.metricsPort !== 0 })
+  // Per-request series only when something scrapes them: with METRICS_PORT=0 the request path pays nothing.
+  if (config.metricsPort !== 0) installRequestMetrics(app, deps.metrics)
   logEngineEvents(app, deps.engine)
   // The level is fixed at start; a quieter level then costs nothing. The access line has a
   // fixed shape and goes straight to the log's destination: no child logger, no object walk.
@@ -119,16 +126,17 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
 
   // 4. Bearer routes (shed in front of Fastify when overloaded): the JWT hook
   //    before the body is read or any handler runs, then the per-user rate limit.
-  const authenticate = await createAuthenticator(app, { jwt: config.jwt, ...(deps.keySet === undefined ? {} : { keySet: deps.keySet }) })
+  const authenticate = await createAuthenticator(app, { jwt: config.jwt, keySet: deps.keySet })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
-  const limits = await buildLimits(app, config.limits, deps.engine, shedder, callTimeoutMs)
+  const limits = buildLimits(app, config.limits, { ...deps, shedder, callTimeoutMs })
   await app.register(async function bearerScope (api) {
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
     await api.register(async function invitedOnceAdmitted (routes) {
       // Expect: 100-continue: these routes' bodies are invited now (DECISIONS 21).
       routes.addHook('onRequest', inviteBody)
-      await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs: Math.min(config.upstreamTimeoutMs, 2_000) })
+      const probeTimeoutMs = Math.min(config.upstreamTimeoutMs, 2_000)
+      await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs })
       await routes.register(portfolioRoutes, {
         prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency, engineTimeoutMs: config.upstreamTimeoutMs
       })

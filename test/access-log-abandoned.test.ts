@@ -302,8 +302,9 @@ t.test('the idle timeout while a request waits: the line says 408, not that the 
 async function pipelinedClientLeaves (t: Test, leave: (socket: Socket) => void, ids: [string, string]): Promise<void> {
   const engine = await lateEngine(t)
   const log = capture()
-  const { app, url } = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
-  const metrics = await startMetricsServer(app.metrics, { port: 0, host: '127.0.0.1' })
+  const built = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
+  const { url } = built
+  const metrics = await startMetricsServer(built.metrics, { port: 0, host: '127.0.0.1' })
   t.teardown(metrics.close)
   const inFlight = async (): Promise<number | undefined> => valueOf((await scrape(`http://127.0.0.1:${metrics.port}`)).samples, 'gateway_requests_in_flight')
 

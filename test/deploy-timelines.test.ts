@@ -57,8 +57,8 @@ function cutAfterS (comment: string): number {
   return Number(match[1])
 }
 
-t.test('the server code shuts down by these constants (no copy of a number in server.ts or standalone.ts)', async (t) => {
-  const server = readFileSync(join(ROOT, 'src', 'server.ts'), 'utf8')
+t.test('the server code shuts down by these constants (no copy of a number in main.ts or standalone.ts)', async (t) => {
+  const server = readFileSync(join(ROOT, 'src', 'main.ts'), 'utf8')
   t.match(server, /closeWithGrace\(\{ delay: GATEWAY_DRAIN\.exitDeadlineMs \}/)
   t.match(server, /config\.production \? GATEWAY_DRAIN\.productionNoticeMs : 0/)
   t.match(server, /stopAccepting\(app\.server, GATEWAY_DRAIN\.idleGraceMs\)/)

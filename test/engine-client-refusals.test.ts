@@ -29,7 +29,7 @@ const TIMES = 20
  */
 const CLUSTER: BuildOptions = { env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 0 }, random: () => 0 } }
 
-interface Built { app: { metrics: { scrape: () => Promise<{ body: string }> } }, url: string }
+interface Built { metrics: { scrape: () => Promise<{ body: string }> }, url: string }
 
 async function engines (t: { teardown: (fn: () => unknown) => void }): Promise<[StubUpstream, StubUpstream]> {
   const a = await startStubUpstream()
@@ -40,8 +40,8 @@ async function engines (t: { teardown: (fn: () => unknown) => void }): Promise<[
 }
 
 /** The counts this test is about, per engine. */
-async function tally (app: Built['app'], stubs: StubUpstream[]) {
-  const samples = parseExposition((await app.metrics.scrape()).body)
+async function tally (gateway: Pick<Built, 'metrics'>, stubs: StubUpstream[]) {
+  const samples = parseExposition((await gateway.metrics.scrape()).body)
   const per = (name: string, labels: Record<string, string>): number[] => stubs.map((s) => valueOf(samples, name, { ...labels, endpoint: `127.0.0.1:${s.port}` }) ?? 0)
   const sum = (xs: number[]): number => xs.reduce((x, y) => x + y, 0)
   return {
@@ -66,8 +66,8 @@ async function rawSocket (url: string): Promise<{ socket: Socket, received: () =
 
 t.test('client mistakes, 20 times each, eject no engine and are counted as client_aborted', async (t) => {
   const stubs = await engines(t)
-  const { app, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
-  const before = await tally(app, stubs)
+  const { metrics, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
+  const before = await tally({ metrics }, stubs)
   t.same(before.up, [1, 1])
 
   // 1. A bad field after the image: the engine request is under way when the name is read.
@@ -77,7 +77,7 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
     t.equal(res.statusCode, 400)
     t.same(await res.body.json(), createValidationError('name must be at least 1 character'))
   }
-  const afterBadField = await tally(app, stubs)
+  const afterBadField = await tally({ metrics }, stubs)
   t.comment(`bad field after the image x${TIMES}: ejections ${JSON.stringify(afterBadField.ejections)}, up ${JSON.stringify(afterBadField.up)}, client_aborted ${afterBadField.clientAborted}, unavailable ${afterBadField.unavailable}`)
   t.same(afterBadField.ejections, [0, 0], 'no engine ejected')
   t.same(afterBadField.up, [1, 1], 'both engines in rotation')
@@ -102,7 +102,7 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
     t.match(status, /^HTTP\/1\.1 400 /)
     t.same(JSON.parse(text), createValidationError('image must be at most 10485760 bytes'))
   }
-  const afterChunked = await attemptUntil(async () => await tally(app, stubs), (n) => n.clientAborted >= 2 * TIMES, 10_000)
+  const afterChunked = await attemptUntil(async () => await tally({ metrics }, stubs), (n) => n.clientAborted >= 2 * TIMES, 10_000)
   t.comment(`oversized chunked body x${TIMES}: ejections ${JSON.stringify(afterChunked.ejections)}, up ${JSON.stringify(afterChunked.up)}, client_aborted ${afterChunked.clientAborted}, unavailable ${afterChunked.unavailable}`)
   t.same(afterChunked.ejections, [0, 0])
   t.same(afterChunked.up, [1, 1])
@@ -121,7 +121,7 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
     await client.closed
     t.equal(client.received(), '', 'the client left before any answer')
   }
-  const afterLeft = await attemptUntil(async () => await tally(app, stubs), (n) => n.clientAborted >= 3 * TIMES, 10_000)
+  const afterLeft = await attemptUntil(async () => await tally({ metrics }, stubs), (n) => n.clientAborted >= 3 * TIMES, 10_000)
   t.comment(`client left mid-image x${TIMES}: ejections ${JSON.stringify(afterLeft.ejections)}, up ${JSON.stringify(afterLeft.up)}, client_aborted ${afterLeft.clientAborted}, unavailable ${afterLeft.unavailable}`)
   t.same(afterLeft.ejections, [0, 0])
   t.same(afterLeft.up, [1, 1])
@@ -137,7 +137,7 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
 
 t.test('a client too slow for the minimum rate (cut off with 408), 6 times: no engine ejected, counted as client_aborted', async (t) => {
   const stubs = await engines(t)
-  const { app, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url), uploadMinRate: { stallMs: 300, windowMs: 60_000, bytesPerS: 1, tickMs: 100 } })
+  const { metrics, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url), uploadMinRate: { stallMs: 300, windowMs: 60_000, bytesPerS: 1, tickMs: 100 } })
   for (let i = 0; i < 6; i++) {
     const slow = slowCreate(url, `slow-${i}`, { kind: 'hold' })
     const answer = await slow.answer
@@ -145,7 +145,7 @@ t.test('a client too slow for the minimum rate (cut off with 408), 6 times: no e
     t.equal(answer.status, 408)
     t.same(JSON.parse(answer.text), { error: 'upload stalled: no byte for 0.3 s' })
   }
-  const after = await attemptUntil(async () => await tally(app, stubs), (n) => n.clientAborted >= 6, 10_000)
+  const after = await attemptUntil(async () => await tally({ metrics }, stubs), (n) => n.clientAborted >= 6, 10_000)
   t.comment(`too slow x6: ejections ${JSON.stringify(after.ejections)}, up ${JSON.stringify(after.up)}, client_aborted ${after.clientAborted}, unavailable ${after.unavailable}`)
   t.same(after.ejections, [0, 0])
   t.same(after.up, [1, 1])
@@ -159,13 +159,13 @@ t.test('control: what the engine does still counts against it: an engine that re
   t.teardown(resetting.close)
   t.teardown(left.close)
   const stubs = [resetting, left]
-  const { app, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
+  const { metrics, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
   for (let i = 0; i < 10; i++) {
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
     t.equal(res.statusCode, 200, 'retried onto the engine left')
     t.equal(await res.body.text(), 'pong')
   }
-  const after = await tally(app, stubs)
+  const after = await tally({ metrics }, stubs)
   t.comment(`resetting engine: ejections ${JSON.stringify(after.ejections)}, up ${JSON.stringify(after.up)}`)
   t.same(after.ejections, [1, 0], 'the resetting engine is ejected, once')
   t.same(after.up, [0, 1])
@@ -182,6 +182,6 @@ t.test('control: what the engine does still counts against it: an engine that re
     t.equal(res.statusCode, 200, 'answered by the engine left')
     await res.body.text()
   }
-  retries = valueOf(parseExposition((await built.app.metrics.scrape()).body), 'gateway_engine_retries_total', { call: 'ping', reason: 'unreachable' }) ?? 0
+  retries = valueOf(parseExposition((await built.metrics.scrape()).body), 'gateway_engine_retries_total', { call: 'ping', reason: 'unreachable' }) ?? 0
   t.ok(retries >= 1 && retries <= 2, `the gone engine was tried at most twice, then passed over (${retries} retries)`)
 })

@@ -37,7 +37,7 @@ t.test('a single engine that resets a kept-alive socket: the ping is retried on 
   })
   engine.keepAliveTimeout = 10_000
   engine.on('connection', () => { connections++ })
-  const { app, url } = await build(t, { upstreamUrl: `http://127.0.0.1:${await listenOnLoopback(t, engine)}`, engineKeepAliveMs: 5_000 })
+  const { metrics, url } = await build(t, { upstreamUrl: `http://127.0.0.1:${await listenOnLoopback(t, engine)}`, engineKeepAliveMs: 5_000 })
   for (let i = 0; i < 4; i++) {
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
     t.equal(res.statusCode, 200, `ping ${i + 1}`)
@@ -45,7 +45,7 @@ t.test('a single engine that resets a kept-alive socket: the ping is retried on 
   }
   t.equal(resets, 2, 'pings 2 and 4 each met a kept-alive socket that the engine reset')
   t.equal(connections, 4, 'each reset was followed by one fresh connection (ping 3 needed one too: the reset socket was gone)')
-  const samples = parseExposition((await app.metrics.scrape()).body)
+  const samples = parseExposition((await metrics.scrape()).body)
   t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'ping', reason: 'reset' }), 2)
 })
 

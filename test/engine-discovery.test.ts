@@ -139,14 +139,14 @@ t.test('series: after the set turns over 5 times, /metrics holds no series for a
   }
   let current = await next()
   // Random 0: the first draw is the first address, so the sick one takes the first try of each ping.
-  const { app, url, engine } = await build(t, { upstreamUrl: `http://${NAME}:${port}`, cluster: { lookup: names.lookup, resolveIntervalMs: 0, health: { intervalMs: 0 }, random: () => 0 } })
+  const { metrics, url, engine } = await build(t, { upstreamUrl: `http://${NAME}:${port}`, cluster: { lookup: names.lookup, resolveIntervalMs: 0, health: { intervalMs: 0 }, random: () => 0 } })
   const seen: string[] = []
   const labelled = (text: string, addresses: string[]): string[] => parseExposition(text)
     .filter((s) => addresses.some((a) => Object.values(s.labels).includes(`${a}:${port}`)))
     .map((s) => `${s.name}{endpoint=${s.labels['endpoint'] ?? ''}}`)
   for (let turn = 0; turn <= 5; turn++) {
     for (let i = 0; i < 6; i++) t.same(await ping(url), { status: 200, body: 'pong' })
-    const text = (await app.metrics.scrape()).body
+    const text = (await metrics.scrape()).body
     const mine = new Set(labelled(text, current))
     t.same([...new Set([...mine].map((s) => s.replace(/\{.*/, '')))].sort(), ['gateway_engine_calls_total', 'gateway_engine_ejections_total', 'gateway_engine_endpoint_up'], `generation ${turn}: calls, ejection and up series for its addresses`)
     seen.push(...current)
@@ -161,12 +161,12 @@ t.test('series: after the set turns over 5 times, /metrics holds no series for a
   let left: string[] = []
   const deadline = Date.now() + 10_000
   for (;;) {
-    left = labelled((await app.metrics.scrape()).body, gone)
+    left = labelled((await metrics.scrape()).body, gone)
     if (left.length === 0 || Date.now() > deadline) break
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
   t.same(left, [], 'no series for the 10 addresses that left')
-  t.equal(labelled((await app.metrics.scrape()).body, current).length > 0, true, 'the current ones are still there')
+  t.equal(labelled((await metrics.scrape()).body, current).length > 0, true, 'the current ones are still there')
 })
 
 t.test('a lookup that never answers counts as failed after its deadline: the next refresh applies the new answer', async (t) => {

@@ -31,13 +31,13 @@ t.test('an engine hinting Keep-Alive: timeout=60 gets its idle socket closed aft
   t.ok(Date.now() - started < 20_000, `closed after ${Date.now() - started} ms, not the engine's 60 s`)
 })
 
-t.test('the engine pool closes with the app that owns it', async (t) => {
-  const { buildApp } = await import('../src/app.js')
+t.test('the engine pool closes with the gateway that composed it', async (t) => {
+  const { compose } = await import('../src/compose.js')
   const { loadConfig } = await import('../src/config.js')
   const config = loadConfig({ JWT_SECRET: 'x'.repeat(32), UPSTREAM_URL: 'http://127.0.0.1:9', SHED_EVENT_LOOP_DELAY_MS: '0' })
-  const engine = new EngineClient({ url: config.upstreamUrl!, timeoutMs: 1_000 })
-  const app = await buildApp(config, { engine })
-  await app.close()
-  const err = await engine.call({ method: 'GET', path: '/health', requestId: 'r', userId: 'u' }).then(() => undefined, (e: unknown) => e) as { cause?: { code?: string } }
-  t.match(err.cause?.code, /^UND_ERR_(CLOSED|DESTROYED)$/, 'a call after the app closed finds the pool closed')
+  const { engine, close } = await compose(config)
+  await close()
+  const call = engine.call({ method: 'GET', path: '/health', requestId: 'r', userId: 'u' })
+  const err = await call.then(() => undefined, (e: unknown) => e) as { cause?: { code?: string } }
+  t.match(err.cause?.code, /^UND_ERR_(CLOSED|DESTROYED)$/, 'a call after the gateway closed finds the pool closed')
 })

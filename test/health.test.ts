@@ -110,12 +110,12 @@ t.test('an /api/health probe that times out is counted as timeout, not unavailab
   const stub = await startStubUpstream(faults.hang)
   t.teardown(stub.close)
   // UPSTREAM_TIMEOUT_MS 300: the probe's cap is min(300, 2000) ms.
-  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '300' } })
+  const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '300' } })
   const { status, body } = await get(`${url}/api/health`, bearer())
   t.equal(status, 200)
   t.equal(body['status'], 'degraded')
   t.same(body['services'], { database: 'disconnected', cache: 'disconnected' })
-  const text = (await app.metrics.scrape()).body
+  const text = (await metrics.scrape()).body
   t.match(text, new RegExp(`gateway_engine_calls_total\\{call="health",outcome="timeout",endpoint="127\\.0\\.0\\.1:${stub.port}"\\} 1\\n`))
   t.notMatch(text, /gateway_engine_calls_total\{call="health",outcome="unavailable"/)
 })

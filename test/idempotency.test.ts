@@ -50,7 +50,7 @@ t.test('Idempotency-Key syntax: 1-255 visible ASCII, bare or quoted; else 400 na
 t.test('update: a retry is replayed byte for byte and not forwarded; another body is 422; another user is separate', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
-  const { app, url } = await build(t, { upstreamUrl: stub.url })
+  const { metrics, url } = await build(t, { upstreamUrl: stub.url })
 
   const first = await updateWith(url, validUpdate(), 'k-1')
   t.equal(first.status, 200)
@@ -89,7 +89,7 @@ t.test('update: a retry is replayed byte for byte and not forwarded; another bod
   t.equal(stub.requests.length, 4)
   t.equal(stub.requests[3]!.headers['idempotency-key'], undefined)
 
-  const counted = async (outcome: string): Promise<number | undefined> => metricOf(app.metrics, 'gateway_idempotency_total', { outcome })
+  const counted = async (outcome: string): Promise<number | undefined> => metricOf(metrics, 'gateway_idempotency_total', { outcome })
   t.equal(await counted('replay'), 1, 'one replay counted')
   t.equal(await counted('conflict'), 2, 'the other body and the create with the same key')
   t.equal(await counted('in_flight'), 0)
@@ -147,7 +147,7 @@ t.test("update: the engine's 503 goes out as the gateway's 503 and is not stored
 t.test('update: the same key while the first is in flight is 409', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
-  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
+  const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' } })
   let release: (() => void) | undefined
   const held = new Promise<void>((resolve) => { release = resolve })
   const arrived = new Promise<void>((resolve) => {
@@ -163,8 +163,8 @@ t.test('update: the same key while the first is in flight is 409', async (t) => 
   const third = await updateWith(url, validUpdate(), 'k-busy')
   t.equal(third.headers['idempotent-replayed'], 'true')
   t.equal(stub.requests.length, 1)
-  t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'in_flight' }), 1, 'the 409 counted')
-  t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'replay' }), 1)
+  t.equal(await metricOf(metrics, 'gateway_idempotency_total', { outcome: 'in_flight' }), 1, 'the 409 counted')
+  t.equal(await metricOf(metrics, 'gateway_idempotency_total', { outcome: 'replay' }), 1)
 })
 
 t.test('create: a retry with another boundary and part order is read, hashed and replayed, never forwarded', async (t) => {

@@ -6,13 +6,12 @@
 import { createPublicKey, type JsonWebKey } from 'node:crypto'
 import t from 'tap'
 import { request } from 'undici'
-import { bearer, build, hs256 } from './helpers/app.js'
+import { bearer, build, hs256, type BuildOptions, type Built } from './helpers/app.js'
 import { metricOf } from './helpers/prometheus.js'
 import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { maxAgeMs } from '../src/auth/key-set.js'
 import { TokenCache } from '../src/auth/token-cache.js'
-import type { AppDeps } from '../src/app.js'
 
 // 18 key-set scenarios, several waiting out a fetch timeout or a cooldown: this file reached tap's 60 s default on a busy 2-core machine.
 t.setTimeout(120_000)
@@ -21,26 +20,26 @@ const ISS = 'https://id.example/'
 const AUD = 'portfolio-api'
 const now = (): number => Math.floor(Date.now() / 1000)
 
-interface Setup { ks: KeyServer, url: string, app: Awaited<ReturnType<typeof build>>['app'], ping: (token: string) => Promise<{ status: number, body: unknown, retryAfter: string | undefined }> }
+interface Setup { ks: KeyServer, url: string, app: Pick<Built, 'metrics' | 'keySet'>, ping: (token: string) => Promise<{ status: number, body: unknown, retryAfter: string | undefined }> }
 
-async function setup (t: { teardown: (fn: () => unknown) => void }, opts: { ks?: KeyServer, env?: Record<string, string>, keySet?: AppDeps['keySet'] } = {}): Promise<Setup> {
+async function setup (t: { teardown: (fn: () => unknown) => void }, opts: { ks?: KeyServer, env?: Record<string, string>, keySet?: BuildOptions['keySet'] } = {}): Promise<Setup> {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   const ks = opts.ks ?? await startKeyServer()
   t.teardown(ks.close)
-  const { app, url } = await build(t, {
+  const app = await build(t, {
     upstreamUrl: stub.url,
     env: { JWT_SECRET: '', JWT_JWKS_URL: ks.url, JWT_ISSUER: ISS, JWT_AUDIENCE: AUD, ...opts.env },
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet })
   })
   async function ping (token: string): Promise<{ status: number, body: unknown, retryAfter: string | undefined }> {
-    const res = await request(`${url}/api/portfolio/ping`, { headers: bearer(token) })
+    const res = await request(`${app.url}/api/portfolio/ping`, { headers: bearer(token) })
     const text = await res.body.text()
     const body: unknown = (res.headers['content-type'] ?? '').includes('json') ? JSON.parse(text) : text
     const retryAfter = res.headers['retry-after']
     return { status: res.statusCode, body, retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined }
   }
-  return { ks, url, app, ping }
+  return { ks, url: app.url, app, ping }
 }
 
 const claims = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({ iss: ISS, aud: AUD, ...extra })

@@ -28,11 +28,16 @@ const LAYERS: ReadonlyArray<readonly string[]> = [
   ['src/auth', 'src/limits', 'src/engine-client'],
   ['src/routes'],
   ['src/reference-engine'],
-  ['src/app.ts', 'src/server.ts', 'src/workers.ts'],
+  ['src/app.ts'],
+  ['src/compose.ts'],
+  ['src/main.ts', 'src/process-log.ts', 'src/server.ts', 'src/workers.ts'],
   ['src/cli']
 ]
 
-/** Beside the layers: the reference engine is a separate service that happens to ship here, so it imports only these. */
+/**
+ * Beside the layers: the reference engine is a separate service that happens to ship here, so it imports
+ * only these.
+ */
 const REFERENCE_ENGINE = 'src/reference-engine'
 const REFERENCE_ENGINE_MAY_IMPORT = ['src/reference-engine', 'src/shared', 'schemas']
 
@@ -62,8 +67,9 @@ function importsOf (file: string): Import[] {
     found.push({ file, line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, target })
   }
   const visit = (node: ts.Node): void => {
+    const dynamic = ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword
     if (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) add(node, node.moduleSpecifier)
-    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node, node.arguments[0])
+    else if (dynamic) add(node, node.arguments[0])
     else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) add(node, node.argument.literal)
     ts.forEachChild(node, visit)
   }
@@ -145,4 +151,69 @@ t.test('the cycle search finds a cycle when there is one', async (t) => {
   } finally {
     IMPORTS.splice(0, IMPORTS.length, ...saved)
   }
+})
+
+/**
+ * Members this project adds to FastifyInstance (module augmentation of 'fastify'), each with the folder
+ * that declares it. Request decorations (FastifyRequest) are not among them: they carry one request's
+ * state from the hook that sets it to the code that reads it later (the verified user, the trace), and
+ * that reader is in another folder by design.
+ */
+function instanceDecorations (sources: ts.SourceFile[]): Map<string, string> {
+  const declared = new Map<string, string>()
+  for (const source of sources) {
+    for (const statement of source.statements) {
+      if (!ts.isModuleDeclaration(statement) || statement.name.text !== 'fastify') continue
+      if (statement.body === undefined || !ts.isModuleBlock(statement.body)) continue
+      for (const member of statement.body.statements) {
+        if (!ts.isInterfaceDeclaration(member) || member.name.text !== 'FastifyInstance') continue
+        for (const field of member.members) {
+          if (field.name === undefined || !ts.isIdentifier(field.name)) continue
+          declared.set(field.name.text, path.posix.dirname(source.fileName))
+        }
+      }
+    }
+  }
+  return declared
+}
+
+/** Every `x.name` of an instance decoration outside the folder that declares it, as file:line .name (folder). */
+function decorationReadsAcrossFolders (sources: ts.SourceFile[]): string[] {
+  const declared = instanceDecorations(sources)
+  const found: string[] = []
+  for (const source of sources) {
+    const visit = (node: ts.Node): void => {
+      if (ts.isPropertyAccessExpression(node)) {
+        const folder = declared.get(node.name.text)
+        if (folder !== undefined && folder !== path.posix.dirname(source.fileName)) {
+          const line = source.getLineAndCharacterOfPosition(node.name.getStart(source)).line + 1
+          found.push(`${source.fileName}:${line} .${node.name.text} (declared in ${folder})`)
+        }
+      }
+      ts.forEachChild(node, visit)
+    }
+    visit(source)
+  }
+  return found
+}
+
+const parsed = (file: string, text: string): ts.SourceFile =>
+  ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true)
+
+t.test('no Fastify instance decoration is read outside the folder that declares it', async (t) => {
+  // A decoration read elsewhere is a service locator: the reader depends on what some plugin registered
+  // earlier. The parts are passed in instead (src/compose.ts). Plugins' own decorations (@fastify/jwt's
+  // app.jwt, @fastify/swagger's app.swagger) are those libraries' API and are not declared here.
+  const sources = FILES.map((file) => parsed(file, readFileSync(path.join(ROOT, file), 'utf8')))
+  t.ok(instanceDecorations(sources).size > 0, 'the declarations were found')
+  t.same(decorationReadsAcrossFolders(sources), [], 'decorations read across folders')
+})
+
+t.test('the decoration rule finds a read across folders when there is one', async (t) => {
+  const sources = [
+    parsed('src/a/plugin.ts', "declare module 'fastify' { interface FastifyInstance { things: number } }\napp.things = 1"),
+    parsed('src/a/same.ts', 'export const n = app.things'),
+    parsed('src/b/reader.ts', 'const x = 1\nexport const n = app.things')
+  ]
+  t.same(decorationReadsAcrossFolders(sources), ['src/b/reader.ts:2 .things (declared in src/a)'])
 })

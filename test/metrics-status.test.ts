@@ -89,9 +89,9 @@ t.test('the key set: kids and algorithms, last and next fetch, never key materia
   t.teardown(stub.close)
   const ks = await startKeyServer()
   t.teardown(ks.close)
-  const { app, engine } = await build(t, { upstreamUrl: stub.url, env: { JWT_SECRET: '', JWT_JWKS_URL: `${ks.url}?token=provider-secret`, JWT_ISSUER: 'https://id.example/', JWT_AUDIENCE: 'portfolio-api' } })
+  const { metrics, status: parts } = await build(t, { upstreamUrl: stub.url, env: { JWT_SECRET: '', JWT_JWKS_URL: `${ks.url}?token=provider-secret`, JWT_ISSUER: 'https://id.example/', JWT_AUDIENCE: 'portfolio-api' } })
   const lifecycle = { draining: false }
-  const server = await startMetricsServer(app.metrics, { port: 0, host: '127.0.0.1', status: () => gatewayStatus({ version: VERSION, startedAt: Date.now() - 1_000, lifecycle, engine, store: app.storeStatus, keySet: app.keySet }) })
+  const server = await startMetricsServer(metrics, { port: 0, host: '127.0.0.1', status: () => gatewayStatus({ version: VERSION, startedAt: Date.now() - 1_000, ...parts, lifecycle }) })
   t.teardown(server.close)
   const { answer, status } = await statusOf(`http://127.0.0.1:${server.port}`)
   t.equal(answer.status, 200)
@@ -126,14 +126,14 @@ t.test('one engine ejected: its state, until when, and the retry budget', async 
   const resetting = await startStubUpstream(faults.reset)
   t.teardown(resetting.close)
   const killed = resetting.url
-  const { app, engine, url } = await build(t, { upstreamUrls: [killed, good.url], env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 0 }, random: () => 0 } })
+  const { metrics, status: parts, url } = await build(t, { upstreamUrls: [killed, good.url], env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 0 }, random: () => 0 } })
   const killedEndpoint = new URL(killed).host
   const ejected = await attemptUntil(async () => {
     await call(`${url}/api/portfolio/ping`, { headers: bearer(hs256()) })
-    return await metricOf(app.metrics, 'gateway_engine_ejections_total', { endpoint: killedEndpoint }) ?? 0
+    return await metricOf(metrics, 'gateway_engine_ejections_total', { endpoint: killedEndpoint }) ?? 0
   }, (n) => n >= 1, 15_000)
   t.equal(ejected, 1, 'the resetting engine is ejected')
-  const server = await startMetricsServer(app.metrics, { port: 0, host: '127.0.0.1', status: () => gatewayStatus({ version: VERSION, startedAt: Date.now(), lifecycle: { draining: false }, engine, store: app.storeStatus, keySet: app.keySet }) })
+  const server = await startMetricsServer(metrics, { port: 0, host: '127.0.0.1', status: () => gatewayStatus({ version: VERSION, startedAt: Date.now(), ...parts }) })
   t.teardown(server.close)
   const { status } = await statusOf(`http://127.0.0.1:${server.port}`)
   const byEndpoint = new Map(status.engine.endpoints.map((e) => [e.endpoint, e]))

@@ -16,7 +16,7 @@ import { parseExposition, scrape, valueOf } from './helpers/prometheus.js'
 
 async function gatewayWithMetrics (t: Test, upstreamUrl: string, env: Record<string, string> = {}) {
   const built = await build(t, { upstreamUrl, env })
-  const metrics = await startMetricsServer(built.app.metrics, { port: 0, host: '127.0.0.1' })
+  const metrics = await startMetricsServer(built.metrics, { port: 0, host: '127.0.0.1' })
   t.teardown(metrics.close)
   return { ...built, metricsUrl: `http://127.0.0.1:${metrics.port}` }
 }
@@ -157,10 +157,10 @@ t.test('each app has its own registry', async (t) => {
 t.test('METRICS_PORT=0: no per-request hooks or engine observer (the request path pays nothing); the features\' counters stay', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { METRICS_PORT: '0' } })
+  const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { METRICS_PORT: '0' } })
   t.same(await ping(url), { status: 200, body: 'pong' })
   t.equal((await ping(url, {})).status, 401)
-  const samples = parseExposition((await app.metrics.scrape()).body)
+  const samples = parseExposition((await metrics.scrape()).body)
   t.equal(samples.filter((s) => s.name === 'gateway_requests_total' || s.name === 'gateway_engine_calls_total').length, 0, 'no request or engine series')
   t.equal(valueOf(samples, 'gateway_requests_in_flight'), 0, 'the gauge never moved')
   t.equal(valueOf(samples, 'gateway_rejections_total', { reason: 'auth' }), 0, 'no onError hook')

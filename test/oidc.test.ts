@@ -15,7 +15,7 @@ t.test('tokens from a real OpenID provider are accepted across a key rotation; a
   t.teardown(idp.close)
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  const { app, url } = await build(t, {
+  const { keySet, url } = await build(t, {
     upstreamUrl: stub.url,
     env: { JWT_SECRET: '', JWT_JWKS_URL: idp.jwksUrl, JWT_ISSUER: idp.issuer, JWT_AUDIENCE: idp.audience, JWT_JWKS_COOLDOWN_S: '1' }
   })
@@ -45,7 +45,7 @@ t.test('tokens from a real OpenID provider are accepted across a key rotation; a
   t.same(await ping(oldToken), { status: 200, body: 'pong' }, 'the old key is still published: its tokens still work')
 
   await idp.retireOldKeys()
-  await app.keySet!.refresh()
+  await keySet!.refresh()
   t.same(await ping(oldToken), { status: 401, body: '{"error":"token key is not in the key set"}' }, 'the retired key is distrusted, although its token was cached')
   t.same(await ping(newToken), { status: 200, body: 'pong' })
   t.same(await ping(await idp.token()), { status: 200, body: 'pong' }, 'a fresh token too')

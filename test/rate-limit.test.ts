@@ -19,7 +19,7 @@ async function get (url: string, headers: Record<string, string> = {}) {
 t.test('past RATE_LIMIT_PER_MINUTE a user gets 429 with Retry-After and the IETF RateLimit headers', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(() => stub.close())
-  const { app, url } = await build(t, { upstreamUrl: stub.url, env: { RATE_LIMIT_PER_MINUTE: '3' } })
+  const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { RATE_LIMIT_PER_MINUTE: '3' } })
   await clearOfWindowEdge()
   const alice = bearer(hs256({ sub: 'alice' }))
 
@@ -51,8 +51,8 @@ t.test('past RATE_LIMIT_PER_MINUTE a user gets 429 with Retry-After and the IETF
   t.ok(reset >= 1 && reset <= 60, `t=${reset} is within the 60 s window`)
   t.equal(refused.headers['retry-after'], String(reset), 'Retry-After: whole seconds to the window reset')
   t.equal(stub.requests.filter((r) => r.url === '/api/portfolio/ping').length, 2, 'the refused request never reached the engine')
-  t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'rate_limit' }), 1, 'the 429 counted')
-  t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'auth' }), 5, 'the bad tokens counted as auth, not rate limit')
+  t.equal(await metricOf(metrics, 'gateway_rejections_total', { reason: 'rate_limit' }), 1, 'the 429 counted')
+  t.equal(await metricOf(metrics, 'gateway_rejections_total', { reason: 'auth' }), 5, 'the bad tokens counted as auth, not rate limit')
 
   // Another user has a window of their own.
   const bob = await get(`${url}/api/portfolio/ping`, bearer(hs256({ sub: 'bob' })))

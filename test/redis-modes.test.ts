@@ -20,7 +20,6 @@ import { freePort } from './helpers/processes.js'
 import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 
-
 const eventually = async <T>(attempt: () => Promise<T>, done: (value: T) => boolean): Promise<T> => await attemptUntil(attempt, done, 20_000)
 
 if (requireRedis(t)) {
@@ -50,7 +49,7 @@ if (requireRedis(t)) {
 
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_SENTINELS: `127.0.0.1:${port}`, REDIS_SENTINEL_NAME: 'gw', RATE_LIMIT_PER_MINUTE: '1000' } })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_SENTINELS: `127.0.0.1:${port}`, REDIS_SENTINEL_NAME: 'gw', RATE_LIMIT_PER_MINUTE: '1000' } })
     let n = 0
     const keyed = async (): Promise<number> => {
       const res = await request(`${url}/api/portfolio/update`, { method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(hs256()), 'content-type': 'application/json', 'idempotency-key': `s-${n++}` } })
@@ -61,16 +60,16 @@ if (requireRedis(t)) {
     const onPrimary = new Redis(primary.url)
     t.teardown(() => onPrimary.disconnect())
     t.ok((await onPrimary.keys('pgw:idem:{alice}:*')).length > 0, 'the records are on the primary')
-    t.equal(await metricOf(app.metrics, 'gateway_redis_failovers_total'), 0)
+    t.equal(await metricOf(metrics, 'gateway_redis_failovers_total'), 0)
 
     t.equal(await sentinelProbe.call('SENTINEL', 'FAILOVER', 'gw'), 'OK', 'forced failover')
-    const failovers = await eventually(async () => await metricOf(app.metrics, 'gateway_redis_failovers_total'), (v) => v === 1)
+    const failovers = await eventually(async () => await metricOf(metrics, 'gateway_redis_failovers_total'), (v) => v === 1)
     t.equal(failovers, 1, 'the role change is counted')
     t.equal(await eventually(keyed, (s) => s === 200), 200, 'keyed requests are stored again')
     const onReplica = new Redis(replica.url)
     t.teardown(() => onReplica.disconnect())
     t.match(await onReplica.info('replication'), /^role:master/m, 'on the promoted replica')
-    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+    t.equal(await metricOf(metrics, 'gateway_redis_up'), 1)
   })
 
   t.test('Cluster with a replica: records wait for it; a replica promoted is followed and counted', async (t) => {
@@ -91,7 +90,7 @@ if (requireRedis(t)) {
 
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_CLUSTER_NODES: `127.0.0.1:${a!.port}`, RATE_LIMIT_PER_MINUTE: '1000' } })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_CLUSTER_NODES: `127.0.0.1:${a!.port}`, RATE_LIMIT_PER_MINUTE: '1000' } })
     let n = 0
     const keyed = async (): Promise<number> => {
       const res = await request(`${url}/api/portfolio/update`, { method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(hs256()), 'content-type': 'application/json', 'idempotency-key': `c-${n++}` } })
@@ -101,17 +100,17 @@ if (requireRedis(t)) {
     const waitsAt = async (probe: Redis): Promise<number> => Number(/^cmdstat_wait:calls=(\d+)/m.exec(await probe.info('commandstats'))?.[1] ?? 0)
     t.equal(await eventually(keyed, (s) => s === 200), 200, 'connected to the cluster')
     t.ok(await eventually(async () => { await keyed(); return await waitsAt(probeA) }, (w) => w > 0) > 0, 'a stored record waits for the primary\'s replica (WAIT on its node)')
-    const missed = async (): Promise<number> => (await metricOf(app.metrics, 'gateway_redis_replication_lag_total', { reason: 'missed' })) ?? 0
+    const missed = async (): Promise<number> => (await metricOf(metrics, 'gateway_redis_replication_lag_total', { reason: 'missed' })) ?? 0
     // A starved replica may miss one 100 ms WAIT on a loaded runner: a record it acknowledges counts no miss.
     t.equal(await eventually(async () => { const from = await missed(); await keyed(); return await missed() - from }, (d) => d === 0), 0, 'an acknowledged record counts no miss')
-    t.equal(await metricOf(app.metrics, 'gateway_redis_failovers_total'), 0)
+    t.equal(await metricOf(metrics, 'gateway_redis_failovers_total'), 0)
 
     t.equal(await probeB.cluster('FAILOVER'), 'OK', 'manual failover: the replica takes over')
     await eventually(async () => await probeB.info('replication'), (info) => /^role:master/m.test(info))
     // The next write meets MOVED at the old primary, or the 5 s slot refresh comes first: either refreshes the map.
-    t.equal(await eventually(async () => { await keyed(); return await metricOf(app.metrics, 'gateway_redis_failovers_total') }, (v) => v === 1), 1, 'the promotion is counted')
+    t.equal(await eventually(async () => { await keyed(); return await metricOf(metrics, 'gateway_redis_failovers_total') }, (v) => v === 1), 1, 'the promotion is counted')
     t.equal(await eventually(keyed, (s) => s === 200), 200, 'keyed requests are stored on the new primary')
     t.ok((await probeB.keys('pgw:idem:{alice}:*')).length > 0)
-    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+    t.equal(await metricOf(metrics, 'gateway_redis_up'), 1)
   })
 }

@@ -30,10 +30,10 @@ if (requireRedis(t)) {
     t.teardown(stub.close)
     const lines: Array<Record<string, unknown>> = []
     const stream = new Writable({ write (chunk, _enc, cb) { lines.push(...String(chunk).split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)); cb() } })
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url }, logger: { level: 'info', stream }, uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 } })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url }, logger: { level: 'info', stream }, uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 } })
     let n = 0
     await attemptUntil(async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }), (r) => r.status === 200, 15_000)
-    const failOpen = async (): Promise<number | undefined> => await metricOf(app.metrics, 'gateway_upload_cap_fail_open_total')
+    const failOpen = async (): Promise<number | undefined> => await metricOf(metrics, 'gateway_upload_cap_fail_open_total')
     t.equal(await failOpen(), 0)
 
     await redis.kill()

@@ -52,7 +52,7 @@ if (requireRedis(t)) {
     const redis = await startRedis(t)
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '2' } })
     const ping = () => call(`${url}/api/portfolio/ping`, { headers: bearer() })
 
     // The connect, two pings and the refusal within one window.
@@ -82,16 +82,16 @@ if (requireRedis(t)) {
 
     await redis.kill()
     // Pings before the first connect went through unlimited too: count from here.
-    const openBefore = await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total') ?? NaN
+    const openBefore = await metricOf(metrics, 'gateway_rate_limit_fail_open_total') ?? NaN
     const open = await ping()
     t.equal(open.status, 200, 'rate limit fails open')
     t.equal(open.headers['ratelimit'], undefined)
-    t.equal(await metricOf(app.metrics, 'gateway_rate_limit_fail_open_total'), openBefore + 1, 'and is counted')
+    t.equal(await metricOf(metrics, 'gateway_rate_limit_fail_open_total'), openBefore + 1, 'and is counted')
     const closed = await update(url, validUpdate(), 'r-2')
     t.equal(closed.status, 503, 'a keyed request fails closed')
     t.same(closed.json, { error: 'idempotency store unavailable, retry later' })
     t.equal(closed.headers['retry-after'], '1')
-    t.equal(await metricOf(app.metrics, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1, 'and is counted')
+    t.equal(await metricOf(metrics, 'gateway_idempotency_total', { outcome: 'store_unavailable' }), 1, 'and is counted')
     t.equal((await update(url, validUpdate())).status, 200, 'a request without a key is unaffected')
 
     await redis.restart()
@@ -108,7 +108,14 @@ if (requireRedis(t)) {
     const enginePort = await freePort()
     const engine = await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(enginePort), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }, enginePort, /portfolio engine ready/)
     const gatewayEnv = (port: number): Record<string, string> => ({
-      PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: '0', JWT_SECRET: SECRET, UPSTREAM_URL: engine.url, REDIS_URL: redis.url, RATE_LIMIT_PER_MINUTE: '12', LOG_LEVEL: 'info',
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      METRICS_PORT: '0',
+      JWT_SECRET: SECRET,
+      UPSTREAM_URL: engine.url,
+      REDIS_URL: redis.url,
+      RATE_LIMIT_PER_MINUTE: '12',
+      LOG_LEVEL: 'info',
       // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
       SHED_EVENT_LOOP_DELAY_MS: '0',
       // Ten creates of one user at once below: an idempotency test, not one of the per-user upload cap (DECISIONS 23).

@@ -26,7 +26,7 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   // A 5 s engine timeout: a request that waited for the engine could not answer sooner.
   const lines: Array<Record<string, unknown>> = []
   const stream = new Writable({ write (chunk, _enc, cb) { lines.push(JSON.parse(String(chunk)) as Record<string, unknown>); cb() } })
-  const { app, url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 }, logger: { level: 'info', stream } })
+  const { metrics, url, engine } = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000' }, pool: { connections: 2, maxQueue: 2 }, logger: { level: 'info', stream } })
 
   // Two calls hold both connections, two more wait in the queue.
   const stuck = Array.from({ length: 4 }, () => get(`${url}/api/portfolio/ping`, bearer()))
@@ -52,7 +52,7 @@ t.test('a full engine queue: new /api/* requests get 503 + Retry-After at once, 
   t.equal((await get(`${url}/health`)).status, 200)
   t.equal((await get(`${url}/ping`)).status, 200)
   t.equal(stub.stats.started, 2, 'nothing more reached the engine')
-  t.equal(await metricOf(app.metrics, 'gateway_rejections_total', { reason: 'shed' }), 2, 'the ping and the update shed, counted')
+  t.equal(await metricOf(metrics, 'gateway_rejections_total', { reason: 'shed' }), 2, 'the ping and the update shed, counted')
   // A refusal must cost far less than an answer: refused in front of Fastify, one warn line per
   // second of shedding with the count, no access, error or stack line per request.
   t.match(lines.filter((l) => !String(l.msg).startsWith('Server listening')), [{ level: 40, signal: 'engine queue', shed: 1, msg: /^shedding load/ }], 'one line for both refusals')

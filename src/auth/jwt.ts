@@ -12,11 +12,12 @@
  * as soon as its key leaves the set (a revoked key is distrusted at once).
  */
 import fastifyJwt from '@fastify/jwt'
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose'
 import type { JwtConfig, JwtKeySetConfig, JwtStaticKeyConfig } from '../config.js'
 import { BEARER_CHALLENGE, GatewayError, unauthorized } from '../http/errors.js'
 import { KeyNotFound, KeySet, type KeySetOptions, type SigningKey } from './key-set.js'
+import type { KeySetMetrics } from '../observability/metrics.js'
 import { TokenCache } from './token-cache.js'
 import { SANE_SUBJECT } from '../shared/subject.js'
 
@@ -24,10 +25,6 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The verified token's `sub`: the only identity the engine ever sees. */
     userId: string
-  }
-  interface FastifyInstance {
-    /** Key-set mode only: the provider's keys (see key-set.ts). */
-    keySet?: KeySet
   }
 }
 
@@ -37,9 +34,12 @@ export interface AuthOptions {
   cacheSize?: number
   /** Upper bound on how long a verification is trusted, whatever the token's `exp`. */
   cacheMaxAgeMs?: number
-  /** Key-set fetch settings that tests shorten (the fetch timeout, the body bound). */
-  keySet?: Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes' | 'minMaxAgeMs'>>
+  /** JWT_JWKS_URL's keys, fetched once already (loadKeySet); required in key-set mode. */
+  keySet?: KeySet
 }
+
+/** Key-set fetch settings that tests shorten (the fetch timeout, the body bound). */
+export type KeySetBounds = Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes' | 'minMaxAgeMs'>>
 
 const BEARER = /^Bearer +([A-Za-z0-9_.~+/=-]+) *$/i
 const BEARER_SCHEME = /^Bearer(?: |$)/i
@@ -85,7 +85,7 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
     ...(opts.cacheMaxAgeMs === undefined ? {} : { maxAgeMs: opts.cacheMaxAgeMs })
   })
   const verifier: Verifier = opts.jwt.source === 'jwks'
-    ? await keySetVerifier(app, opts.jwt, opts.keySet ?? {})
+    ? keySetVerifier(opts.jwt, keySetOf(opts))
     : await staticKeyVerifier(app, opts.jwt)
 
   return function authenticate (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void {
@@ -114,7 +114,8 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
     else accept(verified)
 
     function accept (identity: Identity): void {
-      cache.set(token, identity.key === undefined ? { userId: identity.userId } : { userId: identity.userId, key: identity.key }, identity.validUntilMs)
+      const { userId, key } = identity
+      cache.set(token, key === undefined ? { userId } : { userId, key }, identity.validUntilMs)
       request.userId = identity.userId
       done()
     }
@@ -164,14 +165,28 @@ async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig)
   }
 }
 
-/** Fetch the key set once before the gateway listens (DECISIONS 13); a provider down at start is logged, not fatal. */
-async function keySetVerifier (app: FastifyInstance, jwt: JwtKeySetConfig, extra: AuthOptions['keySet'] & object): Promise<Verifier> {
-  const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log: app.log, metrics: app.metrics, ...extra })
-  app.decorate('keySet', keySet)
-  app.addHook('onClose', (_app, done) => { keySet.close(); done() })
-  await keySet.refresh()
-  if (!keySet.ready) app.log.warn({ url: jwt.jwksUrl }, 'key set unavailable at start: bearer routes answer 503 until it can be fetched')
+export interface KeySetDeps { log: FastifyBaseLogger, metrics: KeySetMetrics, bounds?: KeySetBounds | undefined }
 
+/**
+ * The identity provider's key set, fetched once so the gateway listens only after it (DECISIONS 13);
+ * a provider down at start is logged, not fatal. The caller closes it.
+ */
+export async function loadKeySet (jwt: JwtKeySetConfig, deps: KeySetDeps): Promise<KeySet> {
+  const { log, metrics, bounds } = deps
+  const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log, metrics, ...bounds })
+  await keySet.refresh()
+  if (!keySet.ready) {
+    log.warn({ url: jwt.jwksUrl }, 'key set unavailable at start: bearer routes answer 503 until it can be fetched')
+  }
+  return keySet
+}
+
+function keySetOf (opts: AuthOptions): KeySet {
+  if (opts.keySet === undefined) throw new Error('JWT_JWKS_URL is set but no key set was loaded: pass loadKeySet()\'s')
+  return opts.keySet
+}
+
+function keySetVerifier (jwt: JwtKeySetConfig, keySet: KeySet): Verifier {
   const options = {
     issuer: jwt.issuer,
     ...(jwt.audience === undefined ? {} : { audience: jwt.audience }),

@@ -50,7 +50,8 @@ interface RouteSeries {
 function seriesFor (metrics: GatewayMetrics, route: string, method: string): RouteSeries {
   return {
     count: STATUS_CLASSES.map((statusClass) => metrics.requests.series({ route, method, status_class: statusClass })),
-    duration: STATUS_CLASSES.map((statusClass) => metrics.requestDuration.series({ route, method, status_class: statusClass }))
+    duration: STATUS_CLASSES.map((statusClass) =>
+      metrics.requestDuration.series({ route, method, status_class: statusClass }))
   }
 }
 
@@ -100,35 +101,29 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
   })
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    /** This app's metrics; server.ts serves them on METRICS_PORT. */
-    metrics: GatewayMetrics
-  }
-}
+export interface ObservedMetrics { metrics: GatewayMetrics, stop: () => void }
 
 /**
- * Metrics for one app: its own registry, the engine client's observer and,
- * when something will scrape them (METRICS_PORT is not 0), the per-request
- * hooks. With metrics off the request path pays nothing; the features' rare
- * counters (shed, replays, key-set fetches) stay, as plain increments.
+ * Metrics for one gateway: its own registry and the engine client's observers.
+ * Per call only when something will scrape them (METRICS_PORT is not 0); the
+ * cluster's events are rare (ejections, retries) and counted always. `stop`
+ * ends the cluster observation.
  */
-export function installMetrics (app: FastifyInstance, engine: EngineMetricsSource, opts: { perRequest: boolean }): GatewayMetrics {
-  const metrics = new GatewayMetrics({ enginePool: () => engine.poolState(), engineEndpoints: () => engine.endpointStates() })
-  // The cluster's events are rare (ejections, retries): counted whether or not anything scrapes.
-  const stopCluster = engine.observeCluster({
+export function observedMetrics (engine: EngineMetricsSource, opts: { perCall: boolean }): ObservedMetrics {
+  const metrics = new GatewayMetrics({
+    enginePool: () => engine.poolState(),
+    engineEndpoints: () => engine.endpointStates()
+  })
+  const stop = engine.observeCluster({
     ejected: (endpoint) => { metrics.engineEjected(endpoint) },
     retried: (call, reason) => { metrics.engineRetried(call, reason) },
     budgetExhausted: () => { metrics.engineRetryBudgetSpent() },
     lookup: (name, error) => { if (error !== undefined) metrics.engineLookupFailed(name) }
   })
-  app.addHook('onClose', async () => { stopCluster() })
   // An address that left the set takes its series with it (a headless Service's pods come and go).
   engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })
-  if (opts.perRequest) {
+  if (opts.perCall) {
     engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))
-    installRequestMetrics(app, metrics)
   }
-  app.decorate('metrics', metrics)
-  return metrics
+  return { metrics, stop }
 }

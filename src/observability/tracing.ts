@@ -83,20 +83,24 @@ export interface TracingInstallOptions {
 }
 
 /**
- * The server span's hooks, right after installTraceContext; the engine
- * client's per-try spans; dropped spans counted in gateway_trace_spans_dropped_total.
+ * The server span's hooks, right after installTraceContext, and the engine
+ * client's per-try spans.
  */
-export function installTracing (app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions): void {
+export function installTracing (
+  app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions
+): void {
   const { tracer } = tracing
   const trusted = trustedPeers(opts.trustProxy)
-  tracing.onDropped = (count) => { app.metrics.spansDropped(count) }
   app.decorateRequest('trace', undefined)
 
   app.addHook('onRequest', (request, reply, done) => {
-    // The client's traceparent, parsed once (trace-context.ts), so the span, the engine and the log lines share one trace id.
+    // The client's traceparent, parsed once (trace-context.ts), so the span, the engine and the log lines
+    // share one trace id.
     const client = clientTraceParent(request.raw)
     // A client's sampled flag is followed only from a trusted proxy.
-    const followed = client !== undefined && trusted(request.socket.remoteAddress) ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client)) : ROOT_CONTEXT
+    const followed = client !== undefined && trusted(request.socket.remoteAddress)
+      ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client))
+      : ROOT_CONTEXT
     // Anyone else's request is decided as a new trace is, though its trace id is kept (logs, the engine, the span):
     // a trace the gateway started on its own id, as the ratio sampler decides everywhere; a client's id, which the
     // client picked, by a random draw (tracing-sdk.ts, decide).
@@ -109,7 +113,9 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
       return done()
     }
     // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
-    const parent = client !== undefined && followed === ROOT_CONTEXT ? trace.setSpanContext(decided, spanContextOf(client)) : decided
+    const parent = client !== undefined && followed === ROOT_CONTEXT
+      ? trace.setSpanContext(decided, spanContextOf(client))
+      : decided
     // A new trace gets the id its log lines already carry.
     if (client === undefined) tracing.nextTraceId = traceId
     const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
@@ -144,10 +150,14 @@ export function installTracing (app: FastifyInstance, tracing: Tracing, engine: 
   engine.observeTries({ startTry: (info) => startTrySpan(tracer, info) })
 }
 
-/** A client span for one engine try, under the server span the try's traceparent names; none for an unsampled request. */
+/**
+ * A client span for one engine try, under the server span the try's traceparent names; none for an
+ * unsampled request.
+ */
 export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefined {
   const header = info.request.traceparent
-  // "00-<trace id>-<span id>-<flags>": only a recorded request's header is sampled (installTracing), and only it gets try spans.
+  // "00-<trace id>-<span id>-<flags>": only a recorded request's header is sampled (installTracing), and only
+  // it gets try spans.
   if (header === undefined || (header.charCodeAt(54) & 1) === 0) return undefined
   const parent = parseTraceParent(header)
   if (parent === null) return undefined
@@ -193,7 +203,10 @@ function hostPort (endpoint: string): { host: string, port: number | undefined }
   return { host: host.startsWith('[') ? host.slice(1, -1) : host, port: Number(endpoint.slice(colon + 1)) }
 }
 
-/** A span for one operation of a keyed request's idempotency store (DECISIONS 16); undefined unless the request is sampled. */
+/**
+ * A span for one operation of a keyed request's idempotency store (DECISIONS 16); undefined unless the
+ * request is sampled.
+ */
 export function startStoreSpan (request: FastifyRequest, operation: 'claim' | 'complete' | 'release'): Span | undefined {
   const t = request.trace
   if (t === undefined) return undefined

@@ -3,10 +3,10 @@
  * here with node:crypto, independently of the code under test.
  */
 import { createHmac, createSign, generateKeyPairSync } from 'node:crypto'
-import type { FastifyInstance } from 'fastify'
-import { buildApp, type AppDeps } from '../../src/app.js'
+import type { AppDeps } from '../../src/app.js'
+import { compose, type ComposeOverrides, type Gateway, type LogOptions } from '../../src/compose.js'
 import { loadConfig } from '../../src/config.js'
-import { EngineClient, type EnginePoolOptions } from '../../src/engine-client/client.js'
+import type { EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
 import { watchAnswers } from './answer-check.js'
 
@@ -24,8 +24,9 @@ export interface BuildOptions {
   /** The engine pool's sockets and idle keep-alive (defaults: 128, 500 ms). */
   engineConnections?: number
   engineKeepAliveMs?: number
-  logger?: AppDeps['logger']
-  keySet?: AppDeps['keySet']
+  /** pino's options and the stream its lines go to; absent: nothing is logged. */
+  logger?: LogOptions
+  keySet?: ComposeOverrides['keySet']
   /** Lingering-close bounds (DECISIONS 21), shortened by tests. */
   linger?: AppDeps['linger']
   /** Pool settings for the test (e.g. a small pool and queue). */
@@ -35,45 +36,60 @@ export interface BuildOptions {
   /** Cluster settings for the test: shorter health checks, an injected DNS lookup, fixed randomness. */
   cluster?: Partial<Pick<EnginePoolOptions, 'health' | 'lookup' | 'resolveIntervalMs' | 'random' | 'tryTimeoutMs'>>
   /** OTLP traces (DECISIONS 29): a provider the test started (src/shared/tracing-sdk.ts). */
-  tracing?: AppDeps['tracing']
+  tracing?: ComposeOverrides['tracing']
 }
 
-export interface Built {
-  app: FastifyInstance
-  engine: EngineClient
+/** The gateway's parts (src/compose.ts) and the URL it listens on. */
+export interface Built extends Gateway {
   url: string
 }
 
-/** Build and listen on loopback (real sockets), closing everything when the test ends. */
+/** Build with compose() and listen on loopback (real sockets), closing everything when the test ends. */
 export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Built> {
   // Event-loop shedding is off unless a test turns it on: this process runs the
   // clients and tap as well, and a stall of theirs would shed the gateway's requests.
-  const config = loadConfig({ JWT_SECRET: SECRET, UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9', UPSTREAM_TIMEOUT_MS: '1000', SHED_EVENT_LOOP_DELAY_MS: '0', ...opts.env })
+  const config = loadConfig({
+    JWT_SECRET: SECRET,
+    UPSTREAM_URL: opts.upstreamUrls?.join(',') ?? opts.upstreamUrl ?? 'http://127.0.0.1:9',
+    UPSTREAM_TIMEOUT_MS: '1000',
+    SHED_EVENT_LOOP_DELAY_MS: '0',
+    ...opts.env
+  })
   // A single engine is health-checked too (DECISIONS 24 v2), every 5 s: tests that count every request a
   // stub engine gets would count those checks, so a test of one engine gets checks only when it asks.
-  const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined ? { health: { intervalMs: 0 } } : {}
-  const engine = new EngineClient({ url: config.upstreamUrls!, timeoutMs: config.upstreamTimeoutMs, tryTimeoutMs: config.upstreamTryTimeoutMs, keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500, maxQueue: config.limits.upstreamMaxQueue, ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }), ...quiet, ...opts.pool, ...opts.cluster })
-  await engine.ready()
-  const app = await buildApp(config, {
-    engine,
-    ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
+  const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined
+    ? { health: { intervalMs: 0 } }
+    : {}
+  const engine: Partial<EnginePoolOptions> = {
+    keepAliveTimeoutMs: opts.engineKeepAliveMs ?? 500,
+    ...(opts.engineConnections === undefined ? {} : { connections: opts.engineConnections }),
+    ...quiet,
+    ...opts.pool,
+    ...opts.cluster
+  }
+  const app = {
     ...(opts.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: opts.uploadStallTimeoutMs }),
     ...(opts.uploadMinRate === undefined ? {} : { uploadMinRate: opts.uploadMinRate }),
-    ...(opts.logger === undefined ? {} : { logger: opts.logger }),
+    ...(opts.linger === undefined ? {} : { linger: opts.linger })
+  }
+  const gateway = await compose(config, {
+    engine,
+    app,
+    ...(opts.lifecycle === undefined ? {} : { lifecycle: opts.lifecycle }),
+    ...(opts.logger === undefined ? {} : { log: opts.logger }),
     ...(opts.keySet === undefined ? {} : { keySet: opts.keySet }),
-    ...(opts.linger === undefined ? {} : { linger: opts.linger }),
     ...(opts.tracing === undefined ? {} : { tracing: opts.tracing })
   })
   // Every answer this gateway sends is held to openapi.json; registered first, so it runs after the close.
-  const violations = watchAnswers(app.server)
+  const violations = watchAnswers(gateway.app.server)
   t.teardown(() => {
     if (violations.length > 0) throw new Error(`answers the document does not declare:\n${violations.join('\n')}`)
   })
-  t.teardown(async () => {
-    await app.close() // closes the engine pool too
-  })
-  const url = await app.listen({ port: 0, host: '127.0.0.1' })
-  return { app, engine, url }
+  t.teardown(gateway.close)
+  // Names in UPSTREAM_URL resolved before the first request, so a test's first call finds its endpoints.
+  await gateway.engine.ready()
+  const url = await gateway.app.listen({ port: 0, host: '127.0.0.1' })
+  return { ...gateway, url }
 }
 
 const b64url = (value: unknown): string => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
@@ -84,7 +100,8 @@ export interface Claims { sub?: unknown, exp?: number, nbf?: number, iss?: strin
 /** HS256 token; `exp` one hour ahead unless given (pass exp: undefined via `omitExp`). */
 export function hs256 (claims: Claims = {}, secret = SECRET, header: Record<string, unknown> = { alg: 'HS256', typ: 'JWT' }): string {
   const payload = { sub: 'alice', iat: now(), exp: now() + 3600, ...claims }
-  for (const k of Object.keys(payload)) if ((payload as Record<string, unknown>)[k] === undefined) delete (payload as Record<string, unknown>)[k]
+  const fields = payload as Record<string, unknown>
+  for (const k of Object.keys(fields)) if (fields[k] === undefined) delete fields[k]
   const input = `${b64url(header)}.${b64url(payload)}`
   return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`
 }
@@ -116,6 +133,9 @@ export const MINTS = [
   'DezXAZ8z7PnrnRJjz3wXBoRgixCa6xjnB7YaB1pPB263'
 ] as const
 
-export function validUpdate (): { portfolio_id: string, target_positions: Array<{ mint: string, allocation: number }> } {
+export function validUpdate (): {
+  portfolio_id: string
+  target_positions: Array<{ mint: string, allocation: number }>
+} {
   return { portfolio_id: 'p-1', target_positions: [{ mint: MINTS[0], allocation: 0.6 }, { mint: MINTS[1], allocation: 0.4 }] }
 }

@@ -30,8 +30,10 @@ export interface Child {
  * (NODE_ENV, JWT_*) leaks in. Killed in teardown if it is still running.
  */
 export function start (t: Test, script: string, env: Record<string, string>, args: string[] = []): Child {
-  // METRICS_PORT=0 unless a test sets it: several gateways run at once (common brief).
-  const proc = spawn(process.execPath, [...nodeArgs(script), ...args], { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  // Any free port and metrics off unless a test sets them: several gateways run at once, and a developer's
+  // own `npm start` may hold the defaults (3000, 9464).
+  const childEnv = { PATH: process.env['PATH'] ?? '', PORT: '0', METRICS_PORT: '0', ...env }
+  const proc = spawn(process.execPath, [...nodeArgs(script), ...args], { cwd: ROOT, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   proc.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })

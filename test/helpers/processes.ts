@@ -92,8 +92,12 @@ export interface Proc {
   count: (pattern: RegExp) => number
 }
 
-export async function startProcess (t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp): Promise<Proc> {
-  const proc = spawn(process.execPath, nodeArgs(script), { cwd: ROOT, env: { PATH: process.env['PATH'] ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+export async function startProcess (
+  t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp
+): Promise<Proc> {
+  // Metrics off unless a test asks for them on a port of its own: the default 9464 may be a developer's `npm start`.
+  const childEnv = { PATH: process.env['PATH'] ?? '', METRICS_PORT: '0', ...env }
+  const proc = spawn(process.execPath, nodeArgs(script), { cwd: ROOT, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   let err = ''
   const waiters = new Set<() => void>()

@@ -6,11 +6,19 @@ import { describe, viaPython, viaRawSocket } from './write-first.js'
 
 /** The tests' gateway: build() in this process, closed as soon as its refusal has been tried. */
 export const startInProcess = (t: Test): StartGateway => async (upstreamUrl, setup) => {
-  const { app, url } = await build(t, { upstreamUrl, ...(setup.env === undefined ? {} : { env: setup.env }), ...(setup.uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs: setup.uploadStallTimeoutMs }) })
-  return { url, close: async () => { await app.close() } }
+  const { env, uploadStallTimeoutMs } = setup
+  const { close, url } = await build(t, {
+    upstreamUrl,
+    ...(env === undefined ? {} : { env }),
+    ...(uploadStallTimeoutMs === undefined ? {} : { uploadStallTimeoutMs })
+  })
+  return { url, close }
 }
 
-/** Refusals run this many at a time (each with its own gateway and engine double): the 2 s bound holds on a busy 2-core runner only one by one. */
+/**
+ * Refusals run this many at a time (each with its own gateway and engine double): the 2 s bound holds on a
+ * busy 2-core runner only one by one.
+ */
 const AT_ONCE = 1
 
 /**

@@ -45,7 +45,9 @@ async function round (pool: Pool, count: number, extra: Record<string, string> =
  * in turn (half of them starting with the other): the pools see the same
  * machine at the same moments, so a busy neighbour slows them alike.
  */
-async function pairedRound (pools: readonly Pool[], count: number, extra: Record<string, string> = {}): Promise<number[][]> {
+async function pairedRound (
+  pools: readonly Pool[], count: number, extra: Record<string, string> = {}
+): Promise<number[][]> {
   const headers = { ...bearer(), ...extra }
   const latencies: number[][] = pools.map(() => [])
   let left = count
@@ -66,7 +68,10 @@ async function pairedRound (pools: readonly Pool[], count: number, extra: Record
 }
 
 const p99 = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.ceil(values.length * 0.99) - 1]!
-const median = (values: number[]): number => { const s = [...values].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]! }
+const median = (values: number[]): number => {
+  const s = [...values].sort((a, b) => a - b)
+  return s[Math.floor(s.length / 2)]!
+}
 
 function droppedOf (scrape: string): number {
   return Number(/^gateway_trace_spans_dropped_total (\d+)/m.exec(scrape)?.[1] ?? NaN)
@@ -86,7 +91,10 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
   const tracing = tracingFrom(t, env, 'portfolio-gateway', { queueMax: QUEUE_MAX, exportDelayMs: 20, exportTimeoutMs: 300 })
   const plain = await build(t, { upstreamUrl: engine.origin, env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000' } })
   const traced = await build(t, { upstreamUrl: engine.origin, env: { ...env, RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '10000', TRUST_PROXY: '127.0.0.1' }, tracing })
-  const pools = [new Pool(plain.url, { connections: CONCURRENCY }), new Pool(traced.url, { connections: CONCURRENCY })] as const
+  const pools = [
+    new Pool(plain.url, { connections: CONCURRENCY }),
+    new Pool(traced.url, { connections: CONCURRENCY })
+  ] as const
   t.teardown(async () => { await Promise.all(pools.map(async (p) => await p.close())) })
 
   // Warm both: connections, the JIT, the engine's pool (the first rounds of a process are its slowest).
@@ -120,8 +128,8 @@ export async function collectorFailure (t: Test, collector: 'down' | 'hanging'):
   t.ok(maxPending <= QUEUE_MAX, `spans held never passed the bound (${maxPending} <= ${QUEUE_MAX})`)
   const requests = BURST
   // Every span ended either waits (pending) or was dropped: none was exported (the latency rounds' 1% add a few).
-  const dropped = droppedOf((await traced.app.metrics.scrape()).body)
+  const dropped = droppedOf((await traced.metrics.scrape()).body)
   t.ok(dropped + tracing.pending >= requests, `every span is dropped or waiting (${dropped} dropped + ${tracing.pending} waiting, ${requests} requests)`)
   t.ok(dropped >= requests - QUEUE_MAX, 'the drops are counted')
-  t.equal(droppedOf((await plain.app.metrics.scrape()).body), 0, 'the untraced gateway has the series at 0')
+  t.equal(droppedOf((await plain.metrics.scrape()).body), 0, 'the untraced gateway has the series at 0')
 }

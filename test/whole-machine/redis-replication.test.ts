@@ -17,7 +17,6 @@ import { metricOf } from '../helpers/prometheus.js'
 import { attemptUntil } from '../helpers/engine.js'
 import { commandCounts, requireRedis, startRedis, startReplicated } from '../helpers/redis.js'
 
-
 function capture (): { stream: Writable, text: () => string, lines: () => Array<Record<string, unknown>> } {
   const chunks: string[] = []
   const stream = new Writable({ write (chunk, _enc, cb) { chunks.push(String(chunk)); cb() } })
@@ -45,8 +44,8 @@ if (requireRedis(t)) {
     const stub = await startStubUpstream()
     t.teardown(() => stub.close())
     const log = capture()
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: primary.url }, logger: { level: 'warn', stream: log.stream } })
-    const lag = async (reason: string): Promise<number | undefined> => await metricOf(app.metrics, 'gateway_redis_replication_lag_total', { reason })
+    const { metrics, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: primary.url }, logger: { level: 'warn', stream: log.stream } })
+    const lag = async (reason: string): Promise<number | undefined> => await metricOf(metrics, 'gateway_redis_replication_lag_total', { reason })
     const waits = async (): Promise<number> => (await commandCounts(probe))['wait'] ?? 0
 
     // Once the replica check has run, each stored record is followed by a WAIT.
@@ -67,7 +66,7 @@ if (requireRedis(t)) {
     const acknowledged = await eventually(waitedFor, (r) => r.status === 200 && r.counted === 0 && r.waits === 1)
     t.equal(acknowledged.waits, 1, 'one WAIT for one stored record')
     t.equal(acknowledged.counted, 0, 'acknowledged: nothing counted')
-    t.equal(await metricOf(app.metrics, 'gateway_redis_up'), 1)
+    t.equal(await metricOf(metrics, 'gateway_redis_up'), 1)
 
     replica.stop()
     const missedFrom = (await lag('missed')) ?? 0
@@ -102,7 +101,7 @@ if (requireRedis(t)) {
     t.equal(await lag('unreplicated'), (alone.unreplicated ?? 0) + 1, 'counted as unreplicated')
 
     await primary.kill()
-    t.equal(await eventually(async () => await metricOf(app.metrics, 'gateway_redis_up'), (up) => up === 0), 0, 'gateway_redis_up 0 once Redis is gone')
+    t.equal(await eventually(async () => await metricOf(metrics, 'gateway_redis_up'), (up) => up === 0), 0, 'gateway_redis_up 0 once Redis is gone')
   })
 
   t.test('a wrong password: logged without the password, keyed requests 503', async (t) => {

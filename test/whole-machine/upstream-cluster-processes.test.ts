@@ -108,7 +108,7 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   const CHECK_MS = 500
   const ports = [await freePort(), await freePort()]
   const engines = [await engine(t, ports[0]!, { DELAY_MS: '20' }), await engine(t, ports[1]!, { DELAY_MS: '20' })]
-  const { app, url, engine: client } = await build(t, { ...GATEWAY, upstreamUrls: engines.map((e) => e.url), cluster: { health: { intervalMs: CHECK_MS } } })
+  const { metrics, url, engine: client } = await build(t, { ...GATEWAY, upstreamUrls: engines.map((e) => e.url), cluster: { health: { intervalMs: CHECK_MS } } })
   const traffic = load(url, 8)
   await until(() => traffic.outcomes.length >= 40, 30_000)
   const a = engines[0]!
@@ -142,7 +142,7 @@ t.test('crash: SIGKILL one engine mid-load; only calls in flight on it may fail,
   await until(() => traffic.outcomes.length >= sent + 30, 30_000)
   await traffic.stop()
   t.ok(((await countsOf(restarted.url))['GET /api/portfolio/ping'] ?? 0) > before, 'A takes calls again')
-  const samples = parseExposition((await app.metrics.scrape()).body)
+  const samples = parseExposition((await metrics.scrape()).body)
   // Passed over from its first refusal, A may never fail 5 calls in a row: ejected once at most.
   t.ok((valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${ports[0]}` }) ?? 0) <= 1, 'A was ejected once at most')
 })
@@ -152,7 +152,7 @@ t.test('hang: SIGSTOP one engine; ejected after its 5th timeout, GETs retried wi
   const engines = [await engine(t, ports[0]!), await engine(t, ports[1]!)]
   // Random fixed at 0: with nothing in flight the first endpoint (A) is always drawn first, so every
   // sequential ping tries A, and A's timeouts are consecutive and counted exactly.
-  const { app, url, engine: client } = await build(t, { env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '1500' }, upstreamUrls: engines.map((e) => e.url), cluster: { random: () => 0, health: { intervalMs: 2_000 } } })
+  const { metrics, url, engine: client } = await build(t, { env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '1500' }, upstreamUrls: engines.map((e) => e.url), cluster: { random: () => 0, health: { intervalMs: 2_000 } } })
   const ping = async (): Promise<{ status: number, ms: number }> => {
     const start = performance.now()
     const res = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
@@ -176,7 +176,7 @@ t.test('hang: SIGSTOP one engine; ejected after its 5th timeout, GETs retried wi
     if (!client.endpointStates()[0]!.up) ejectedAt = performance.now()
   }
   t.ok(ejectedAt > 0, 'A ejected')
-  const samples = parseExposition((await app.metrics.scrape()).body)
+  const samples = parseExposition((await metrics.scrape()).body)
   t.equal(valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${ports[0]}` }), 1)
   t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'ping', reason: 'try_timeout' }), 5, 'ejected after its 5th timeout')
   t.equal(slow.length, 5, 'five pings met the hung engine')

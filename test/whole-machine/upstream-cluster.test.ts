@@ -37,8 +37,8 @@ async function ping (url: string): Promise<{ status: number, body: string }> {
   return { status: res.statusCode, body: await res.body.text() }
 }
 
-async function metrics (app: { metrics: { scrape: () => Promise<{ body: string }> } }) {
-  return parseExposition((await app.metrics.scrape()).body)
+async function samplesOf (gatewayMetrics: { scrape: () => Promise<{ body: string }> }) {
+  return parseExposition((await gatewayMetrics.scrape()).body)
 }
 
 const sick503: StubHandler = (_req, res) => json(res, 503, { success: false, error: { source: 'engine', code: 'UNAVAILABLE', message: 'overloaded', function: 'any' } })
@@ -51,11 +51,11 @@ for (const [name, handler] of [['503 of any shape', sick503], ['non-contract HTM
   t.test(`an engine answering ${name} is ejected after its 5th failure; pings succeed on the other`, async (t) => {
     const sick = await stub(t, handler)
     const good = await stub(t)
-    const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [sick.url, good.url], cluster: NO_CHECKS })
+    const { metrics, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [sick.url, good.url], cluster: NO_CHECKS })
     for (let i = 0; i < 20; i++) t.same(await ping(url), { status: 200, body: 'pong' })
     t.equal(count(sick, '/api/portfolio/ping'), 5, 'exactly 5 failures reached the sick engine, then none')
     t.equal(count(good, '/api/portfolio/ping'), 20, 'every ping answered by the good one (5 of them retries)')
-    const samples = await metrics(app)
+    const samples = await samplesOf(metrics)
     t.equal(valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${sick.port}` }), 1)
     t.equal(valueOf(samples, 'gateway_engine_endpoint_up', { endpoint: `127.0.0.1:${sick.port}` }), 0)
     t.equal(valueOf(samples, 'gateway_engine_endpoint_up', { endpoint: `127.0.0.1:${good.port}` }), 1)
@@ -68,9 +68,9 @@ t.test('never more than half the set is ejected: two sick engines of three, one 
   const a = await stub(t, sick503)
   const b = await stub(t, sick503)
   const c = await stub(t)
-  const { app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url, c.url], cluster: NO_CHECKS })
+  const { metrics, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url, c.url], cluster: NO_CHECKS })
   for (let i = 0; i < 30; i++) t.same(await ping(url), { status: 200, body: 'pong' })
-  const samples = await metrics(app)
+  const samples = await samplesOf(metrics)
   const ejections = [a, b].map((s) => valueOf(samples, 'gateway_engine_ejections_total', { endpoint: `127.0.0.1:${s.port}` }) ?? 0)
   t.equal(ejections[0]! + ejections[1]!, 1, 'one ejection: floor(3 / 2) = 1')
   t.equal(engine.endpointStates().filter((e) => !e.up).length, 1)
@@ -95,7 +95,7 @@ t.test('retry budget: both engines failing half their calls, retries stay within
   const b = await stub(t, halfFailing)
   // Health checks and ejection off: the budget alone bounds the retries here.
   // A long deadline: on a loaded machine the answers are slow, and only the engines' 503s are under test here.
-  const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url], env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '30000' }, cluster: { health: { intervalMs: 0, ejectionBaseMs: 1 } } })
+  const { metrics, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [a.url, b.url], env: { RATE_LIMIT_PER_MINUTE: '0', UPSTREAM_TIMEOUT_MS: '30000' }, cluster: { health: { intervalMs: 0, ejectionBaseMs: 1 } } })
   // Enough calls in flight that 20% of them is well above the floor of 3 retries, and workers
   // that all stop together once TOTAL calls have started, so the tail at low concurrency is short.
   const TOTAL = 1500
@@ -117,7 +117,7 @@ t.test('retry budget: both engines failing half their calls, retries stay within
   const retries = atEngines - calls
   t.ok(retries <= 0.2 * calls, `${retries} retries for ${calls} calls (${(100 * retries / calls).toFixed(1)}%)`)
   t.ok(retries > 0, 'some retries were made')
-  const samples = await metrics(app)
+  const samples = await samplesOf(metrics)
   t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'ping', reason: 'bad_response' }), retries, 'the metric counts what reached the engines')
   t.ok((valueOf(samples, 'gateway_engine_retry_budget_exhausted_total') ?? 0) > 0, 'the budget refused some')
 })
@@ -165,22 +165,22 @@ t.test('no unsafe retry: a create whose image began to stream is never sent twic
 
 t.test('a call that never reached an engine is retried on another, POSTs included (counted at the engine)', async (t) => {
   // One gateway per call: after its first refusal the refusing endpoint is passed over, so each call must be a first.
-  const first = async (): Promise<{ app: Awaited<ReturnType<typeof build>>['app'], url: string, b: StubUpstream }> => {
+  const first = async (): Promise<{ metrics: Awaited<ReturnType<typeof build>>['metrics'], url: string, b: StubUpstream }> => {
     const refused = `http://127.0.0.1:${await refusedPort()}`
     const b = await stub(t)
-    const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
-    return { app, url, b }
+    const { metrics, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
+    return { metrics, url, b }
   }
   {
-    const { app, url, b } = await first()
+    const { metrics, url, b } = await first()
     const update = await request(`${url}/api/portfolio/update`, { method: 'POST', headers: { ...bearer(), 'content-type': 'application/json' }, body: JSON.stringify(validUpdate()) })
     t.equal(update.statusCode, 200)
     t.same(await update.body.json(), { success: true, message: 'Target positions updated' })
     t.equal(count(b, '/api/portfolio/update'), 1)
-    t.equal(valueOf(await metrics(app), 'gateway_engine_retries_total', { call: 'update', reason: 'unreachable' }), 1)
+    t.equal(valueOf(await samplesOf(metrics), 'gateway_engine_retries_total', { call: 'update', reason: 'unreachable' }), 1)
   }
   {
-    const { app, url, b } = await first()
+    const { metrics, url, b } = await first()
     const { body, contentType } = multipartBody([...FIELDS, { name: 'image', filename: 'big.png', contentType: 'image/png', data: bigPng(300 * 1024) }])
     const create = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
     t.equal(create.statusCode, 200)
@@ -188,7 +188,7 @@ t.test('a call that never reached an engine is retried on another, POSTs include
     t.equal(count(b, '/api/portfolio/create'), 1)
     const form = b.requests.find((r) => r.url === '/api/portfolio/create')!
     t.ok(form.body.includes(bigPng(300 * 1024)), 'the whole image reached the engine that took the retry')
-    t.equal(valueOf(await metrics(app), 'gateway_engine_retries_total', { call: 'create', reason: 'unreachable' }), 1)
+    t.equal(valueOf(await samplesOf(metrics), 'gateway_engine_retries_total', { call: 'create', reason: 'unreachable' }), 1)
   }
 })
 
@@ -196,22 +196,22 @@ t.test('an endpoint that refused once is passed over while another can be reache
   const refused = `http://127.0.0.1:${await refusedPort()}`
   const b = await stub(t)
   // Health checks off and no ejection yet (one failure of five): only the refusal itself can steer calls away.
-  const { app, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
+  const { metrics, url } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: [refused, b.url], cluster: NO_CHECKS })
   t.same(await ping(url), { status: 200, body: 'pong' }, 'the first ping is refused, then retried on the live engine')
   const results = await Promise.all(Array.from({ length: 20 }, async () => await ping(url)))
   t.same(results.filter((r) => r.status !== 200), [], 'no 502 among 20 concurrent pings')
   t.equal(count(b, '/api/portfolio/ping'), 21)
-  const samples = await metrics(app)
+  const samples = await samplesOf(metrics)
   t.equal(valueOf(samples, 'gateway_engine_retries_total', { call: 'ping', reason: 'unreachable' }), 1, 'only the first ping needed a retry')
 })
 
 t.test('all endpoints down: 502 at once (p99 under 20 ms), and /api/health says degraded', async (t) => {
   const urls = [`http://127.0.0.1:${await refusedPort()}`, `http://127.0.0.1:${await refusedPort()}`]
-  const { app, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: urls, env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 50 } } })
+  const { metrics, url, engine } = await build(t, { engineKeepAliveMs: KEEP_ALIVE_MS, upstreamUrls: urls, env: { RATE_LIMIT_PER_MINUTE: '0' }, cluster: { health: { intervalMs: 50 } } })
   // Warm the client's own connection to the gateway first, and let the checks find both down.
   for (let i = 0; i < 20; i++) await ping(url)
   while (engine.endpointStates().some((e) => e.up)) await new Promise((resolve) => setTimeout(resolve, 20))
-  const bucket = async (le: string): Promise<number> => valueOf(await metrics(app), 'gateway_engine_call_duration_seconds_bucket', { call: 'ping', le }) ?? 0
+  const bucket = async (le: string): Promise<number> => valueOf(await samplesOf(metrics), 'gateway_engine_call_duration_seconds_bucket', { call: 'ping', le }) ?? 0
   const [fastBefore, allBefore] = [await bucket('0.01'), await bucket('+Inf')]
   // Interleaved with a request the gateway refuses itself (authenticated, validated, answered 400
   // through the same error handler, no engine): the machine's own latency, measured alike.

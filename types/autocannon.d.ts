@@ -69,7 +69,9 @@ declare module 'autocannon' {
     }
   }
 
-  function autocannon (options: autocannon.Options, callback: (err: Error | null, result: autocannon.Result) => void): autocannon.Instance
+  function autocannon (
+    options: autocannon.Options, callback: (err: Error | null, result: autocannon.Result) => void
+  ): autocannon.Instance
 
   export default autocannon
 }
