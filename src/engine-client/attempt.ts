@@ -5,20 +5,20 @@
  * client-h1.js right before the first byte goes on the socket): the retry
  * policy's proof that a failed POST never reached the engine.
  *
- * A try waits for one of its endpoint's places (connection-cap.ts) outside
- * undici, and leaves that line at once when given up. One given up after it
- * was dispatched but before that point (it met a busy connection in the pool's
- * queue, or was still connecting) ends at once for the call; undici offers a
- * raw dispatch no way to take it out of the queue, and aborting it when it
- * reaches a socket destroys that socket (client-h1.js writeH1's abort). A
- * handler that throws from onRequestStart has its request failed and dropped
- * with the socket left as it was, so a given-up try throws there.
- * test/engine-client-queue-leave.test.ts counts the engine's connections to
- * hold undici to it.
+ * A try given up before that point (a per-try timeout, the deadline, the
+ * client gone while it waits in its endpoint's pool queue; DECISIONS 24 v2)
+ * ends at once for the call, and leaves undici's queue without costing a
+ * socket. undici 7 has no way to take a dispatched request out of a Pool's
+ * queue, and aborting one when it reaches a socket destroys that socket
+ * (client-h1.js writeH1's abort), even before a byte is written. But a handler
+ * that throws from onRequestStart has its request failed and dropped with the
+ * socket left as it was (writeH1 catches around request.onConnect; _resume
+ * then splices the request out and goes on with the next): so a given-up try
+ * throws there. test/engine-client-queue-leave.test.ts counts the engine's
+ * connections to hold undici to it.
  */
 import type { Dispatcher } from 'undici'
 import { GatewayError } from '../http/errors.js'
-import type { PlaceWaiter } from './connection-cap.js'
 import type { Endpoint } from './endpoints.js'
 import type { EngineTrySpan } from './types.js'
 
@@ -31,8 +31,6 @@ export interface AttemptOwner {
   attemptResponded: (attempt: Attempt) => void
   /** Asked as the try reaches a socket: true (and the try given up) when the call's deadline has passed. */
   tooLate: (attempt: Attempt) => boolean
-  /** The try has its endpoint's place (it waited for one): send it. */
-  placeFree: (attempt: Attempt) => void
 }
 
 /**
@@ -51,12 +49,8 @@ async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): Asyn
   }
 }
 
-export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
+export class Attempt implements Dispatcher.DispatchHandler {
   sent = false
-  /** It holds one of its endpoint's places (connection-cap.ts), given back when it ends. */
-  hasPlace = false
-  /** It waits for a place. */
-  waitsForPlace = false
   status = 0
   contentType = ''
   /** The engine's Retry-After, passed on with the 503 it came with. */
@@ -71,10 +65,6 @@ export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
   poolQueued = false
   /** The tracer's span of this try, if one is observing. */
   span: EngineTrySpan | undefined = undefined
-  /** What is sent, kept while the try waits for a place. */
-  options: Dispatcher.DispatchOptions | undefined = undefined
-  /** Sent on a connection of its own (a single endpoint's retry). */
-  fresh = false
   /** A dispatcher of this try alone (a fresh connection), closed when the try ends. */
   own: Dispatcher | undefined = undefined
   #controller: Controller | undefined = undefined
@@ -92,23 +82,9 @@ export class Attempt implements Dispatcher.DispatchHandler, PlaceWaiter {
     return watched(body as AsyncIterable<Buffer>, this)
   }
 
-  /** A place came free for it (ConnectionCap): it is sent now. */
-  start (): void {
-    this.waitsForPlace = false
-    this.hasPlace = true
-    this.owner.placeFree(this)
-  }
-
-  /** Give the try up, possibly before it had a place or undici took it off the pool's queue. */
+  /** Give the try up, possibly before undici took it off the pool's queue. */
   giveUp (err: Error): void {
     this.#failure ??= err
-    if (this.waitsForPlace) {
-      // Never sent: it leaves the line and no socket is opened for it.
-      this.waitsForPlace = false
-      this.endpoint.cap.leave(this)
-      this.end(this.#failure)
-      return
-    }
     if (this.#controller !== undefined) {
       this.#controller.abort(this.#failure)
       return

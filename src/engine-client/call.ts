@@ -188,7 +188,7 @@ export class Call implements AttemptOwner {
       const lastChance = !this.#perTry || remaining <= ctx.tryTimeoutMs
       attempt.timer = setTimeout(attemptTimer, Math.max(1, lastChance ? remaining : ctx.tryTimeoutMs), this, attempt, lastChance)
     }
-    attempt.options = {
+    const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
       headers,
@@ -196,40 +196,17 @@ export class Call implements AttemptOwner {
       body: attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body'],
       headersTimeout: req.headersTimeoutMs ?? ctx.timeoutMs
     }
-    attempt.fresh = fresh
-    // Sent only with one of the endpoint's places (DECISIONS 33); otherwise it waits for one, outside undici.
-    if (endpoint.cap.enter(attempt)) {
-      attempt.hasPlace = true
-      this.#send(attempt)
-    } else {
-      attempt.waitsForPlace = true
-    }
-  }
-
-  placeFree (attempt: Attempt): void {
-    if (attempt === this.#attempt) {
-      this.#send(attempt)
-      return
-    }
-    // A try the call has moved past never goes out: its place goes to the next one.
-    attempt.hasPlace = false
-    attempt.endpoint.cap.release(false)
-  }
-
-  #send (attempt: Attempt): void {
-    const endpoint = attempt.endpoint
-    const options = attempt.options!
     // A pool closed with the client fails the retry as it failed the try: no new socket after close().
-    if (attempt.fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
-      const own = attempt.own = this.ctx.fresh(endpoint.origin)
+    if (fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
+      const own = attempt.own = ctx.fresh(endpoint.origin)
       own.dispatch(options, attempt)
       return
     }
     const pool = endpoint.pool
-    const queuedBefore = this.ctx.queued(pool)
+    const queuedBefore = ctx.queued(pool)
     pool.dispatch(options, attempt)
     // Into the pool's own queue (every connection busy): if given up there, it must stop counting at once.
-    attempt.poolQueued = this.ctx.queued(pool) > queuedBefore
+    attempt.poolQueued = ctx.queued(pool) > queuedBefore
   }
 
   tooLate (attempt: Attempt): boolean {
@@ -258,12 +235,6 @@ export class Call implements AttemptOwner {
       ctx.budget.retries--
     }
     const err = raw === undefined ? undefined : upstreamError(raw)
-    if (attempt.hasPlace) {
-      attempt.hasPlace = false
-      // An answer shows the engine keeping up; a try that timed out leaves it still at work, or still accepting.
-      if (attempt.status > 0) endpoint.cap.answered()
-      endpoint.cap.release(attempt.status === 0 && err?.code === 'UPSTREAM_TIMEOUT')
-    }
     const stopped = this.#stopped
     // DECISIONS 23 v2: a refused form, a client gone or too slow says nothing about the endpoint; a deadline does.
     const clientAborted = attempt.bodyFailed || (stopped !== undefined && !isTimeout(stopped))

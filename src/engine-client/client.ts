@@ -140,8 +140,6 @@ export class EngineClient {
     this.#set = new EndpointSet({
       urls,
       pool: poolFor,
-      // While every place is held, one probe per call deadline (DECISIONS 33).
-      places: { size: opts.connections ?? 128, probeEveryMs: opts.timeoutMs },
       ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
       ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
       onChange: () => {
@@ -281,23 +279,20 @@ export class EngineClient {
     for (const e of this.#set.list) {
       const s = e.pool.stats
       connected += s.connected
-      queued += Math.max(0, s.queued - e.abandonedQueued) + e.cap.waiting
+      queued += Math.max(0, s.queued - e.abandonedQueued)
       running += s.running
     }
     return { connected, queued, running }
   }
 
-  /**
-   * True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: those
-   * waiting for a place (connection-cap.ts) and a cheap read of undici's counters.
-   */
+  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
   queueFull (): boolean {
     const list = this.#set.list
     let queued = 0
     for (let i = 0; i < list.length; i++) {
       const e = list[i]!
       // Tries given up in the queue no longer wait there, though undici drops them only when a socket frees.
-      queued += Math.max(0, this.#queued(e.pool) - e.abandonedQueued) + e.cap.waiting
+      queued += Math.max(0, this.#queued(e.pool) - e.abandonedQueued)
     }
     return queued >= this.#maxQueue
   }

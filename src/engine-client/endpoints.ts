@@ -16,7 +16,6 @@
 import { lookup as dnsLookup, Resolver } from 'node:dns/promises'
 import { isIP, type LookupFunction } from 'node:net'
 import type { Client, Pool } from 'undici'
-import { ConnectionCap } from './connection-cap.js'
 
 /** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
 export interface Lookup {
@@ -98,14 +97,6 @@ export function namesAHost (urls: readonly string[]): boolean {
 
 export type PoolFactory = (origin: string) => Pool
 
-/** An endpoint's places: one per connection of its pool; while all are held, one probe per `probeEveryMs`. */
-export interface Places {
-  readonly size: number
-  readonly probeEveryMs: number
-}
-
-const DEFAULT_PLACES: Places = { size: 128, probeEveryMs: 10_000 }
-
 /** Envoy's default DNS refresh rate (DECISIONS 24 v2). */
 export const DNS_REFRESH_MS = 5_000
 
@@ -145,24 +136,14 @@ export class Endpoint {
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
-  /** Its places: one per pool connection, held on by tries that timed out (connection-cap.ts). */
-  readonly cap: ConnectionCap
 
-  constructor (
-    readonly origin: string,
-    readonly pool: Pool,
-    readonly hostHeader: string | undefined,
-    key: string,
-    places: Places = DEFAULT_PLACES
-  ) {
+  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string) {
     this.key = key
-    this.cap = new ConnectionCap(places.size, places.probeEveryMs)
   }
 
   /** Close its pool (after the calls it has) and its check connection. */
   async retire (): Promise<void> {
     clearTimeout(this.ejectionTimer)
-    this.cap.close()
     // A check in flight is not worth waiting for.
     await Promise.all([this.pool.close(), this.checker?.destroy()])
   }
@@ -191,8 +172,6 @@ const bracketed = (address: string): string => isIP(address) === 6 ? `[${address
 export interface EndpointSetOptions {
   urls: readonly string[]
   pool: PoolFactory
-  /** Each endpoint's places (connection-cap.ts); default 128, probed every 10 s while all are held. */
-  places?: Places
   lookup?: Lookup
   /** How often names are resolved again (DNS_REFRESH_MS, UPSTREAM_DNS_REFRESH_MS); 0: only when health.ts asks. */
   resolveIntervalMs?: number
@@ -226,7 +205,6 @@ export class EndpointSet {
   list: readonly Endpoint[]
   readonly #sources: readonly Source[]
   readonly #pool: PoolFactory
-  readonly #places: Places | undefined
   readonly #lookup: Lookup
   readonly #onChange: (() => void) | undefined
   readonly #onRemoved: ((endpoint: Endpoint) => void) | undefined
@@ -240,7 +218,6 @@ export class EndpointSet {
   constructor (opts: EndpointSetOptions) {
     this.#sources = opts.urls.map(sourceOf)
     this.#pool = opts.pool
-    this.#places = opts.places
     this.#lookup = opts.lookup ?? systemLookup
     this.#onChange = opts.onChange
     this.#onRemoved = opts.onRemoved
@@ -276,7 +253,7 @@ export class EndpointSet {
     const origin = `${s.protocol}//${bracketed(address)}:${s.port}`
     // A name kept as Host only when the endpoint is an address the name resolved to.
     const hostHeader = s.named && address !== s.hostname ? s.host : undefined
-    return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`, this.#places)
+    return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`)
   }
 
   /**

@@ -25,8 +25,9 @@ const AT_ONCE = 1
  * How soon the answer must be read. On an idle machine every exchange takes
  * well under 2 s (bench/refusals.ts); on a 2-core runner at load 25 a raw
  * socket sharing this process with the gateway took up to 3 s. The bound stays
- * under the linger's 5 s idle cut, so an answer read only because the
- * gateway gave up on the body (the failure this guards against) cannot pass.
+ * under the linger's stall cut (the uploads' 10 s), so an answer read only
+ * because the gateway gave up on the body (the failure this guards against)
+ * cannot pass.
  */
 export const ANSWERED_WITHIN_MS = 4_000
 
