@@ -53,7 +53,7 @@ export function createVerifier (secret: string): (authorization: string | undefi
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined
     try {
       const header = JSON.parse(Buffer.from(head, 'base64url').toString('utf8')) as { alg?: unknown }
-      const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { sub?: unknown, exp?: unknown }
+      const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { sub?: unknown; exp?: unknown }
       if (header.alg !== 'HS256' || typeof claims.sub !== 'string' || typeof claims.exp !== 'number') return undefined
       const expiresAt = claims.exp * 1000
       if (expiresAt <= Date.now()) return undefined
@@ -88,7 +88,10 @@ class Collect<T> implements Dispatcher.DispatchHandler {
   type = 'application/octet-stream'
   chunks: Buffer[] = []
   size = 0
-  constructor (readonly to: T, readonly deliver: Deliver<T>) {}
+  constructor (
+    readonly to: T,
+    readonly deliver: Deliver<T>
+  ) {}
 
   // undici 7 tells this handler API from the legacy one by this method (handler/unwrap-handler.js).
   onRequestStart (): void {}
@@ -105,7 +108,12 @@ class Collect<T> implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd (): void {
-    this.deliver(this.to, this.status, this.type, this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size))
+    this.deliver(
+      this.to,
+      this.status,
+      this.type,
+      this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size)
+    )
   }
 
   onResponseError (): void {
@@ -123,7 +131,8 @@ function engineHeaders (sub: string, incoming: http.IncomingHttpHeaders): Record
   return headers
 }
 
-const newPool = (upstream: string): Pool => new Pool(upstream, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
+const newPool = (upstream: string): Pool =>
+  new Pool(upstream, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
 
 const writeAnswer: Deliver<http.ServerResponse> = (res, status, type, body) => {
   res.writeHead(status, { 'content-type': type, 'content-length': body.length })
@@ -141,7 +150,15 @@ export function createBareProxy (upstream: string, secret: string): http.Server 
       return
     }
     const hasBody = req.method !== 'GET' && req.method !== 'HEAD'
-    pool.dispatch({ method: req.method as 'GET', path: req.url ?? '/', headers: engineHeaders(sub, req.headers), body: hasBody ? req : null }, new Collect(res, writeAnswer))
+    pool.dispatch(
+      {
+        method: req.method as 'GET',
+        path: req.url ?? '/',
+        headers: engineHeaders(sub, req.headers),
+        body: hasBody ? req : null
+      },
+      new Collect(res, writeAnswer)
+    )
   })
 }
 
@@ -162,7 +179,9 @@ export async function createBareFastify (upstream: string, secret: string): Prom
   const pool = newPool(upstream)
   const app = Fastify({ logger: false })
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', (_req, payload, done) => { done(null, payload) })
+  app.addContentTypeParser('*', (_req, payload, done) => {
+    done(null, payload)
+  })
   app.decorateRequest('sub', '')
   app.addHook('onRequest', (req, reply, done) => {
     const sub = verify(req.headers.authorization)
@@ -170,13 +189,16 @@ export async function createBareFastify (upstream: string, secret: string): Prom
       sendReply(reply, 401, JSON_TYPE, UNAUTHORIZED)
       return
     }
-    (req as unknown as { sub: string }).sub = sub
+    ;(req as unknown as { sub: string }).sub = sub
     done()
   })
   // Not async and returning nothing: Fastify then waits for the reply the handler's deliver sends.
   const forward = (req: FastifyRequest, reply: FastifyReply): void => {
     const headers = engineHeaders((req as unknown as { sub: string }).sub, req.headers)
-    pool.dispatch({ method: req.method as 'GET', path: req.url, headers, body: req.method === 'GET' ? null : req.raw }, new Collect(reply, sendReply))
+    pool.dispatch(
+      { method: req.method as 'GET', path: req.url, headers, body: req.method === 'GET' ? null : req.raw },
+      new Collect(reply, sendReply)
+    )
   }
   app.get('/api/portfolio/ping', forward)
   app.post('/api/portfolio/update', forward)
@@ -194,8 +216,10 @@ async function main (): Promise<void> {
       fastify: { type: 'boolean', default: false }
     }
   })
-  if (values.upstream === undefined || values.secret === undefined) throw new Error('usage: bare-proxy --upstream URL --secret S [--port N] [--host H] [--fastify]')
-  const server = values.fastify ? await createBareFastify(values.upstream, values.secret) : createBareProxy(values.upstream, values.secret)
+  if (values.upstream === undefined || values.secret === undefined) { throw new Error('usage: bare-proxy --upstream URL --secret S [--port N] [--host H] [--fastify]') }
+  const server = values.fastify
+    ? await createBareFastify(values.upstream, values.secret)
+    : createBareProxy(values.upstream, values.secret)
   server.keepAliveTimeout = 65_000
   await new Promise<void>((resolve) => server.listen(Number(values.port), values.host, resolve))
   const { port } = server.address() as AddressInfo

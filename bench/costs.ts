@@ -3,7 +3,8 @@
  * to the bare proxy's, and each feature's own share of it, from the same run.
  * A ratio is taken per round against the base measured right beside the row
  * in that round (bench/schedule.ts: a minute apart on a shared machine, the
- * base itself moves by half), and the median of the rounds is reported. Also the open-loop latency of the bare proxy and the everything-on
+ * base itself moves by half), and the median of the rounds is reported. Also the open-loop latency of the bare proxy
+ * and the everything-on
  * gateway, and the markdown both go into.
  */
 import { readFile, writeFile } from 'node:fs/promises'
@@ -19,7 +20,9 @@ export interface CostRowReport {
   adds: string | null
   /** Median server CPU µs per request. */
   cpuUsPerRequest: number | null
-  /** Median over rounds of this / base, server CPU per request, the base measured beside this in each round (bench/schedule.ts). */
+  /** Median over rounds of this / base, server CPU per request, the base measured beside this in each round
+   * (bench/schedule.ts).
+   */
   ratio: number | null
   /** Median over rounds of this / base - adds / base: the feature's own cost in units of the bare proxy. */
   share: number | null
@@ -28,7 +31,7 @@ export interface CostRowReport {
   met: boolean | null
   rounds: number
   /** Each round's figures: this row's CPU µs per request, its base's at its place in the round, and their ratio. */
-  perRound: Array<{ cpuUsPerRequest: number | null, baseUsPerRequest: number | null, ratio: number | null }>
+  perRound: Array<{ cpuUsPerRequest: number | null; baseUsPerRequest: number | null; ratio: number | null }>
   /** Why the row has no figures. */
   skipped?: string
 }
@@ -59,7 +62,7 @@ export interface CapacityStep {
   errors: number
   p99: number
   /** Cores busy meanwhile: the gateway's processes, and the generator (this harness). */
-  cpu: { server: number, generator: number }
+  cpu: { server: number; generator: number }
   sustained: boolean
 }
 
@@ -86,7 +89,7 @@ export function isSustained (step: Omit<CapacityStep, 'sustained'>): boolean {
  * false when no step failed (the capacity is then only a lower bound), and
  * the capacity is null when the first step already failed.
  */
-export function capacityOf (steps: readonly CapacityStep[]): { rps: number | null, bounded: boolean } {
+export function capacityOf (steps: readonly CapacityStep[]): { rps: number | null; bounded: boolean } {
   let rps: number | null = null
   for (const step of steps) {
     if (!step.sustained) return { rps, bounded: true }
@@ -97,7 +100,9 @@ export function capacityOf (steps: readonly CapacityStep[]): { rps: number | nul
 
 export interface LatencyReport {
   capacityFrom: string
-  /** The highest offered rate `capacityFrom` sustained in the open loop (capacityOf): the offered loads are multiples of it. */
+  /** The highest offered rate `capacityFrom` sustained in the open loop (capacityOf): the offered loads are multiples
+   * of it.
+   */
   capacityRps: number
   /** False when every step of the search was sustained: the capacity is then a lower bound. */
   capacityBounded: boolean
@@ -107,12 +112,16 @@ export interface LatencyReport {
   capacitySteps: CapacityStep[]
   baseline: string
   points: LatencyPoint[]
-  verdict: { value: number | null, goal: string, met: boolean | null }
+  verdict: { value: number | null; goal: string; met: boolean | null }
 }
 
-const round3 = (v: number): number | null => Number.isFinite(v) ? Math.round(v * 1000) / 1000 : null
+const round3 = (v: number): number | null => (Number.isFinite(v) ? Math.round(v * 1000) / 1000 : null)
 
-export function costTable (scenarios: readonly Scenario[], summaries: Record<string, ScenarioSummary>, measured: ReadonlyArray<readonly Measurement[]>): CostReport {
+export function costTable (
+  scenarios: readonly Scenario[],
+  summaries: Record<string, ScenarioSummary>,
+  measured: ReadonlyArray<readonly Measurement[]>
+): CostReport {
   const rows: CostRowReport[] = []
   for (const s of scenarios) {
     if (s.cost === undefined) continue
@@ -124,8 +133,17 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
       ...(cost.goal?.share === undefined ? [] : [`share <= ${Math.round(cost.goal.share * 100)}%`])
     ]
     const row: CostRowReport = {
-      scenario: s.name, feature: cost.feature, base: cost.base, adds: cost.adds ?? null,
-      cpuUsPerRequest: null, ratio: null, share: null, goal: goals.length === 0 ? 'informational' : goals.join(', '), met: null, rounds: 0, perRound: []
+      scenario: s.name,
+      feature: cost.feature,
+      base: cost.base,
+      adds: cost.adds ?? null,
+      cpuUsPerRequest: null,
+      ratio: null,
+      share: null,
+      goal: goals.length === 0 ? 'informational' : goals.join(', '),
+      met: null,
+      rounds: 0,
+      perRound: []
     }
     const base = summaries[cost.base]
     const skipped = summary.skipped ?? base?.skipped ?? (base === undefined ? `${cost.base} was not run` : undefined)
@@ -138,10 +156,16 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
     const own = inRounds.filter((r) => Number.isFinite(r.ratio))
     // The share needs the scenario the feature is added to, run and not skipped: the two ratios' difference in
     // each round, each against its own neighbouring base, so the time between the two cancels as well.
-    const adds = cost.adds === undefined || summaries[cost.adds] === undefined || summaries[cost.adds]!.skipped !== undefined ? undefined : cost.adds
-    const shares = adds === undefined
-      ? []
-      : measured.map((round, i) => inRounds[i]!.ratio - ratioInRound(round, adds, cost.base).ratio).filter(Number.isFinite)
+    const adds =
+      cost.adds === undefined || summaries[cost.adds] === undefined || summaries[cost.adds]!.skipped !== undefined
+        ? undefined
+        : cost.adds
+    const shares =
+      adds === undefined
+        ? []
+        : measured
+            .map((round, i) => inRounds[i]!.ratio - ratioInRound(round, adds, cost.base).ratio)
+            .filter(Number.isFinite)
     const ratio = round3(median(own.map((r) => r.ratio)))
     const share = shares.length === 0 ? null : round3(median(shares))
     const checks = [
@@ -155,7 +179,11 @@ export function costTable (scenarios: readonly Scenario[], summaries: Record<str
       share,
       met: checks.length === 0 ? null : checks.every(Boolean),
       rounds: own.length,
-      perRound: own.map((r) => ({ cpuUsPerRequest: round3(r.usPerRequest), baseUsPerRequest: round3(r.baseUsPerRequest), ratio: round3(r.ratio) }))
+      perRound: own.map((r) => ({
+        cpuUsPerRequest: round3(r.usPerRequest),
+        baseUsPerRequest: round3(r.baseUsPerRequest),
+        ratio: round3(r.ratio)
+      }))
     })
   }
   return { baseline: 'bare-ping', rows }
@@ -166,19 +194,30 @@ export function latencyVerdict (points: LatencyPoint[], bare: string, full: stri
   const at = (name: string): number | undefined => points.find((p) => p.scenario === name && p.multiple === 0.9)?.p99
   const a = at(full)
   const b = at(bare)
-  const value = a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b === 0 ? null : round3(a / b)
-  return { value, goal: '<= 1.5 (p99 at 0.9 x capacity, everything on / bare proxy)', met: value === null ? null : value <= 1.5 }
+  const value =
+    a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b === 0 ? null : round3(a / b)
+  return {
+    value,
+    goal: '<= 1.5 (p99 at 0.9 x capacity, everything on / bare proxy)',
+    met: value === null ? null : value <= 1.5
+  }
 }
 
-const fixed = (v: number | null, digits: number): string => v === null || !Number.isFinite(v) ? '-' : v.toFixed(digits)
-const signedPercent = (v: number | null): string => v === null ? '' : `${v >= 0 ? '+' : ''}${(v * 100).toFixed(1)}%`
-const verdict = (met: boolean | null): string => met === null ? '' : met ? 'met' : 'NOT met'
+const fixed = (v: number | null, digits: number): string =>
+  v === null || !Number.isFinite(v) ? '-' : v.toFixed(digits)
+const signedPercent = (v: number | null): string => (v === null ? '' : `${v >= 0 ? '+' : ''}${(v * 100).toFixed(1)}%`)
+const verdict = (met: boolean | null): string => (met === null ? '' : met ? 'met' : 'NOT met')
 
 export function formatCosts (costs: CostReport): string {
-  const lines = costs.rows.map((r) => r.skipped !== undefined
-    ? `${r.scenario.padEnd(20)} skipped: ${r.skipped}`
-    : `${r.scenario.padEnd(20)} ${fixed(r.cpuUsPerRequest, 0).padStart(6)} us  x${fixed(r.ratio, 2).padStart(5)}  ${signedPercent(r.share).padStart(7)}  ${r.goal}${r.met === null ? '' : `  (${verdict(r.met)})`}  ${r.feature}`)
-  return [`cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios, each against the base measured beside the row); share: the feature's own cost over the bare proxy's`, ...lines].join('\n')
+  const lines = costs.rows.map((r) =>
+    r.skipped !== undefined
+      ? `${r.scenario.padEnd(20)} skipped: ${r.skipped}`
+      : `${r.scenario.padEnd(20)} ${fixed(r.cpuUsPerRequest, 0).padStart(6)} us  x${fixed(r.ratio, 2).padStart(5)}  ${signedPercent(r.share).padStart(7)}  ${r.goal}${r.met === null ? '' : `  (${verdict(r.met)})`}  ${r.feature}`
+  )
+  return [
+    `cost per request, server CPU, as a ratio to ${costs.baseline} (median of per-round ratios, each against the base measured beside the row); share: the feature's own cost over the bare proxy's`,
+    ...lines
+  ].join('\n')
 }
 
 function formatStep (step: CapacityStep): string {
@@ -186,13 +225,20 @@ function formatStep (step: CapacityStep): string {
 }
 
 export function formatLatency (latency: LatencyReport): string {
-  const lines = latency.points.map((p) => `${p.scenario.padEnd(12)} ${`${p.multiple}x`.padStart(5)} ${String(p.offeredRps).padStart(7)} req/s  p50 ${fixed(p.p50, 2).padStart(7)} ms  p99 ${fixed(p.p99, 2).padStart(7)} ms  non-2xx ${p.non2xx}  errors ${p.errors}`)
-  return [`latency: open loop at multiples of ${latency.capacityFrom}'s capacity in the open loop (${latency.capacityRps} req/s${latency.capacityBounded ? '' : ', a lower bound'}; closed loop ${latency.closedLoopRps})`, ...latency.capacitySteps.map(formatStep), ...lines,
-    `p99 at 0.9x, ${latency.capacityFrom} / ${latency.baseline}: ${fixed(latency.verdict.value, 2)}  goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `  (${verdict(latency.verdict.met)})`}`].join('\n')
+  const lines = latency.points.map(
+    (p) =>
+      `${p.scenario.padEnd(12)} ${`${p.multiple}x`.padStart(5)} ${String(p.offeredRps).padStart(7)} req/s  p50 ${fixed(p.p50, 2).padStart(7)} ms  p99 ${fixed(p.p99, 2).padStart(7)} ms  non-2xx ${p.non2xx}  errors ${p.errors}`
+  )
+  return [
+    `latency: open loop at multiples of ${latency.capacityFrom}'s capacity in the open loop (${latency.capacityRps} req/s${latency.capacityBounded ? '' : ', a lower bound'}; closed loop ${latency.closedLoopRps})`,
+    ...latency.capacitySteps.map(formatStep),
+    ...lines,
+    `p99 at 0.9x, ${latency.capacityFrom} / ${latency.baseline}: ${fixed(latency.verdict.value, 2)}  goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `  (${verdict(latency.verdict.met)})`}`
+  ].join('\n')
 }
 
 export interface MarkdownInput {
-  machine: { cpus: number, cpuModel: string, node: string, date: string, loadavg1m: { before: number, after: number } }
+  machine: { cpus: number; cpuModel: string; node: string; date: string; loadavg1m: { before: number; after: number } }
   command: string
   /** Rounds the medians are taken over. */
   rounds: number
@@ -204,7 +250,8 @@ export interface MarkdownInput {
   chart?: string
 }
 
-export const BEGIN = '<!-- bench:begin (written by `npm run bench -- --markdown`; edits between these lines are replaced) -->'
+export const BEGIN =
+  '<!-- bench:begin (written by `npm run bench -- --markdown`; edits between these lines are replaced) -->'
 export const END = '<!-- bench:end -->'
 
 export function costMarkdown (input: MarkdownInput): string {
@@ -221,28 +268,46 @@ export function costMarkdown (input: MarkdownInput): string {
       `${input.rounds === 1 ? 'from a single round (not a median: rerun with --rounds 3 or more)' : `the median of ${input.rounds} per-round ratios`}. In every round each row is measured next to its base (\`bare-ping\` or \`bare-update\`, ` +
       `at most ${input.rowsPerBase === 1 ? 'one row' : `${input.rowsPerBase} rows`} between two measurements of it), and its ratio is taken against the base at its place: the base's ` +
       'measurements on either side, weighted by nearness. *Own share*: what the feature adds to the ' +
-      'bare gateway (or bare update), in units of the bare proxy\'s cost per request (the row\'s ratio less the bare gateway\'s, per round).',
+      "bare gateway (or bare update), in units of the bare proxy's cost per request (the row's ratio less the bare gateway's, per round).",
     '',
     '| Scenario | What is on | CPU µs/req | × bare proxy | Own share | Goal | |',
     '|---|---|---:|---:|---:|---|---|'
   ]
   for (const r of costs.rows) {
-    out.push(r.skipped !== undefined
-      ? `| \`${r.scenario}\` | ${r.feature} | – | – | – | ${r.goal} | skipped: ${r.skipped.replace(/\|/g, '/')} |`
-      : `| \`${r.scenario}\` | ${r.feature} | ${fixed(r.cpuUsPerRequest, 0)} | ${fixed(r.ratio, 2)} | ${signedPercent(r.share) || '–'} | ${r.goal} | ${verdict(r.met)} |`)
+    out.push(
+      r.skipped !== undefined
+        ? `| \`${r.scenario}\` | ${r.feature} | – | – | – | ${r.goal} | skipped: ${r.skipped.replace(/\|/g, '/')} |`
+        : `| \`${r.scenario}\` | ${r.feature} | ${fixed(r.cpuUsPerRequest, 0)} | ${fixed(r.ratio, 2)} | ${signedPercent(r.share) || '–'} | ${r.goal} | ${verdict(r.met)} |`
+    )
   }
   if (input.chart !== undefined) out.push('', `![CPU per request as a ratio to the bare proxy](${input.chart})`)
   out.push('', '### Latency for phones (open loop)', '')
   if (latency === null) out.push('Not run.')
   else if ('skipped' in latency) out.push(`Skipped: ${latency.skipped}.`)
   else {
-    out.push(`Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
-      `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the highest rate it answered in full: only 2xx, nothing unsent, 2xx per second at least ${Math.round(SUSTAINED_SHARE * 100)}% of the offer, in an open-loop search that steps the offer up by ${CAPACITY_STEP}x until a step fails${latency.capacityBounded ? '' : '; no step failed, so this is a lower bound'}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`, '',
-    '| Search step | 2xx/s | non-2xx | errors | p99 ms | CPU gateway | CPU generator | |', '|---:|---:|---:|---:|---:|---:|---:|---|',
-    ...latency.capacitySteps.map((st) => `| ${st.offeredRps} | ${st.goodputRps} | ${st.non2xx} | ${st.errors} | ${fixed(st.p99, 1)} | ${fixed(st.cpu.server, 2)} | ${fixed(st.cpu.generator, 2)} | ${st.sustained ? 'sustained' : 'not sustained'} |`), '',
-    '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |', '|---|---:|---:|---:|---:|---:|---:|')
-    for (const p of latency.points) out.push(`| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`)
-    out.push('', `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`)
+    out.push(
+      `Requests due at a fixed rate (latency counted from when each was due), at ${[...new Set(latency.points.map((p) => p.multiple))].map((m) => `${m * 100}%`).join(' and ')} ` +
+        `of \`${latency.capacityFrom}\`'s capacity (${latency.capacityRps} req/s: the highest rate it answered in full: only 2xx, nothing unsent, 2xx per second at least ${Math.round(SUSTAINED_SHARE * 100)}% of the offer, in an open-loop search that steps the offer up by ${CAPACITY_STEP}x until a step fails${latency.capacityBounded ? '' : '; no step failed, so this is a lower bound'}; the closed loop read ${latency.closedLoopRps}); both targets get the same offered load.`,
+      '',
+      '| Search step | 2xx/s | non-2xx | errors | p99 ms | CPU gateway | CPU generator | |',
+      '|---:|---:|---:|---:|---:|---:|---:|---|',
+      ...latency.capacitySteps.map(
+        (st) =>
+          `| ${st.offeredRps} | ${st.goodputRps} | ${st.non2xx} | ${st.errors} | ${fixed(st.p99, 1)} | ${fixed(st.cpu.server, 2)} | ${fixed(st.cpu.generator, 2)} | ${st.sustained ? 'sustained' : 'not sustained'} |`
+      ),
+      '',
+      '| Target | Offered | req/s | p50 ms | p99 ms | non-2xx | errors |',
+      '|---|---:|---:|---:|---:|---:|---:|'
+    )
+    for (const p of latency.points) {
+      out.push(
+        `| \`${p.scenario}\` | ${p.multiple * 100}% | ${p.offeredRps} | ${fixed(p.p50, 2)} | ${fixed(p.p99, 2)} | ${p.non2xx} | ${p.errors} |`
+      )
+    }
+    out.push(
+      '',
+      `p99 at 90%, everything on / bare proxy: **${fixed(latency.verdict.value, 2)}** (goal ${latency.verdict.goal}${latency.verdict.met === null ? '' : `: ${verdict(latency.verdict.met)}`}).`
+    )
   }
   return out.join('\n')
 }
@@ -253,8 +318,9 @@ export async function writeMarkdown (file: string, input: MarkdownInput): Promis
   const generated = `${BEGIN}\n${costMarkdown(input)}\n${END}`
   const start = existing.indexOf('<!-- bench:begin')
   const end = existing.indexOf(END)
-  const text = start >= 0 && end > start
-    ? existing.slice(0, start) + generated + existing.slice(end + END.length)
-    : `${existing}${existing === '' || existing.endsWith('\n\n') ? '' : '\n'}${generated}\n`
+  const text =
+    start >= 0 && end > start
+      ? existing.slice(0, start) + generated + existing.slice(end + END.length)
+      : `${existing}${existing === '' || existing.endsWith('\n\n') ? '' : '\n'}${generated}\n`
   await writeFile(file, text)
 }

@@ -38,8 +38,20 @@ export function answeredOf (run: OpenLoopResult): number {
   return Object.values(run.statusCodes).reduce((n, c) => n + c, 0)
 }
 
-export async function openLoop (url: string, request: BuiltRequest, rate: number, durationS: number, connections: number): Promise<OpenLoopResult> {
-  const pool = new Pool(url, { connections, pipelining: 1, headersTimeout: TIMEOUT_MS, bodyTimeout: TIMEOUT_MS, keepAliveTimeout: 60_000 })
+export async function openLoop (
+  url: string,
+  request: BuiltRequest,
+  rate: number,
+  durationS: number,
+  connections: number
+): Promise<OpenLoopResult> {
+  const pool = new Pool(url, {
+    connections,
+    pipelining: 1,
+    headersTimeout: TIMEOUT_MS,
+    bodyTimeout: TIMEOUT_MS,
+    keepAliveTimeout: 60_000
+  })
   const total = Math.max(1, Math.round(rate * durationS))
   const statusCodes: Record<string, number> = {}
   const all: number[] = []
@@ -51,21 +63,29 @@ export async function openLoop (url: string, request: BuiltRequest, rate: number
 
   const send = (due: number): void => {
     outstanding++
-    pool.request({
-      path: request.path,
-      method: request.method,
-      headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) },
-      ...(request.body === undefined ? {} : { body: request.body })
-    }).then(async (res) => {
-      await res.body.dump()
-      const ms = performance.now() - due
-      statusCodes[res.statusCode] = (statusCodes[res.statusCode] ?? 0) + 1
-      all.push(ms)
-      if (res.statusCode >= 200 && res.statusCode < 300) ok.push(ms)
-    }, () => { errors++ }).finally(() => {
-      outstanding--
-      if (outstanding === 0) settled?.()
-    })
+    pool
+      .request({
+        path: request.path,
+        method: request.method,
+        headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) },
+        ...(request.body === undefined ? {} : { body: request.body })
+      })
+      .then(
+        async (res) => {
+          await res.body.dump()
+          const ms = performance.now() - due
+          statusCodes[res.statusCode] = (statusCodes[res.statusCode] ?? 0) + 1
+          all.push(ms)
+          if (res.statusCode >= 200 && res.statusCode < 300) ok.push(ms)
+        },
+        () => {
+          errors++
+        }
+      )
+      .finally(() => {
+        outstanding--
+        if (outstanding === 0) settled?.()
+      })
   }
 
   const start = performance.now()
@@ -84,7 +104,11 @@ export async function openLoop (url: string, request: BuiltRequest, rate: number
       }
     }, 1)
   })
-  if (outstanding > 0) await new Promise<void>((resolve) => { settled = resolve })
+  if (outstanding > 0) {
+    await new Promise<void>((resolve) => {
+      settled = resolve
+    })
+  }
   const elapsedS = (performance.now() - start) / 1000
   await pool.close()
   const sorted = (values: number[]): Float64Array => Float64Array.from(values).sort()

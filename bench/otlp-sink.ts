@@ -36,7 +36,7 @@ export interface DecodedSpan {
   flags: number
 }
 
-type Field = { no: number, type: number, int: bigint, bytes: Buffer }
+type Field = { no: number; type: number; int: bigint; bytes: Buffer }
 
 /** The fields of one protobuf message, in order. */
 function fields (buf: Buffer): Field[] {
@@ -58,9 +58,13 @@ function fields (buf: Buffer): Field[] {
     const no = key >>> 3
     const type = key & 7
     if (type === 0) out.push({ no, type, int: varint(), bytes: Buffer.alloc(0) })
-    else if (type === 1) { out.push({ no, type, int: buf.readBigUInt64LE(pos), bytes: buf.subarray(pos, pos + 8) }); pos += 8 }
-    else if (type === 5) { out.push({ no, type, int: BigInt(buf.readUInt32LE(pos)), bytes: buf.subarray(pos, pos + 4) }); pos += 4 }
-    else if (type === 2) {
+    else if (type === 1) {
+      out.push({ no, type, int: buf.readBigUInt64LE(pos), bytes: buf.subarray(pos, pos + 8) })
+      pos += 8
+    } else if (type === 5) {
+      out.push({ no, type, int: BigInt(buf.readUInt32LE(pos)), bytes: buf.subarray(pos, pos + 4) })
+      pos += 4
+    } else if (type === 2) {
       const len = Number(varint())
       out.push({ no, type, int: 0n, bytes: buf.subarray(pos, pos + len) })
       pos += len
@@ -72,13 +76,22 @@ function fields (buf: Buffer): Field[] {
 function anyValue (buf: Buffer): unknown {
   for (const f of fields(buf)) {
     switch (f.no) {
-      case 1: return f.bytes.toString('utf8')
-      case 2: return f.int !== 0n
-      case 3: return Number(BigInt.asIntN(64, f.int))
-      case 4: return f.bytes.readDoubleLE(0)
-      case 5: return fields(f.bytes).filter((v) => v.no === 1).map((v) => anyValue(v.bytes))
-      case 6: return keyValues(fields(f.bytes).filter((v) => v.no === 1))
-      case 7: return f.bytes.toString('hex')
+      case 1:
+        return f.bytes.toString('utf8')
+      case 2:
+        return f.int !== 0n
+      case 3:
+        return Number(BigInt.asIntN(64, f.int))
+      case 4:
+        return f.bytes.readDoubleLE(0)
+      case 5:
+        return fields(f.bytes)
+          .filter((v) => v.no === 1)
+          .map((v) => anyValue(v.bytes))
+      case 6:
+        return keyValues(fields(f.bytes).filter((v) => v.no === 1))
+      case 7:
+        return f.bytes.toString('hex')
     }
   }
   return undefined
@@ -108,7 +121,19 @@ export function decodeTraceRequest (body: Buffer): DecodedSpan[] {
     const service = String(resourceAttrs['service.name'] ?? '')
     for (const ss of rsFields.filter((f) => f.no === 2)) {
       for (const s of fields(ss.bytes).filter((f) => f.no === 2)) {
-        const span: DecodedSpan = { service, traceId: '', spanId: '', parentSpanId: '', name: '', kind: 0, startNs: 0n, endNs: 0n, attributes: {}, statusCode: 0, flags: 0 }
+        const span: DecodedSpan = {
+          service,
+          traceId: '',
+          spanId: '',
+          parentSpanId: '',
+          name: '',
+          kind: 0,
+          startNs: 0n,
+          endNs: 0n,
+          attributes: {},
+          statusCode: 0,
+          flags: 0
+        }
         const attrs: Field[] = []
         for (const f of fields(s.bytes)) {
           if (f.no === 1) span.traceId = f.bytes.toString('hex')
@@ -147,7 +172,9 @@ export interface OtlpSink {
 }
 
 /** A receiver on loopback. `keep`: decode and keep every span (tests); else discard (the bench). */
-export async function startOtlpSink (opts: { keep?: boolean, mode?: SinkMode, port?: number, host?: string } = {}): Promise<OtlpSink> {
+export async function startOtlpSink (
+  opts: { keep?: boolean; mode?: SinkMode; port?: number; host?: string } = {}
+): Promise<OtlpSink> {
   const keep = opts.keep ?? true
   const waiters = new Set<() => void>()
   const hung = new Set<import('node:http').ServerResponse>()
@@ -158,17 +185,21 @@ export async function startOtlpSink (opts: { keep?: boolean, mode?: SinkMode, po
     bodies: [],
     requests: 0,
     mode: opts.mode ?? 'accept',
-    until: async (check, ms = 10_000) => await new Promise((resolve, reject) => {
-      const test = (): void => {
-        if (!check(sink.spans)) return
-        waiters.delete(test)
-        clearTimeout(timer)
-        resolve(sink.spans)
-      }
-      const timer = setTimeout(() => { waiters.delete(test); reject(new Error(`spans not received within ${ms} ms (${sink.spans.length} so far)`)) }, ms)
-      waiters.add(test)
-      test()
-    }),
+    until: async (check, ms = 10_000) =>
+      await new Promise((resolve, reject) => {
+        const test = (): void => {
+          if (!check(sink.spans)) return
+          waiters.delete(test)
+          clearTimeout(timer)
+          resolve(sink.spans)
+        }
+        const timer = setTimeout(() => {
+          waiters.delete(test)
+          reject(new Error(`spans not received within ${ms} ms (${sink.spans.length} so far)`))
+        }, ms)
+        waiters.add(test)
+        test()
+      }),
     close: async () => {
       for (const res of hung) res.destroy()
       server.closeAllConnections()
@@ -177,7 +208,9 @@ export async function startOtlpSink (opts: { keep?: boolean, mode?: SinkMode, po
   }
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => { if (keep) chunks.push(c) })
+    req.on('data', (c: Buffer) => {
+      if (keep) chunks.push(c)
+    })
     req.on('end', () => {
       sink.requests++
       if (sink.mode === 'hang') {
@@ -209,9 +242,13 @@ export async function startOtlpSink (opts: { keep?: boolean, mode?: SinkMode, po
  * The sink as a process of its own (the bench's collector: its work must not
  * share the load generator's CPU time). Stopped when this process exits.
  */
-export async function startOtlpSinkProcess (): Promise<{ url: string, stop: () => void }> {
-  const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '0'], { stdio: ['ignore', 'pipe', 'inherit'] })
-  const stop = (): void => { if (child.exitCode === null) child.kill('SIGTERM') }
+export async function startOtlpSinkProcess (): Promise<{ url: string; stop: () => void }> {
+  const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '0'], {
+    stdio: ['ignore', 'pipe', 'inherit']
+  })
+  const stop = (): void => {
+    if (child.exitCode === null) child.kill('SIGTERM')
+  }
   process.once('exit', stop)
   let text = ''
   for await (const chunk of child.stdout) {
@@ -230,7 +267,9 @@ export async function startOtlpSinkProcess (): Promise<{ url: string, stop: () =
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const sink = await startOtlpSink({ keep: false, port: Number(process.argv[2] ?? 0) })
   process.stdout.write(`otlp sink listening on ${sink.port}\n`)
-  const stop = (): void => { void sink.close().then(() => process.exit(0)) }
+  const stop = (): void => {
+    void sink.close().then(() => process.exit(0))
+  }
   process.once('SIGTERM', stop)
   process.once('SIGINT', stop)
 }

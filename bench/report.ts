@@ -99,15 +99,46 @@ export function saturationVerdict (points: SaturationPoint[]): Ratio {
   return { value, goal: '<= 3 (p99 accepted at 2x / at 0.5x)', met: value === null ? null : value <= 3 }
 }
 
-export function formatSaturation (scenario: string, capacity: number, connections: number, points: SaturationPoint[], verdict: Ratio): string {
-  const header = ['offered', 'req/s', 'answered/s', 'goodput/s', 'p50 ok ms', 'p99 ok ms', 'shed 503', 'limited 429', 'other', 'errors+unsent']
-  const rows = points.map((p) => [`${p.multiple}x`, String(p.offeredRps), String(p.answeredRps), String(p.goodputRps), fixed(p.p50Accepted, 2), fixed(p.p99Accepted, 2),
-    percent1(p.shedShare), percent1(p.limitedShare), String(p.otherNon2xx), String(p.errors + p.notSent)])
+export function formatSaturation (
+  scenario: string,
+  capacity: number,
+  connections: number,
+  points: SaturationPoint[],
+  verdict: Ratio
+): string {
+  const header = [
+    'offered',
+    'req/s',
+    'answered/s',
+    'goodput/s',
+    'p50 ok ms',
+    'p99 ok ms',
+    'shed 503',
+    'limited 429',
+    'other',
+    'errors+unsent'
+  ]
+  const rows = points.map((p) => [
+    `${p.multiple}x`,
+    String(p.offeredRps),
+    String(p.answeredRps),
+    String(p.goodputRps),
+    fixed(p.p50Accepted, 2),
+    fixed(p.p99Accepted, 2),
+    percent1(p.shedShare),
+    percent1(p.limitedShare),
+    String(p.otherNon2xx),
+    String(p.errors + p.notSent)
+  ])
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)))
-  const line = (cells: string[]): string => cells.map((c, i) => i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join('  ')
-  return [`saturation: open loop (paced, latency from when each request was due) on ${scenario}, capacity ${capacity} req/s (best closed-loop round), up to ${connections} connections`,
-    line(header), ...rows.map(line),
-    `p99 accepted at 2x / 0.5x ${fixed(verdict.value, 2)}  goal ${verdict.goal}${verdict.met === null ? '' : verdict.met ? '  (met)' : '  (NOT met)'}`].join('\n')
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  return [
+    `saturation: open loop (paced, latency from when each request was due) on ${scenario}, capacity ${capacity} req/s (best closed-loop round), up to ${connections} connections`,
+    line(header),
+    ...rows.map(line),
+    `p99 accepted at 2x / 0.5x ${fixed(verdict.value, 2)}  goal ${verdict.goal}${verdict.met === null ? '' : verdict.met ? '  (met)' : '  (NOT met)'}`
+  ].join('\n')
 }
 
 export function median (values: number[]): number {
@@ -145,13 +176,22 @@ export function mergeRounds (measured: readonly Round[]): Round {
       server: Math.round(cpu('server') * 100) / 100,
       mock: Math.round(cpu('mock') * 100) / 100,
       loadgen: Math.round(cpu('loadgen') * 100) / 100,
-      serverUsPerRequest: requests === 0 ? Number.NaN : Math.round(measured.reduce((sum, r) => sum + r.cpu.serverUsPerRequest * r.rps, 0) / requests),
+      serverUsPerRequest:
+        requests === 0
+          ? Number.NaN
+          : Math.round(measured.reduce((sum, r) => sum + r.cpu.serverUsPerRequest * r.rps, 0) / requests),
       serverSystemShare: Math.round(cpu('serverSystemShare') * 100) / 100
     }
   }
 }
 
-export function summarize (description: string, url: string, connections: number, rounds: Round[], probe: Probe | null): ScenarioSummary {
+export function summarize (
+  description: string,
+  url: string,
+  connections: number,
+  rounds: Round[],
+  probe: Probe | null
+): ScenarioSummary {
   const statusCodes: Record<string, number> = {}
   for (const round of rounds) {
     for (const [code, count] of Object.entries(round.statusCodes)) statusCodes[code] = (statusCodes[code] ?? 0) + count
@@ -167,7 +207,13 @@ export function summarize (description: string, url: string, connections: number
     non2xx: rounds.reduce((n, r) => n + r.non2xx, 0),
     errors: rounds.reduce((n, r) => n + r.errors, 0),
     statusCodes,
-    cpu: { server: cpu('server'), mock: cpu('mock'), loadgen: cpu('loadgen'), serverUsPerRequest: cpu('serverUsPerRequest'), serverSystemShare: cpu('serverSystemShare') },
+    cpu: {
+      server: cpu('server'),
+      mock: cpu('mock'),
+      loadgen: cpu('loadgen'),
+      serverUsPerRequest: cpu('serverUsPerRequest'),
+      serverSystemShare: cpu('serverSystemShare')
+    },
     probe,
     rounds
   }
@@ -175,8 +221,19 @@ export function summarize (description: string, url: string, connections: number
 
 export function skippedSummary (description: string, connections: number, reason: string): ScenarioSummary {
   return {
-    description, url: null, connections, rps: null, p50: null, p99: null, non2xx: null, errors: null,
-    statusCodes: {}, cpu: null, probe: null, rounds: [], skipped: reason
+    description,
+    url: null,
+    connections,
+    rps: null,
+    p50: null,
+    p99: null,
+    non2xx: null,
+    errors: null,
+    statusCodes: {},
+    cpu: null,
+    probe: null,
+    rounds: [],
+    skipped: reason
   }
 }
 
@@ -234,11 +291,11 @@ export function ratios (s: Record<string, ScenarioSummary>): Record<string, Rati
   }
 }
 
-const fixed = (v: number | null, digits: number): string => v === null || Number.isNaN(v) ? '-' : v.toFixed(digits)
+const fixed = (v: number | null, digits: number): string => (v === null || Number.isNaN(v) ? '-' : v.toFixed(digits))
 
-const percent = (v: number | null): string => v === null || Number.isNaN(v) ? '-' : `${Math.round(v * 100)}%`
+const percent = (v: number | null): string => (v === null || Number.isNaN(v) ? '-' : `${Math.round(v * 100)}%`)
 
-const percent1 = (v: number | null): string => v === null || Number.isNaN(v) ? '-' : `${(v * 100).toFixed(1)}%`
+const percent1 = (v: number | null): string => (v === null || Number.isNaN(v) ? '-' : `${(v * 100).toFixed(1)}%`)
 
 function cpuCell (cpu: CpuUse | null): string {
   if (cpu === null) return '-'
@@ -246,19 +303,50 @@ function cpuCell (cpu: CpuUse | null): string {
 }
 
 export function formatTable (s: Record<string, ScenarioSummary>): string {
-  const header = ['scenario', 'conns', 'req/s', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'cpu srv/mock/load', 'srv us/req', 'sys', 'what']
-  const rows = Object.entries(s).map(([name, r]) => r.skipped !== undefined
-    ? [name, String(r.connections), '-', '-', '-', '-', '-', '-', '-', '-', `skipped: ${r.skipped}`]
-    : [name, String(r.connections), fixed(r.rps, 0), fixed(r.p50, 2), fixed(r.p99, 2), String(r.non2xx), String(r.errors),
-        cpuCell(r.cpu), fixed(r.cpu?.serverUsPerRequest ?? null, 0), percent(r.cpu?.serverSystemShare ?? null), r.description])
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (i === header.length - 1 ? 0 : row[i]!.length))))
-  const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  const header = [
+    'scenario',
+    'conns',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    'non-2xx',
+    'errors',
+    'cpu srv/mock/load',
+    'srv us/req',
+    'sys',
+    'what'
+  ]
+  const rows = Object.entries(s).map(([name, r]) =>
+    r.skipped !== undefined
+      ? [name, String(r.connections), '-', '-', '-', '-', '-', '-', '-', '-', `skipped: ${r.skipped}`]
+      : [
+          name,
+          String(r.connections),
+          fixed(r.rps, 0),
+          fixed(r.p50, 2),
+          fixed(r.p99, 2),
+          String(r.non2xx),
+          String(r.errors),
+          cpuCell(r.cpu),
+          fixed(r.cpu?.serverUsPerRequest ?? null, 0),
+          percent(r.cpu?.serverSystemShare ?? null),
+          r.description
+        ]
+  )
+  const widths = header.map((h, i) =>
+    Math.max(h.length, ...rows.map((row) => (i === header.length - 1 ? 0 : row[i]!.length)))
+  )
+  const line = (cells: string[]): string =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
   return [line(header), ...rows.map(line)].join('\n')
 }
 
 export function formatRatios (r: Record<string, Ratio>): string {
-  const lines = Object.entries(r).map(([name, { value, goal, met, cpu }]) =>
-    `${name.padEnd(24)} ${fixed(value, 2).padStart(6)}  ${cpu === undefined ? '      ' : `cpu ${fixed(cpu, 2).padStart(5)}`}  goal ${goal}${met === null ? '' : met ? '  (met)' : '  (NOT met)'}`
+  const lines = Object.entries(r).map(
+    ([name, { value, goal, met, cpu }]) =>
+      `${name.padEnd(24)} ${fixed(value, 2).padStart(6)}  ${cpu === undefined ? '      ' : `cpu ${fixed(cpu, 2).padStart(5)}`}  goal ${goal}${met === null ? '' : met ? '  (met)' : '  (NOT met)'}`
   )
   return ['ratio                     req/s  cpu/req', ...lines].join('\n')
 }

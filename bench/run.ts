@@ -21,21 +21,83 @@ import { startKeyServer, type KeyServer } from '../fixtures/key-server.js'
 import { mintToken, randomSecret } from './payloads.js'
 import { startOtlpSinkProcess } from './otlp-sink.js'
 import {
-  BARE_GATEWAY_ENV, cpuSeconds, freePort, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startBareProxy, startGateway, startMock, startNginx, startRedis, startRedisCluster, stopAll, type Server
+  BARE_GATEWAY_ENV,
+  cpuSeconds,
+  freePort,
+  GATEWAY_SCRIPT,
+  NGINX_BINARY,
+  signalAll,
+  startBareProxy,
+  startGateway,
+  startMock,
+  startNginx,
+  startRedis,
+  startRedisCluster,
+  stopAll,
+  type Server
 } from './processes.js'
-import { CAPACITY_START, CAPACITY_STEP, CAPACITY_STEPS_MAX, capacityOf, costTable, formatCosts, formatLatency, isSustained, latencyVerdict, writeMarkdown, type CapacityStep, type LatencyPoint, type LatencyReport } from './costs.js'
-import { roundSchedule, ROWS_PER_BASE, SETTLE_DEFAULT_S, settleShares, TWIN_SUFFIX, type Measurement } from './schedule.js'
+import {
+  CAPACITY_START,
+  CAPACITY_STEP,
+  CAPACITY_STEPS_MAX,
+  capacityOf,
+  costTable,
+  formatCosts,
+  formatLatency,
+  isSustained,
+  latencyVerdict,
+  writeMarkdown,
+  type CapacityStep,
+  type LatencyPoint,
+  type LatencyReport
+} from './costs.js'
+import {
+  roundSchedule,
+  ROWS_PER_BASE,
+  SETTLE_DEFAULT_S,
+  settleShares,
+  TWIN_SUFFIX,
+  type Measurement
+} from './schedule.js'
 import { renderCostChart } from './chart.js'
 import {
-  formatRuntimeMarkdown, parseRuntime, runtimeSchedule, runtimeTable, withRuntimes, type Runtime
+  formatRuntimeMarkdown,
+  parseRuntime,
+  runtimeSchedule,
+  runtimeTable,
+  withRuntimes,
+  type Runtime
 } from './runtimes.js'
 import {
-  formatProblems, formatRatios, formatSaturation, formatTable, median, mergeRounds, quantile, ratios, saturationVerdict, skippedSummary, summarize,
-  type Probe, type Round, type SaturationPoint, type ScenarioSummary
+  formatProblems,
+  formatRatios,
+  formatSaturation,
+  formatTable,
+  median,
+  mergeRounds,
+  quantile,
+  ratios,
+  saturationVerdict,
+  skippedSummary,
+  summarize,
+  type Probe,
+  type Round,
+  type SaturationPoint,
+  type ScenarioSummary
 } from './report.js'
 import {
-  buildRequest, freshHeaders, GATEWAYS, isGateway, SCENARIOS, setupCreateRequest,
-  type BuiltRequest, type GatewayName, type GatewaySpec, type RequestContext, type Scenario, type TargetName
+  buildRequest,
+  freshHeaders,
+  GATEWAYS,
+  isGateway,
+  SCENARIOS,
+  setupCreateRequest,
+  type BuiltRequest,
+  type GatewayName,
+  type GatewaySpec,
+  type RequestContext,
+  type Scenario,
+  type TargetName
 } from './scenarios.js'
 
 /**
@@ -72,13 +134,24 @@ function withTwins (scenarios: readonly Scenario[], compare: string | undefined)
     if (!isGateway(s.target)) return [s]
     const target = `${s.target}${BEFORE}`
     GATEWAYS[target] = { ...gatewaySpec(s.target), script: path.join(compare, 'src', 'server.js') }
-    return [s, {
-      ...s,
-      name: `${s.name}${BEFORE}`,
-      description: `${s.description} (${compare})`,
-      target,
-      ...(s.cost === undefined ? {} : { cost: { ...s.cost, feature: `${s.cost.feature} (before)`, ...(s.cost.adds === undefined ? {} : { adds: `${s.cost.adds}${BEFORE}` }) } })
-    }]
+    return [
+      s,
+      {
+        ...s,
+        name: `${s.name}${BEFORE}`,
+        description: `${s.description} (${compare})`,
+        target,
+        ...(s.cost === undefined
+          ? {}
+          : {
+              cost: {
+                ...s.cost,
+                feature: `${s.cost.feature} (before)`,
+                ...(s.cost.adds === undefined ? {} : { adds: `${s.cost.adds}${BEFORE}` })
+              }
+            })
+      }
+    ]
   })
 }
 
@@ -178,19 +251,33 @@ function parseOptions (argv: string[]): Options {
   }
   const number = (name: string, text: string, min: number, integer: boolean): number => {
     const n = Number(text)
-    if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) throw new Error(`--${name} ${text}: expected ${integer ? 'an integer' : 'a number'} >= ${min}`)
+    if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) { throw new Error(`--${name} ${text}: expected ${integer ? 'an integer' : 'a number'} >= ${min}`) }
     return n
   }
-  const only = values.only === undefined ? [] : values.only.split(',').map((s) => s.trim()).filter((s) => s !== '')
+  const only =
+    values.only === undefined
+      ? []
+      : values.only
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
   const unknown = only.filter((name) => !KNOWN.includes(name.replace(/@[^@]*$/, '')))
   if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(', ')}; known: ${KNOWN.join(', ')}`)
   const rounds = number('rounds', values.rounds, 1, true)
   const rowsPerBaseOf = (text: string): number => {
-    if (text !== '1' && text !== '2') throw new Error(`--rows-per-base ${text}: expected 1 or 2 (with more, a row in the middle would not be next to its base)`)
+    if (text !== '1' && text !== '2') {
+      throw new Error(
+        `--rows-per-base ${text}: expected 1 or 2 (with more, a row in the middle would not be next to its base)`
+      )
+    }
     return Number(text)
   }
   // The published table is a median of rounds: of one or two it would be a single disturbed round's word.
-  if (values.markdown !== undefined && rounds < MARKDOWN_ROUNDS_MIN) throw new Error(`--markdown needs --rounds ${MARKDOWN_ROUNDS_MIN} or more (the table is the median of at least ${MARKDOWN_ROUNDS_MIN} rounds); got --rounds ${rounds}`)
+  if (values.markdown !== undefined && rounds < MARKDOWN_ROUNDS_MIN) {
+    throw new Error(
+      `--markdown needs --rounds ${MARKDOWN_ROUNDS_MIN} or more (the table is the median of at least ${MARKDOWN_ROUNDS_MIN} rounds); got --rounds ${rounds}`
+    )
+  }
   const runtimes = (values.runtime ?? []).map((text) => parseRuntime(text, path.dirname(path.dirname(GATEWAY_SCRIPT))))
   if (runtimes.length === 1) throw new Error('--runtime: give two or more, the table compares them')
   if (new Set(runtimes.map((r) => r.label)).size !== runtimes.length) throw new Error('--runtime: each label once')
@@ -211,15 +298,25 @@ function parseOptions (argv: string[]): Options {
     rowsPerBase: rowsPerBaseOf(values['rows-per-base']),
     warmup: number('warmup', values.warmup, 0, false),
     // A running deployment has compiled its code long ago: against --target, no settling unless asked.
-    settle: values.settle === undefined ? (values.target === undefined ? SETTLE_DEFAULT_S : 0) : number('settle', values.settle, 0, false),
+    settle:
+      values.settle === undefined
+        ? values.target === undefined
+          ? SETTLE_DEFAULT_S
+          : 0
+        : number('settle', values.settle, 0, false),
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
     capacitySteps: number('capacity-steps', values['capacity-steps'], 1, true),
-    prodEnv: Object.fromEntries((values['prod-env'] ?? '').split(',').filter((kv) => kv !== '').map((kv) => {
-      const at = kv.indexOf('=')
-      if (at < 1) throw new Error(`--prod-env ${kv}: expected NAME=value`)
-      return [kv.slice(0, at), kv.slice(at + 1)]
-    })),
+    prodEnv: Object.fromEntries(
+      (values['prod-env'] ?? '')
+        .split(',')
+        .filter((kv) => kv !== '')
+        .map((kv) => {
+          const at = kv.indexOf('=')
+          if (at < 1) throw new Error(`--prod-env ${kv}: expected NAME=value`)
+          return [kv.slice(0, at), kv.slice(at + 1)]
+        })
+    ),
     ...(values.json === undefined ? {} : { json: values.json }),
     ...(values.chart === undefined ? {} : { chart: values.chart }),
     ...(values.markdown === undefined ? {} : { markdown: values.markdown }),
@@ -264,27 +361,34 @@ async function cannon (url: string, request: BuiltRequest, connections: number, 
   const all = new Latencies()
   const fresh = request.fresh ?? []
   return await new Promise((resolve, reject) => {
-    const instance = autocannon({
-      url: url + request.path,
-      method: request.method,
-      headers: request.headers,
-      ...(request.body === undefined ? {} : { body: request.body }),
-      // New header values on every request (a reused Idempotency-Key is a replay, not an update).
-      ...(fresh.length === 0
-        ? {}
-        : { requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, ...freshHeaders(fresh) } }) }] }),
-      // Fixed header sets in turn: no setupRequest, so autocannon builds each request once.
-      ...(request.rotate === undefined ? {} : { requests: request.rotate.map((headers) => ({ headers: { ...request.headers, ...headers } })) }),
-      connections,
-      duration,
-      // autocannon stops at its first sample tick after the duration, one a second by default:
-      // ticks that divide the duration, so 1.67 s (a settling share) lasts 1.67 s, not 2, and a
-      // sub-second --duration (the test suite's smoke run) not a whole second.
-      sampleInt: duration * 1000 / Math.max(1, Math.ceil(duration))
-    }, (err, result) => {
-      if (err !== null) reject(err)
-      else resolve({ result, latencies: all.sorted() })
-    })
+    const instance = autocannon(
+      {
+        url: url + request.path,
+        method: request.method,
+        headers: request.headers,
+        ...(request.body === undefined ? {} : { body: request.body }),
+        // New header values on every request (a reused Idempotency-Key is a replay, not an update).
+        ...(fresh.length === 0
+          ? {}
+          : {
+              requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, ...freshHeaders(fresh) } }) }]
+            }),
+        // Fixed header sets in turn: no setupRequest, so autocannon builds each request once.
+        ...(request.rotate === undefined
+          ? {}
+          : { requests: request.rotate.map((headers) => ({ headers: { ...request.headers, ...headers } })) }),
+        connections,
+        duration,
+        // autocannon stops at its first sample tick after the duration, one a second by default:
+        // ticks that divide the duration, so 1.67 s (a settling share) lasts 1.67 s, not 2, and a
+        // sub-second --duration (the test suite's smoke run) not a whole second.
+        sampleInt: (duration * 1000) / Math.max(1, Math.ceil(duration))
+      },
+      (err, result) => {
+        if (err !== null) reject(err)
+        else resolve({ result, latencies: all.sorted() })
+      }
+    )
     instance.on('response', (_client, _status, _bytes, responseTime) => {
       all.push(responseTime)
     })
@@ -298,7 +402,9 @@ async function probe (url: string, request: BuiltRequest): Promise<Probe> {
       method: request.method,
       headers: request.headers,
       // fetch's types want an ArrayBuffer-backed view; a Buffer may sit on a shared pool.
-      ...(request.body === undefined ? {} : { body: typeof request.body === 'string' ? request.body : Uint8Array.from(request.body) }),
+      ...(request.body === undefined
+        ? {}
+        : { body: typeof request.body === 'string' ? request.body : Uint8Array.from(request.body) }),
       signal: AbortSignal.timeout(15_000)
     })
     return { status: res.status, body: (await res.text()).slice(0, 300) }
@@ -308,12 +414,14 @@ async function probe (url: string, request: BuiltRequest): Promise<Probe> {
 }
 
 /** A portfolio the bench user owns, so a real engine answers updates with 200 rather than 404. */
-async function setupPortfolio (gatewayUrl: string, token: string): Promise<{ context: RequestContext, note?: string }> {
+async function setupPortfolio (gatewayUrl: string, token: string): Promise<{ context: RequestContext; note?: string }> {
   const answer = await probe(gatewayUrl, setupCreateRequest(token))
   try {
     const id: unknown = (JSON.parse(answer.body) as { portfolio_id?: unknown }).portfolio_id
     if (answer.status === 200 && typeof id === 'string') return { context: { portfolioId: id } }
-  } catch { /* not JSON: fall through */ }
+  } catch {
+    /* not JSON: fall through */
+  }
   return {
     context: { portfolioId: 'bench-portfolio' },
     note: `setup create answered ${answer.status} ${answer.body.slice(0, 120)}; updates use the id "bench-portfolio"`
@@ -325,9 +433,15 @@ interface Measured {
   url: string
 }
 
-async function measureRound (scenario: Scenario, target: Measured, mock: Server | null, request: BuiltRequest, options: Options): Promise<Round> {
+async function measureRound (
+  scenario: Scenario,
+  target: Measured,
+  mock: Server | null,
+  request: BuiltRequest,
+  options: Options
+): Promise<Round> {
   const connections = scenario.connections?.(options.connections) ?? options.connections
-  const serverPids = await target.server?.pids() ?? []
+  const serverPids = (await target.server?.pids()) ?? []
   // The mock is the upstream of every local target; counted separately unless it is the target itself.
   const mockPids = mock !== null && target.server !== mock ? await mock.pids() : []
   const [serverBefore, mockBefore] = await Promise.all([cpuSeconds(serverPids), cpuSeconds(mockPids)])
@@ -353,9 +467,13 @@ async function measureRound (scenario: Scenario, target: Measured, mock: Server 
     statusCodes,
     cpu: {
       server: busy(serverCpu),
-      serverUsPerRequest: result.requests.total === 0 ? Number.NaN : Math.round((serverCpu * 1e6) / result.requests.total),
+      serverUsPerRequest:
+        result.requests.total === 0 ? Number.NaN : Math.round((serverCpu * 1e6) / result.requests.total),
       serverSystemShare: serverCpu > 0 ? Math.round((serverSystem / serverCpu) * 100) / 100 : Number.NaN,
-      mock: mockPids.length === 0 ? Number.NaN : busy(mockAfter.user + mockAfter.system - mockBefore.user - mockBefore.system),
+      mock:
+        mockPids.length === 0
+          ? Number.NaN
+          : busy(mockAfter.user + mockAfter.system - mockBefore.user - mockBefore.system),
       loadgen: busy((own.user + own.system) / 1e6)
     }
   }
@@ -381,11 +499,15 @@ interface GatewayContext {
 async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<Record<string, string>> {
   const env: Record<string, string> = { ...BARE_GATEWAY_ENV }
   if (spec.auth === 'keyset' && context.keyServer !== null) {
-    Object.assign(env, { JWT_JWKS_URL: context.keyServer.url, JWT_ISSUER: KEY_SET_ISSUER, JWT_AUDIENCE: KEY_SET_AUDIENCE })
+    Object.assign(env, {
+      JWT_JWKS_URL: context.keyServer.url,
+      JWT_ISSUER: KEY_SET_ISSUER,
+      JWT_AUDIENCE: KEY_SET_AUDIENCE
+    })
   }
   if (spec.rateLimit !== 'off') env.RATE_LIMIT_PER_MINUTE = NEVER_REACHED_PER_MINUTE
   if (spec.rateLimit === 'redis' && context.redis !== null) env.REDIS_URL = context.redis.url
-  if (spec.rateLimit === 'redis-cluster' && context.redisCluster !== null) env.REDIS_CLUSTER_NODES = context.redisCluster.url
+  if (spec.rateLimit === 'redis-cluster' && context.redisCluster !== null) { env.REDIS_CLUSTER_NODES = context.redisCluster.url }
   // Metrics on a port of its own, never the default 9464 another process may hold.
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
   if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
@@ -433,10 +555,13 @@ async function startConfiguredGateway (name: GatewayName, context: GatewayContex
   return await startGateway({
     ...(spec.script === undefined ? {} : { script: spec.script }),
     ...(spec.node === undefined ? {} : { node: spec.node }),
-    upstreamUrl: spec.engines === 2 && context.secondUpstreamUrl !== undefined ? `${context.upstreamUrl},${context.secondUpstreamUrl}` : context.upstreamUrl,
+    upstreamUrl:
+      spec.engines === 2 && context.secondUpstreamUrl !== undefined
+        ? `${context.upstreamUrl},${context.secondUpstreamUrl}`
+        : context.upstreamUrl,
     ...(keySet ? {} : { jwtSecret: context.secret }),
     logLevel: spec.logLevel,
-    env: { ...await gatewayEnv(spec, context), ...(spec.everythingOn === true ? context.prodEnv : {}) },
+    env: { ...(await gatewayEnv(spec, context)), ...(spec.everythingOn === true ? context.prodEnv : {}) },
     label: name,
     ...(context.profileDir !== undefined ? { nodeArgs: profileArgs(context.profileDir, name) } : {})
   })
@@ -466,17 +591,30 @@ function productionGaps (missing: Missing): string[] {
  * second), the p99 of the accepted (2xx) answers, and the shares refused
  * with 503 (shed) or 429 (limited).
  */
-async function saturation (target: Measured, request: BuiltRequest, capacity: number, options: Options): Promise<SaturationPoint[]> {
+async function saturation (
+  target: Measured,
+  request: BuiltRequest,
+  capacity: number,
+  options: Options
+): Promise<SaturationPoint[]> {
   const points: SaturationPoint[] = []
   // Unmeasured: opens the connections and lets the generator's own code warm up before the first step.
-  if (options.warmup > 0) await openLoop(target.url, request, Math.max(1, Math.round(capacity * 0.5)), options.warmup, options.saturationConnections)
+  if (options.warmup > 0) {
+    await openLoop(
+      target.url,
+      request,
+      Math.max(1, Math.round(capacity * 0.5)),
+      options.warmup,
+      options.saturationConnections
+    )
+  }
   for (const multiple of SATURATION_MULTIPLES) {
     const offered = Math.max(1, Math.round(capacity * multiple))
     process.stderr.write(`saturation: ${multiple} x capacity = ${offered} req/s offered...`)
     const run = await openLoop(target.url, request, offered, options.duration, options.saturationConnections)
     const codes = run.statusCodes
     const answered = answeredOf(run)
-    const share = (n: number): number => answered === 0 ? Number.NaN : Math.round((n / answered) * 10000) / 10000
+    const share = (n: number): number => (answered === 0 ? Number.NaN : Math.round((n / answered) * 10000) / 10000)
     const ok = run.accepted.length
     const point: SaturationPoint = {
       multiple,
@@ -494,7 +632,9 @@ async function saturation (target: Measured, request: BuiltRequest, capacity: nu
       statusCodes: codes
     }
     points.push(point)
-    process.stderr.write(` goodput ${point.goodputRps} req/s, p99 accepted ${point.p99Accepted} ms, shed ${point.shedShare}, limited ${point.limitedShare}\n`)
+    process.stderr.write(
+      ` goodput ${point.goodputRps} req/s, p99 accepted ${point.p99Accepted} ms, shed ${point.shedShare}, limited ${point.limitedShare}\n`
+    )
   }
   return points
 }
@@ -504,7 +644,8 @@ async function main (): Promise<void> {
   // The 1-minute load average before and after: on a shared machine it tells whether a run was disturbed.
   const loadBefore = loadavg()[0] ?? Number.NaN
   const local = options.target === undefined
-  const wanted = (s: Scenario): boolean => options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
+  const wanted = (s: Scenario): boolean =>
+    options.only.length > 0 ? options.only.includes(s.name) : !(s.explicitWithTarget === true && !local)
   const byRuntime = options.runtimes.length > 0
   const all = byRuntime
     ? withRuntimes(SCENARIOS.filter(wanted), options.runtimes)
@@ -515,13 +656,19 @@ async function main (): Promise<void> {
       GATEWAYS[`${name}@${r.label}`] = { ...gatewaySpec(name), script, node: r.node }
     }
   }
-  const twinWanted = (s: Scenario): boolean => s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))
+  const twinWanted = (s: Scenario): boolean =>
+    s.name.endsWith(BEFORE) && options.only.includes(s.name.slice(0, -BEFORE.length))
   const selected = byRuntime ? all : all.filter((s) => wanted(s) || twinWanted(s))
   // The open-loop parts compare the bare proxy with the everything-on gateway of one build: not by runtime.
   const wantSaturation = local && !byRuntime && (options.only.length === 0 || options.only.includes(SATURATION))
-  const saturationBase = wantSaturation ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!) : undefined
+  const saturationBase = wantSaturation
+    ? (selected.find((s) => s.name === 'prod-ping') ?? SCENARIOS.find((s) => s.name === 'prod-ping')!)
+    : undefined
   // The latency pair runs whenever both of its scenarios do (or when named).
-  const wantLatency = local && (options.only.length === 0 || options.only.includes(LATENCY)) && LATENCY_PAIR.every((name) => selected.some((s) => s.name === name))
+  const wantLatency =
+    local &&
+    (options.only.length === 0 || options.only.includes(LATENCY)) &&
+    LATENCY_PAIR.every((name) => selected.some((s) => s.name === name))
 
   const missing = await detectFeatures(path.dirname(path.dirname(GATEWAY_SCRIPT)))
   const skipped = new Map<string, string>()
@@ -529,7 +676,8 @@ async function main (): Promise<void> {
     const reason = skipReason(s, local, missing)
     if (reason !== undefined) skipped.set(s.name, reason)
   }
-  const needs = (target: TargetName): boolean => local && (selected.some((s) => s.target === target && !skipped.has(s.name)) || saturationBase?.target === target)
+  const needs = (target: TargetName): boolean =>
+    local && (selected.some((s) => s.target === target && !skipped.has(s.name)) || saturationBase?.target === target)
   if (needs('nginx') && !existsSync(NGINX_BINARY)) skipped.set('nginx', `${NGINX_BINARY} not installed`)
   const gatewaysNeeded = Object.keys(GATEWAYS).filter(needs)
   if (gatewaysNeeded.length > 0 && !existsSync(GATEWAY_SCRIPT)) {
@@ -541,7 +689,9 @@ async function main (): Promise<void> {
   const secret = !local && envSecret !== undefined && envSecret !== '' ? envSecret : randomSecret()
   const token = options.token ?? mintToken(secret)
   if (!local && options.token === undefined && secret !== envSecret) {
-    process.stderr.write('warning: --target without --token or $JWT_SECRET: the token is signed with a random secret and will be refused\n')
+    process.stderr.write(
+      'warning: --target without --token or $JWT_SECRET: the token is signed with a random secret and will be refused\n'
+    )
   }
 
   // Start everything first: idle servers cost nothing, and no scenario pays for another's startup.
@@ -553,15 +703,37 @@ async function main (): Promise<void> {
   const keySet = specs.some((g) => g.auth === 'keyset') && !missing.has('jwks')
   const keyServer = keySet ? await startBenchKeyServer() : null
   const redis = specs.some((g) => g.rateLimit === 'redis') && !missing.has('redis') ? await startRedis() : null
-  const redisCluster = specs.some((g) => g.rateLimit === 'redis-cluster') && !missing.has('redis-cluster') ? await startRedisCluster() : null
+  const redisCluster =
+    specs.some((g) => g.rateLimit === 'redis-cluster') && !missing.has('redis-cluster')
+      ? await startRedisCluster()
+      : null
   const keySetToken = keyServer === null ? null : await signKeySetToken(keyServer, 'bench-user')
-  const tokenFor = (target: TargetName): string => isGateway(target) && gatewaySpec(target).auth === 'keyset' && keySetToken !== null ? keySetToken : token
+  const tokenFor = (target: TargetName): string =>
+    isGateway(target) && gatewaySpec(target).auth === 'keyset' && keySetToken !== null ? keySetToken : token
   // A second mock engine for the gateways that spread over two.
   const mock2 = mock !== null && specs.some((g) => g.engines === 2) ? await startMock() : null
-  if (mock !== null && needs('bare')) servers.set('bare', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare')))
-  if (mock !== null && needs('bare-fastify')) servers.set('bare-fastify', await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare-fastify'), true))
+  if (mock !== null && needs('bare')) {
+    servers.set(
+      'bare',
+      await startBareProxy(mock.url, secret, options.profile === undefined ? [] : profileArgs(options.profile, 'bare'))
+    )
+  }
+  if (mock !== null && needs('bare-fastify')) {
+    servers.set(
+      'bare-fastify',
+      await startBareProxy(
+        mock.url,
+        secret,
+        options.profile === undefined ? [] : profileArgs(options.profile, 'bare-fastify'),
+        true
+      )
+    )
+  }
   for (const r of mock === null ? [] : options.runtimes) {
-    for (const [bare, fastify] of [['bare', false], ['bare-fastify', true]] as const) {
+    for (const [bare, fastify] of [
+      ['bare', false],
+      ['bare-fastify', true]
+    ] as const) {
       const target = `${bare}@${r.label}`
       const runtime = { node: r.node, script: path.join(r.dist, 'bench', 'bare-proxy.js') }
       const nodeArgs = options.profile === undefined ? [] : profileArgs(options.profile, target)
@@ -569,18 +741,29 @@ async function main (): Promise<void> {
     }
   }
   if (mock !== null) {
-    const context: GatewayContext = { upstreamUrl: mock.url, ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }), secret, keyServer, redis, redisCluster, prodEnv: options.prodEnv, ...(options.profile === undefined ? {} : { profileDir: options.profile }) }
+    const context: GatewayContext = {
+      upstreamUrl: mock.url,
+      ...(mock2 === null ? {} : { secondUpstreamUrl: mock2.url }),
+      secret,
+      keyServer,
+      redis,
+      redisCluster,
+      prodEnv: options.prodEnv,
+      ...(options.profile === undefined ? {} : { profileDir: options.profile })
+    }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
-    await Promise.all(gatewaysNeeded.map(async (name) => {
-      try {
-        servers.set(name, await startConfiguredGateway(name, context))
-      } catch (err) {
-        // A configuration this build refuses (a feature half-landed) skips its scenarios, with the gateway's words.
-        const reason = `${name} did not start: ${(err instanceof Error ? err.message : String(err)).split('\n').slice(0, 3).join(' | ')}`
-        for (const s of selected) if (s.target === name) skipped.set(s.name, reason)
-        process.stderr.write(`${reason}\n`)
-      }
-    }))
+    await Promise.all(
+      gatewaysNeeded.map(async (name) => {
+        try {
+          servers.set(name, await startConfiguredGateway(name, context))
+        } catch (err) {
+          // A configuration this build refuses (a feature half-landed) skips its scenarios, with the gateway's words.
+          const reason = `${name} did not start: ${(err instanceof Error ? err.message : String(err)).split('\n').slice(0, 3).join(' | ')}`
+          for (const s of selected) if (s.target === name) skipped.set(s.name, reason)
+          process.stderr.write(`${reason}\n`)
+        }
+      })
+    )
   }
   const targetOf = (s: Scenario): Measured => {
     const server = servers.get(s.target) ?? null
@@ -588,38 +771,59 @@ async function main (): Promise<void> {
   }
 
   const runnable = selected.filter((s) => !skipped.has(s.name))
-  const gatewayUrl = local ? servers.get('gateway')?.url ?? servers.get('gateway-prod')?.url : options.target
+  const gatewayUrl = local ? (servers.get('gateway')?.url ?? servers.get('gateway-prod')?.url) : options.target
   const setupToken = local && servers.get('gateway') === undefined ? tokenFor('gateway-prod') : token
-  const setup = runnable.some((s) => s.path.endsWith('/update')) && gatewayUrl !== undefined
-    ? await setupPortfolio(gatewayUrl, setupToken)
-    : { context: { portfolioId: 'bench-portfolio' } }
+  const setup =
+    runnable.some((s) => s.path.endsWith('/update')) && gatewayUrl !== undefined
+      ? await setupPortfolio(gatewayUrl, setupToken)
+      : { context: { portfolioId: 'bench-portfolio' } }
   if (setup.note !== undefined) process.stderr.write(`note: ${setup.note}\n`)
 
-  const requests = new Map(runnable.map((s) => {
-    const request = buildRequest(s, tokenFor(s.target), setup.context)
-    // Local HS256 gateways only (localOnly scenarios): the harness knows their secret.
-    if (s.users !== undefined) request.rotate = Array.from({ length: s.users }, (_, i) => ({ authorization: `Bearer ${mintToken(secret, `bench-user-${i}`)}` }))
-    return [s.name, request]
-  }))
+  const requests = new Map(
+    runnable.map((s) => {
+      const request = buildRequest(s, tokenFor(s.target), setup.context)
+      // Local HS256 gateways only (localOnly scenarios): the harness knows their secret.
+      if (s.users !== undefined) {
+        request.rotate = Array.from({ length: s.users }, (_, i) => ({
+          authorization: `Bearer ${mintToken(secret, `bench-user-${i}`)}`
+        }))
+      }
+      return [s.name, request]
+    })
+  )
   const probes = new Map<string, Probe>()
   for (const s of runnable) {
     const target = targetOf(s)
     const request = requests.get(s.name)!
-    probes.set(s.name, await probe(target.url, { ...request, headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) } }))
+    probes.set(
+      s.name,
+      await probe(target.url, { ...request, headers: { ...request.headers, ...freshHeaders(request.fresh ?? []) } })
+    )
   }
 
   const rounds = new Map<string, Round[]>(runnable.map((s) => [s.name, []]))
   // Every round in this order: each cost row beside a measurement of its base (bench/schedule.ts).
   const schedule = roundSchedule(runnable, options.rowsPerBase)
   const scheduleOf = (round: number): string[] =>
-    byRuntime ? runtimeSchedule(runnable.map((s) => s.name), options.runtimes, round) : schedule
+    byRuntime
+      ? runtimeSchedule(
+          runnable.map((s) => s.name),
+          options.runtimes,
+          round
+        )
+      : schedule
   // The 1-minute load average as each round began: on a shared machine, which rounds had neighbours.
   const roundLoads: number[] = []
   const byName = new Map(runnable.map((s) => [s.name, s]))
   const measured: Measurement[][] = []
   // Unmeasured load on a scenario's server: the settling below and each measurement's warm-up.
   const load = async (s: Scenario, seconds: number): ReturnType<typeof cannon> =>
-    await cannon(targetOf(s).url, requests.get(s.name)!, s.connections?.(options.connections) ?? options.connections, seconds)
+    await cannon(
+      targetOf(s).url,
+      requests.get(s.name)!,
+      s.connections?.(options.connections) ?? options.connections,
+      seconds
+    )
   // Once, before any round, the same seconds for every process, split among the scenarios it serves:
   // after 3 s of load a gateway still made some 160 optimisations in the next 8 s, its compiler
   // threads' CPU counted against its requests (docs/performance.md, "How the table is made").
@@ -646,7 +850,7 @@ async function main (): Promise<void> {
       if (options.warmup > 0) await load(s, options.warmup)
       const round = await measureRound(s, targetOf(s), mock, requests.get(s.name)!, options)
       sequence.push({ scenario: s.name, usPerRequest: round.cpu.serverUsPerRequest })
-      inRound.set(s.name, [...inRound.get(s.name) ?? [], round])
+      inRound.set(s.name, [...(inRound.get(s.name) ?? []), round])
       process.stderr.write(` ${round.rps} req/s, p99 ${round.p99} ms, ${round.cpu.serverUsPerRequest} us/req\n`)
     }
     // A base measured several times in the round still gives one Round per round to the summary.
@@ -655,22 +859,39 @@ async function main (): Promise<void> {
   }
 
   // Past saturation: open loop at multiples of the capacity the closed loop just measured.
-  let saturationReport: { scenario: string, capacityRps: number, connections: number, points: SaturationPoint[], verdict: ReturnType<typeof saturationVerdict> } | { skipped: string } | null = null
+  let saturationReport:
+    | {
+      scenario: string
+      capacityRps: number
+      connections: number
+      points: SaturationPoint[]
+      verdict: ReturnType<typeof saturationVerdict>
+    } |
+    { skipped: string } |
+    null = null
   if (saturationBase !== undefined) {
     const base = servers.has(saturationBase.target) ? saturationBase : SCENARIOS.find((s) => s.name === 'ping')!
     const measured = rounds.get(base.name)
-    const capacity = measured !== undefined && measured.length > 0 ? Math.max(...measured.map((r) => r.rps)) : Number.NaN
+    const capacity =
+      measured !== undefined && measured.length > 0 ? Math.max(...measured.map((r) => r.rps)) : Number.NaN
     const target = targetOf(base)
     if (target.server === null || !Number.isFinite(capacity) || capacity <= 0) {
       saturationReport = { skipped: `needs a measured ${base.name} (run it in the same invocation)` }
     } else {
       // A user of its own: the closed-loop rounds have used much of bench-user's rate-limit window.
-      const saturationToken = isGateway(base.target) && gatewaySpec(base.target).auth === 'keyset' && keyServer !== null
-        ? await signKeySetToken(keyServer, 'bench-saturation')
-        : mintToken(secret, 'bench-saturation')
+      const saturationToken =
+        isGateway(base.target) && gatewaySpec(base.target).auth === 'keyset' && keyServer !== null
+          ? await signKeySetToken(keyServer, 'bench-saturation')
+          : mintToken(secret, 'bench-saturation')
       const request = buildRequest(base, saturationToken, setup.context)
       const points = await saturation(target, request, capacity, options)
-      saturationReport = { scenario: base.name, capacityRps: capacity, connections: options.saturationConnections, points, verdict: saturationVerdict(points) }
+      saturationReport = {
+        scenario: base.name,
+        capacityRps: capacity,
+        connections: options.saturationConnections,
+        points,
+        verdict: saturationVerdict(points)
+      }
     }
   }
   // Latency for phones: the bare proxy and the everything-on gateway at the same offered loads.
@@ -679,18 +900,30 @@ async function main (): Promise<void> {
     const [bareName, prodName] = LATENCY_PAIR
     const measured = rounds.get(prodName)
     // Where the open loop's probe starts: the median closed-loop round (autocannon's).
-    const closedLoopRps = measured !== undefined && measured.length > 0 ? median(measured.map((r) => r.rps)) : Number.NaN
+    const closedLoopRps =
+      measured !== undefined && measured.length > 0 ? median(measured.map((r) => r.rps)) : Number.NaN
     const pair = LATENCY_PAIR.map((name) => SCENARIOS.find((s) => s.name === name)!)
     if (pair.some((s) => !servers.has(s.target)) || !Number.isFinite(closedLoopRps) || closedLoopRps <= 0) {
       latencyReport = { skipped: `needs measured ${bareName} and ${prodName} (run them in the same invocation)` }
     } else {
       const points: LatencyPoint[] = []
-      const tokenOf = async (s: Scenario): Promise<string> => isGateway(s.target) && gatewaySpec(s.target).auth === 'keyset' && keyServer !== null
-        ? await signKeySetToken(keyServer, 'bench-latency')
-        : mintToken(secret, 'bench-latency')
-      const requestsOf = new Map(await Promise.all(pair.map(async (s) => [s.name, buildRequest(s, await tokenOf(s), setup.context)] as const)))
+      const tokenOf = async (s: Scenario): Promise<string> =>
+        isGateway(s.target) && gatewaySpec(s.target).auth === 'keyset' && keyServer !== null
+          ? await signKeySetToken(keyServer, 'bench-latency')
+          : mintToken(secret, 'bench-latency')
+      const requestsOf = new Map(
+        await Promise.all(pair.map(async (s) => [s.name, buildRequest(s, await tokenOf(s), setup.context)] as const))
+      )
       if (options.warmup > 0) {
-        for (const s of pair) await openLoop(targetOf(s).url, requestsOf.get(s.name)!, Math.max(1, Math.round(closedLoopRps * 0.5)), options.warmup, options.saturationConnections)
+        for (const s of pair) {
+          await openLoop(
+            targetOf(s).url,
+            requestsOf.get(s.name)!,
+            Math.max(1, Math.round(closedLoopRps * 0.5)),
+            options.warmup,
+            options.saturationConnections
+          )
+        }
       }
       // The capacity the offered loads are multiples of is measured with this
       // generator, in the open loop: the closed loop's autocannon costs the
@@ -700,12 +933,22 @@ async function main (): Promise<void> {
       // answered in full (every answer 2xx, none unsent, 2xx per second at
       // least 97% of the offer): the capacity is the last step that was.
       const prod = pair[1]!
-      const prodPids = await targetOf(prod).server?.pids() ?? []
+      const prodPids = (await targetOf(prod).server?.pids()) ?? []
       const capacitySteps: CapacityStep[] = []
-      for (let offered = Math.max(1, Math.round(closedLoopRps * CAPACITY_START)); capacitySteps.length < options.capacitySteps; offered = Math.max(offered + 1, Math.round(offered * CAPACITY_STEP))) {
+      for (
+        let offered = Math.max(1, Math.round(closedLoopRps * CAPACITY_START));
+        capacitySteps.length < options.capacitySteps;
+        offered = Math.max(offered + 1, Math.round(offered * CAPACITY_STEP))
+      ) {
         process.stderr.write(`latency: ${prod.name}'s capacity in the open loop, ${offered} req/s offered...`)
         const [serverBefore, ownBefore] = [await cpuSeconds(prodPids), process.cpuUsage()]
-        const run = await openLoop(targetOf(prod).url, requestsOf.get(prod.name)!, offered, options.duration, options.saturationConnections)
+        const run = await openLoop(
+          targetOf(prod).url,
+          requestsOf.get(prod.name)!,
+          offered,
+          options.duration,
+          options.saturationConnections
+        )
         const [serverAfter, own] = [await cpuSeconds(prodPids), process.cpuUsage(ownBefore)]
         const busy = (seconds: number): number => Math.round((seconds / run.elapsedS) * 100) / 100
         const answered = answeredOf(run)
@@ -715,16 +958,23 @@ async function main (): Promise<void> {
           non2xx: answered - run.accepted.length,
           errors: run.errors + run.notSent,
           p99: quantile(run.latencies, 0.99),
-          cpu: { server: busy(serverAfter.user + serverAfter.system - serverBefore.user - serverBefore.system), generator: busy((own.user + own.system) / 1e6) }
+          cpu: {
+            server: busy(serverAfter.user + serverAfter.system - serverBefore.user - serverBefore.system),
+            generator: busy((own.user + own.system) / 1e6)
+          }
         }
         const sustained = isSustained(step)
         capacitySteps.push({ ...step, sustained })
-        process.stderr.write(` 2xx ${step.goodputRps}/s, non-2xx ${step.non2xx}, p99 ${step.p99} ms, CPU gateway ${step.cpu.server} generator ${step.cpu.generator}\n`)
+        process.stderr.write(
+          ` 2xx ${step.goodputRps}/s, non-2xx ${step.non2xx}, p99 ${step.p99} ms, CPU gateway ${step.cpu.server} generator ${step.cpu.generator}\n`
+        )
         if (!sustained) break
       }
       const found = capacityOf(capacitySteps)
       if (found.rps === null) {
-        latencyReport = { skipped: `${prod.name} did not answer the search's first step in full (${capacitySteps[0]!.offeredRps} req/s offered): no capacity to take multiples of` }
+        latencyReport = {
+          skipped: `${prod.name} did not answer the search's first step in full (${capacitySteps[0]!.offeredRps} req/s offered): no capacity to take multiples of`
+        }
       } else {
         const capacity = found.rps
         // Interleaved like the rounds: each offered load on one, then the other.
@@ -732,7 +982,13 @@ async function main (): Promise<void> {
           for (const s of pair) {
             const offered = Math.max(1, Math.round(capacity * multiple))
             process.stderr.write(`latency: ${s.name} at ${multiple} x ${prodName}'s capacity = ${offered} req/s...`)
-            const run = await openLoop(targetOf(s).url, requestsOf.get(s.name)!, offered, options.duration, options.saturationConnections)
+            const run = await openLoop(
+              targetOf(s).url,
+              requestsOf.get(s.name)!,
+              offered,
+              options.duration,
+              options.saturationConnections
+            )
             const answered = answeredOf(run)
             const point: LatencyPoint = {
               scenario: s.name,
@@ -747,7 +1003,16 @@ async function main (): Promise<void> {
             process.stderr.write(` p50 ${point.p50} ms, p99 ${point.p99} ms\n`)
           }
         }
-        latencyReport = { capacityFrom: prodName, capacityRps: capacity, capacityBounded: found.bounded, closedLoopRps: Math.round(closedLoopRps), capacitySteps, baseline: bareName, points, verdict: latencyVerdict(points, bareName, prodName) }
+        latencyReport = {
+          capacityFrom: prodName,
+          capacityRps: capacity,
+          capacityBounded: found.bounded,
+          closedLoopRps: Math.round(closedLoopRps),
+          capacitySteps,
+          baseline: bareName,
+          points,
+          verdict: latencyVerdict(points, bareName, prodName)
+        }
       }
     }
   }
@@ -762,16 +1027,37 @@ async function main (): Promise<void> {
   for (const s of selected) {
     const connections = s.connections?.(options.connections) ?? options.connections
     const reason = skipped.get(s.name)
-    const description = s.target.startsWith('gateway-prod') && gaps.length > 0 ? `${s.description} [not in this build: ${gaps.join(', ')}]` : s.description
-    scenarios[s.name] = reason !== undefined
-      ? skippedSummary(description, connections, reason)
-      : summarize(description, targetOf(s).url + s.path, connections, rounds.get(s.name)!, probes.get(s.name) ?? null)
+    const description =
+      s.target.startsWith('gateway-prod') && gaps.length > 0
+        ? `${s.description} [not in this build: ${gaps.join(', ')}]`
+        : s.description
+    scenarios[s.name] =
+      reason !== undefined
+        ? skippedSummary(description, connections, reason)
+        : summarize(description, targetOf(s).url + s.path, connections, rounds.get(s.name)!, probes.get(s.name) ?? null)
   }
   const report = {
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', node: process.version, platform: process.platform, date: new Date().toISOString(),
-      loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN } },
-    options: { duration: options.duration, connections: options.connections, rounds: options.rounds, rowsPerBase: options.rowsPerBase, warmup: options.warmup, settle: options.settle, only: options.only, target: options.target ?? null,
-      saturationConnections: options.saturationConnections, capacitySteps: options.capacitySteps, prodEnv: options.prodEnv },
+    machine: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? 'unknown',
+      node: process.version,
+      platform: process.platform,
+      date: new Date().toISOString(),
+      loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN }
+    },
+    options: {
+      duration: options.duration,
+      connections: options.connections,
+      rounds: options.rounds,
+      rowsPerBase: options.rowsPerBase,
+      warmup: options.warmup,
+      settle: options.settle,
+      only: options.only,
+      target: options.target ?? null,
+      saturationConnections: options.saturationConnections,
+      capacitySteps: options.capacitySteps,
+      prodEnv: options.prodEnv
+    },
     features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),
     keySetFetches,
     scenarios,
@@ -788,21 +1074,39 @@ async function main (): Promise<void> {
   }
 
   const { duration, connections } = options
-  process.stdout.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, ${duration} s x ${options.rounds} rounds, ${connections} connections, median of rounds, ` +
-    `load average ${report.machine.loadavg1m.before.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
-  process.stdout.write(`${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n${byRuntime ? '' : `\n${formatRatios(report.ratios)}\n`}`)
+  process.stdout.write(
+    `\n${report.machine.cpus} cpus, node ${report.machine.node}, ${duration} s x ${options.rounds} rounds, ${connections} connections, median of rounds, ` +
+      `load average ${report.machine.loadavg1m.before.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`
+  )
+  process.stdout.write(
+    `${formatTable(scenarios)}\n\ncpu: cores busy during the run (server under test / mock upstream / this load generator); srv us/req: server CPU time per request; sys: kernel share of it\n${byRuntime ? '' : `\n${formatRatios(report.ratios)}\n`}`
+  )
   if (saturationReport !== null) {
-    process.stdout.write('skipped' in saturationReport
-      ? `\nsaturation: skipped: ${saturationReport.skipped}\n`
-      : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`)
+    process.stdout.write(
+      'skipped' in saturationReport
+        ? `\nsaturation: skipped: ${saturationReport.skipped}\n`
+        : `\n${formatSaturation(saturationReport.scenario, saturationReport.capacityRps, saturationReport.connections, saturationReport.points, saturationReport.verdict)}\n`
+    )
   }
   if (byRuntime) {
     const used = options.runtimes.map((r) => `${r.label}=${r.node} (${r.dist})`).join(', ')
-    process.stdout.write(`\n${formatRuntimeMarkdown(runtimeRows, options.runtimes)}\n\nruntimes: ${used}\n` +
-      `load average (1 min) at each round's start: ${report.roundLoads.join(', ')}\n`)
+    process.stdout.write(
+      `\n${formatRuntimeMarkdown(runtimeRows, options.runtimes)}\n\nruntimes: ${used}\n` +
+        `load average (1 min) at each round's start: ${report.roundLoads.join(', ')}\n`
+    )
   } else process.stdout.write(`\n${formatCosts(report.costs)}\n`)
-  if (latencyReport !== null) process.stdout.write('skipped' in latencyReport ? `\nlatency: skipped: ${latencyReport.skipped}\n` : `\n${formatLatency(latencyReport)}\n`)
-  if (missing.size > 0) process.stdout.write(`\nfeatures not in this build:\n${[...missing].map(([f, why]) => `  ${f}: ${why}`).join('\n')}\n`)
+  if (latencyReport !== null) {
+    process.stdout.write(
+      'skipped' in latencyReport
+        ? `\nlatency: skipped: ${latencyReport.skipped}\n`
+        : `\n${formatLatency(latencyReport)}\n`
+    )
+  }
+  if (missing.size > 0) {
+    process.stdout.write(
+      `\nfeatures not in this build:\n${[...missing].map(([f, why]) => `  ${f}: ${why}`).join('\n')}\n`
+    )
+  }
   const problems = formatProblems(scenarios)
   if (problems !== '') process.stdout.write(`\nproblems:\n${problems}\n`)
   if (options.json !== undefined) {
@@ -810,11 +1114,14 @@ async function main (): Promise<void> {
     process.stdout.write(`\nJSON written to ${options.json}\n`)
   }
   if (options.chart !== undefined) {
-    await writeFile(options.chart, renderChart({
-      title: `Portfolio Gateway, ${report.machine.date.slice(0, 10)}, ${report.machine.cpus} cpus, node ${report.machine.node}`,
-      scenarios,
-      saturation: saturationReport !== null && !('skipped' in saturationReport) ? saturationReport : null
-    }))
+    await writeFile(
+      options.chart,
+      renderChart({
+        title: `Portfolio Gateway, ${report.machine.date.slice(0, 10)}, ${report.machine.cpus} cpus, node ${report.machine.node}`,
+        scenarios,
+        saturation: saturationReport !== null && !('skipped' in saturationReport) ? saturationReport : null
+      })
+    )
     process.stdout.write(`chart written to ${options.chart}\n`)
   }
   const title = `Portfolio Gateway, ${report.machine.date.slice(0, 10)}, ${report.machine.cpus} cpus, node ${report.machine.node}`
@@ -830,7 +1137,9 @@ async function main (): Promise<void> {
       rowsPerBase: options.rowsPerBase,
       costs: report.costs,
       latency: latencyReport,
-      ...(options.costChart === undefined ? {} : { chart: path.relative(path.dirname(options.markdown), options.costChart) })
+      ...(options.costChart === undefined
+        ? {}
+        : { chart: path.relative(path.dirname(options.markdown), options.costChart) })
     })
     process.stdout.write(`cost table written to ${options.markdown}\n`)
   }

@@ -45,9 +45,10 @@ export const TWIN_SUFFIX = '@before'
  */
 export function roundSchedule (scenarios: readonly Schedulable[], rowsPerBase = ROWS_PER_BASE): string[] {
   // Three or more and a row in the middle would not be next to its base.
-  if (rowsPerBase !== 1 && rowsPerBase !== 2) throw new Error(`rows per base ${rowsPerBase}: expected 1 or 2, so every row is next to its base`)
+  if (rowsPerBase !== 1 && rowsPerBase !== 2) { throw new Error(`rows per base ${rowsPerBase}: expected 1 or 2, so every row is next to its base`) }
   const names = new Set(scenarios.map((s) => s.name))
-  const baseOf = (s: Schedulable): string | undefined => s.cost !== undefined && s.cost.base !== s.name && names.has(s.cost.base) ? s.cost.base : undefined
+  const baseOf = (s: Schedulable): string | undefined =>
+    s.cost !== undefined && s.cost.base !== s.name && names.has(s.cost.base) ? s.cost.base : undefined
   const bases = [...new Set(scenarios.flatMap((s) => baseOf(s) ?? []))]
   const order = scenarios.filter((s) => baseOf(s) === undefined && !bases.includes(s.name)).map((s) => s.name)
   for (const base of bases) {
@@ -67,7 +68,8 @@ function runsOf (rows: readonly string[], rowsPerBase: number): string[][] {
   const units: string[][] = []
   for (const row of rows) {
     const original = row.endsWith(TWIN_SUFFIX) ? row.slice(0, -TWIN_SUFFIX.length) : undefined
-    const unit = rowsPerBase === 2 && original !== undefined ? units.find((u) => u.length === 1 && u[0] === original) : undefined
+    const unit =
+      rowsPerBase === 2 && original !== undefined ? units.find((u) => u.length === 1 && u[0] === original) : undefined
     if (unit !== undefined) unit.push(row)
     else units.push([row])
   }
@@ -80,7 +82,8 @@ function runsOf (rows: readonly string[], rowsPerBase: number): string[][] {
   return runs
 }
 
-const usable = (m: Measurement | undefined, base: string): m is Measurement => m !== undefined && m.scenario === base && Number.isFinite(m.usPerRequest) && m.usPerRequest > 0
+const usable = (m: Measurement | undefined, base: string): m is Measurement =>
+  m !== undefined && m.scenario === base && Number.isFinite(m.usPerRequest) && m.usPerRequest > 0
 
 /**
  * The base's CPU per request at position `at` of a round: the nearest usable
@@ -102,7 +105,11 @@ export function baseAt (round: readonly Measurement[], at: number, base: string)
  * One round's CPU per request of `scenario` over its base's at its place
  * (baseAt); 1 for the base itself. NaN when either is missing from the round.
  */
-export function ratioInRound (round: readonly Measurement[], scenario: string, base: string): { usPerRequest: number, baseUsPerRequest: number, ratio: number } {
+export function ratioInRound (
+  round: readonly Measurement[],
+  scenario: string,
+  base: string
+): { usPerRequest: number; baseUsPerRequest: number; ratio: number } {
   if (scenario === base) {
     const own = round.filter((m) => usable(m, base)).map((m) => m.usPerRequest)
     const mean = own.length === 0 ? Number.NaN : own.reduce((sum, v) => sum + v, 0) / own.length
@@ -123,12 +130,20 @@ export const SETTLE_DEFAULT_S = 10
  * serves, so the gateway behind six scenarios is not settled six times as
  * long as the bare proxy it is measured against. Empty when `seconds` is 0.
  */
-export function settleShares<S extends { target: string }> (scenarios: readonly S[], seconds: number): Map<string, Array<{ scenario: S, seconds: number }>> {
+export function settleShares<S extends { target: string }> (
+  scenarios: readonly S[],
+  seconds: number
+): Map<string, Array<{ scenario: S; seconds: number }>> {
   const byTarget = new Map<string, S[]>()
   for (const s of seconds > 0 ? scenarios : []) {
     const list = byTarget.get(s.target)
     if (list === undefined) byTarget.set(s.target, [s])
     else list.push(s)
   }
-  return new Map([...byTarget].map(([target, list]) => [target, list.map((scenario) => ({ scenario, seconds: seconds / list.length }))]))
+  return new Map(
+    [...byTarget].map(([target, list]) => [
+      target,
+      list.map((scenario) => ({ scenario, seconds: seconds / list.length }))
+    ])
+  )
 }

@@ -7,7 +7,8 @@
  * victim user sends a ping every 50 ms (open loop: sent whether or not the
  * last one has answered) for `--seconds`, and its latency is reported.
  *
- *   npx tsc -p bench && node dist/bench/slow-upload-attack.js [--gateway dist/src/server.js] [--attackers 130] [--seconds 30]
+ * npx tsc -p bench && node dist/bench/slow-upload-attack.js [--gateway dist/src/server.js] [--attackers 130] [--seconds
+ * 30]
  *
  * `--gateway` runs another build's server (e.g. main's, built in a copy) for a
  * before/after comparison. The engine is the fast mock (fixtures/mock-upstream.ts),
@@ -45,9 +46,11 @@ function token (sub: string): string {
 const BOUNDARY = 'attack-boundary'
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 const HEAD = Buffer.concat([
-  Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="name"\r\n\r\nSlow\r\n` +
-    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="type"\r\n\r\nPORTFOLIO\r\n` +
-    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`),
+  Buffer.from(
+    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="name"\r\n\r\nSlow\r\n` +
+      `--${BOUNDARY}\r\nContent-Disposition: form-data; name="type"\r\n\r\nPORTFOLIO\r\n` +
+      `--${BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n`
+  ),
   PNG_SIGNATURE,
   Buffer.alloc(4096, 0x42)
 ])
@@ -63,8 +66,10 @@ function attacker (port: number, sub: string): void {
   let timer: NodeJS.Timeout | undefined
   let seen = ''
   socket.on('connect', () => {
-    socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer ${token(sub)}\r\n` +
-      `content-type: multipart/form-data; boundary=${BOUNDARY}\r\ncontent-length: ${1024 * 1024}\r\n\r\n`)
+    socket.write(
+      `POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer ${token(sub)}\r\n` +
+        `content-type: multipart/form-data; boundary=${BOUNDARY}\r\ncontent-length: ${1024 * 1024}\r\n\r\n`
+    )
     socket.write(HEAD)
     timer = setInterval(() => socket.write('B'), TRICKLE_MS)
   })
@@ -119,33 +124,45 @@ async function main (): Promise<void> {
     const pending: Array<Promise<void>> = []
     const end = performance.now() + SECONDS * 1000
     while (performance.now() < end) {
-      pending.push((async () => {
-        const begun = performance.now()
-        let status: string
-        try {
-          const res = await request(`${url}/api/portfolio/ping`, { headers: victim, dispatcher, headersTimeout: 60_000 })
-          await res.body.dump()
-          status = String(res.statusCode)
-        } catch (err) {
-          status = (err as { code?: string }).code ?? 'error'
-        }
-        latencies.push(performance.now() - begun)
-        statuses.set(status, (statuses.get(status) ?? 0) + 1)
-      })())
+      pending.push(
+        (async () => {
+          const begun = performance.now()
+          let status: string
+          try {
+            const res = await request(`${url}/api/portfolio/ping`, {
+              headers: victim,
+              dispatcher,
+              headersTimeout: 60_000
+            })
+            await res.body.dump()
+            status = String(res.statusCode)
+          } catch (err) {
+            status = (err as { code?: string }).code ?? 'error'
+          }
+          latencies.push(performance.now() - begun)
+          statuses.set(status, (statuses.get(status) ?? 0) + 1)
+        })()
+      )
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
     await Promise.all(pending)
     await dispatcher.close()
     latencies.sort((a, b) => a - b)
-    console.log(JSON.stringify({
-      gateway: values.gateway,
-      attackers: ATTACKERS,
-      seconds: SECONDS,
-      pings: latencies.length,
-      statuses: Object.fromEntries(statuses),
-      ping_ms: { p50: +percentile(latencies, 50).toFixed(1), p99: +percentile(latencies, 99).toFixed(1), max: +latencies[latencies.length - 1]!.toFixed(1) },
-      attack: { creates_opened: attack.opened, answers: Object.fromEntries(attack.answered) }
-    }))
+    console.log(
+      JSON.stringify({
+        gateway: values.gateway,
+        attackers: ATTACKERS,
+        seconds: SECONDS,
+        pings: latencies.length,
+        statuses: Object.fromEntries(statuses),
+        ping_ms: {
+          p50: +percentile(latencies, 50).toFixed(1),
+          p99: +percentile(latencies, 99).toFixed(1),
+          max: +latencies[latencies.length - 1]!.toFixed(1)
+        },
+        attack: { creates_opened: attack.opened, answers: Object.fromEntries(attack.answered) }
+      })
+    )
   } finally {
     stopping = true
     gateway.kill('SIGKILL')

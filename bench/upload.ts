@@ -23,7 +23,16 @@ import path from 'node:path'
 import { Agent, Client, request, type Dispatcher } from 'undici'
 import { createForm, mintToken, pngImage, type Multipart } from './payloads.js'
 import {
-  BARE_GATEWAY_ENV, ENGINE_SCRIPT, GATEWAY_SCRIPT, NGINX_BINARY, signalAll, startEngine, startGateway, startNginx, stopAll, type Server
+  BARE_GATEWAY_ENV,
+  ENGINE_SCRIPT,
+  GATEWAY_SCRIPT,
+  NGINX_BINARY,
+  signalAll,
+  startEngine,
+  startGateway,
+  startNginx,
+  stopAll,
+  type Server
 } from './processes.js'
 import { randomBytes } from 'node:crypto'
 
@@ -31,7 +40,10 @@ const MiB = 1024 * 1024
 const UPLOAD_PATH = '/api/portfolio/create'
 const TIME_GOAL = 1.15
 const MEMORY_GOAL_MB = 80
-const SIZES = [{ label: '1 MiB', bytes: 1 * MiB }, { label: '10 MiB', bytes: 10 * MiB }] as const
+const SIZES = [
+  { label: '1 MiB', bytes: 1 * MiB },
+  { label: '10 MiB', bytes: 10 * MiB }
+] as const
 const WAVE_IMAGE_BYTES = 9 * MiB
 const SAMPLE_EVERY_MS = 20
 const IDLE_BASELINE_MS = 1000
@@ -66,19 +78,38 @@ function parseOptions (argv: string[]): Options {
     const arg = argv[i]
     const value = argv[i + 1]
     switch (arg) {
-      case '--rounds': options.rounds = count('rounds', value, 1); i++; break
-      case '--uploads': options.uploads = count('uploads', value, 1); i++; break
-      case '--warmup': options.warmup = count('warmup', value, 0); i++; break
-      case '--concurrency': options.concurrency = count('concurrency', value, 1); i++; break
-      case '--waves': options.waves = count('waves', value, 1); i++; break
+      case '--rounds':
+        options.rounds = count('rounds', value, 1)
+        i++
+        break
+      case '--uploads':
+        options.uploads = count('uploads', value, 1)
+        i++
+        break
+      case '--warmup':
+        options.warmup = count('warmup', value, 0)
+        i++
+        break
+      case '--concurrency':
+        options.concurrency = count('concurrency', value, 1)
+        i++
+        break
+      case '--waves':
+        options.waves = count('waves', value, 1)
+        i++
+        break
       case '--json':
         if (value === undefined || value.startsWith('--')) throw new Error('--json needs a path')
-        options.json = value; i++; break
-      case '--help': case '-h':
+        options.json = value
+        i++
+        break
+      case '--help':
+      case '-h':
         process.stdout.write(HELP)
         process.exit(0)
         break
-      default: throw new Error(`unknown option ${String(arg)}\n${HELP}`)
+      default:
+        throw new Error(`unknown option ${String(arg)}\n${HELP}`)
     }
   }
   return options
@@ -112,12 +143,20 @@ async function upload (target: Target, form: Multipart, dispatcher: Dispatcher):
     const text = await res.body.text()
     const ms = Number(process.hrtime.bigint() - started) / 1e6
     let id: unknown
-    try { id = (JSON.parse(text) as { portfolio_id?: unknown }).portfolio_id } catch { id = undefined }
+    try {
+      id = (JSON.parse(text) as { portfolio_id?: unknown }).portfolio_id
+    } catch {
+      id = undefined
+    }
     const ok = res.statusCode === 200 && typeof id === 'string' && id !== ''
     return { ms, ok, detail: ok ? '' : `HTTP ${res.statusCode} ${text.slice(0, 200)}` }
   } catch (err) {
     const ms = Number(process.hrtime.bigint() - started) / 1e6
-    return { ms, ok: false, detail: err instanceof Error ? `${err.message} ${String(err.cause ?? '')}`.trim() : String(err) }
+    return {
+      ms,
+      ok: false,
+      detail: err instanceof Error ? `${err.message} ${String(err.cause ?? '')}`.trim() : String(err)
+    }
   }
 }
 
@@ -135,7 +174,9 @@ const round1 = (n: number): number => Math.round(n * 10) / 10
 async function clearImages (dir: string): Promise<void> {
   const names = await readdir(dir).catch(() => [] as string[])
   // Only final names (<uuid>.png); an upload in progress writes a dot file.
-  await Promise.all(names.filter((n) => !n.startsWith('.')).map(async (n) => await rm(path.join(dir, n), { force: true })))
+  await Promise.all(
+    names.filter((n) => !n.startsWith('.')).map(async (n) => await rm(path.join(dir, n), { force: true }))
+  )
 }
 
 // ---------------------------------------------------------------- upload time
@@ -151,10 +192,10 @@ interface TargetRound {
 interface SizeResult {
   label: string
   bytes: number
-  direct: { medianMs: number, rounds: TargetRound[] }
-  gateway: { medianMs: number, rounds: TargetRound[] }
+  direct: { medianMs: number; rounds: TargetRound[] }
+  gateway: { medianMs: number; rounds: TargetRound[] }
   /** null when nginx is not installed. */
-  nginx: { medianMs: number, rounds: TargetRound[] } | null
+  nginx: { medianMs: number; rounds: TargetRound[] } | null
   /** Median of all gateway uploads / median of all direct uploads. */
   ratio: number
   /** Median of all gateway uploads / median of all nginx uploads (the upload anchor). */
@@ -171,7 +212,12 @@ interface SizeResult {
   firstFailure: string | null
 }
 
-async function timeUploads (targets: Target[], agents: Map<TargetName, Agent>, imageDir: string, options: Options): Promise<SizeResult[]> {
+async function timeUploads (
+  targets: Target[],
+  agents: Map<TargetName, Agent>,
+  imageDir: string,
+  options: Options
+): Promise<SizeResult[]> {
   const results: SizeResult[] = []
   const forms = SIZES.map((s) => createForm(pngImage(s.bytes)))
   const all = new Map<string, number[]>()
@@ -180,7 +226,7 @@ async function timeUploads (targets: Target[], agents: Map<TargetName, Agent>, i
   const firstFailure = new Map<string, string>()
   const key = (size: number, target: TargetName): string => `${size}:${target}`
 
-  const block = async (sizeIndex: number, target: Target, n: number): Promise<{ times: number[], failed: number }> => {
+  const block = async (sizeIndex: number, target: Target, n: number): Promise<{ times: number[]; failed: number }> => {
     const times: number[] = []
     let failed = 0
     for (let i = 0; i < n; i++) {
@@ -188,7 +234,7 @@ async function timeUploads (targets: Target[], agents: Map<TargetName, Agent>, i
       if (result.ok) times.push(result.ms)
       else {
         failed++
-        if (!firstFailure.has(String(sizeIndex))) firstFailure.set(String(sizeIndex), `${target.name}: ${result.detail}`)
+        if (!firstFailure.has(String(sizeIndex))) { firstFailure.set(String(sizeIndex), `${target.name}: ${result.detail}`) }
       }
     }
     return { times, failed }
@@ -246,9 +292,14 @@ async function timeUploads (targets: Target[], agents: Map<TargetName, Agent>, i
       nginx: hasNginx ? { medianMs: round2(nginx), rounds: nRounds } : null,
       ratio,
       nginxRatio,
-      nginxRoundRatios: hasNginx ? gRounds.map((g, i) => round2(g.medianMs / (nRounds[i]?.medianMs ?? Number.NaN))) : [],
+      nginxRoundRatios: hasNginx
+        ? gRounds.map((g, i) => round2(g.medianMs / (nRounds[i]?.medianMs ?? Number.NaN)))
+        : [],
       nginxGoal: `<= ${TIME_GOAL} at 10 MiB`,
-      nginxMet: nginxRatio === null || SIZES[s]!.bytes !== 10 * MiB ? null : Number.isFinite(nginxRatio) && nginxRatio <= TIME_GOAL && failed === 0,
+      nginxMet:
+        nginxRatio === null || SIZES[s]!.bytes !== 10 * MiB
+          ? null
+          : Number.isFinite(nginxRatio) && nginxRatio <= TIME_GOAL && failed === 0,
       roundRatios: gRounds.map((g, i) => round2(g.medianMs / (dRounds[i]?.medianMs ?? Number.NaN))),
       goal: `<= ${TIME_GOAL}`,
       met: Number.isFinite(ratio) && ratio <= TIME_GOAL && failed === 0,
@@ -269,7 +320,8 @@ interface Status {
 
 async function readStatus (pid: number): Promise<Status> {
   const text = await readFile(`/proc/${pid}/status`, 'utf8')
-  const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN)
+  const field = (name: string): number =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN)
   return { rss: field('VmRSS'), hwm: field('VmHWM') }
 }
 
@@ -289,7 +341,9 @@ class RssSampler {
 
   start (): void {
     this.#last = performance.now()
-    this.#timer = setInterval(() => { void this.#sample() }, SAMPLE_EVERY_MS)
+    this.#timer = setInterval(() => {
+      void this.#sample()
+    }, SAMPLE_EVERY_MS)
     void this.#sample()
   }
 
@@ -300,11 +354,15 @@ class RssSampler {
     this.maxGapMs = Math.max(this.maxGapMs, now - this.#last)
     this.#last = now
     try {
-      await Promise.all(this.#pids.map(async (pid) => {
-        const { rss } = await readStatus(pid)
-        if (Number.isFinite(rss)) this.samples.get(pid)!.push(rss)
-      }))
-    } catch { /* a process gone: the run reports the failures */ } finally {
+      await Promise.all(
+        this.#pids.map(async (pid) => {
+          const { rss } = await readStatus(pid)
+          if (Number.isFinite(rss)) this.samples.get(pid)!.push(rss)
+        })
+      )
+    } catch {
+      /* a process gone: the run reports the failures */
+    } finally {
       this.#reading = false
     }
   }
@@ -361,7 +419,13 @@ async function sleep (ms: number): Promise<void> {
  * `waves` waves of `concurrency` simultaneous uploads, each on its own
  * connection. Peak growth = highest sample during the waves - baseline.
  */
-async function measureMemory (target: Target, watched: Array<{ name: string, pid: number }>, form: Multipart, imageDir: string, options: Options): Promise<MemoryPhase> {
+async function measureMemory (
+  target: Target,
+  watched: Array<{ name: string; pid: number }>,
+  form: Multipart,
+  imageDir: string,
+  options: Options
+): Promise<MemoryPhase> {
   let failures = 0
   let firstFailure: string | null = null
   const count = (r: UploadResult): void => {
@@ -442,31 +506,49 @@ async function measureMemory (target: Target, watched: Array<{ name: string, pid
 // --------------------------------------------------------------------- report
 
 const pad = (s: string | number, n: number): string => String(s).padStart(n)
-const verdict = (met: boolean): string => met ? 'met' : 'NOT met'
+const verdict = (met: boolean): string => (met ? 'met' : 'NOT met')
 
 function formatTime (sizes: SizeResult[], rounds: number, uploads: number): string {
-  const lines = [`upload time: median ms per upload over ${rounds} rounds x ${uploads} sequential uploads per target (keep-alive)`, '',
-    `size     ${pad('direct ms', 10)} ${pad('nginx ms', 9)} ${pad('gateway ms', 11)} ${pad('gw/direct', 9)} ${pad('gw/nginx', 9)}  per-round gw/nginx          failures`]
+  const lines = [
+    `upload time: median ms per upload over ${rounds} rounds x ${uploads} sequential uploads per target (keep-alive)`,
+    '',
+    `size     ${pad('direct ms', 10)} ${pad('nginx ms', 9)} ${pad('gateway ms', 11)} ${pad('gw/direct', 9)} ${pad('gw/nginx', 9)}  per-round gw/nginx          failures`
+  ]
   for (const s of sizes) {
-    lines.push(`${s.label.padEnd(8)} ${pad(s.direct.medianMs.toFixed(2), 10)} ${pad(s.nginx?.medianMs.toFixed(2) ?? '-', 9)} ${pad(s.gateway.medianMs.toFixed(2), 11)} ` +
-      `${pad(s.ratio.toFixed(2), 9)} ${pad(s.nginxRatio?.toFixed(2) ?? '-', 9)}  ${s.nginxRoundRatios.map((r) => r.toFixed(2)).join(' ').padEnd(27)} ${pad(s.failures, 8)}`)
+    lines.push(
+      `${s.label.padEnd(8)} ${pad(s.direct.medianMs.toFixed(2), 10)} ${pad(s.nginx?.medianMs.toFixed(2) ?? '-', 9)} ${pad(s.gateway.medianMs.toFixed(2), 11)} ` +
+        `${pad(s.ratio.toFixed(2), 9)} ${pad(s.nginxRatio?.toFixed(2) ?? '-', 9)}  ${s.nginxRoundRatios
+          .map((r) => r.toFixed(2))
+          .join(' ')
+          .padEnd(27)} ${pad(s.failures, 8)}`
+    )
   }
   lines.push('', 'per round, median ms direct / nginx / gateway:')
   for (const s of sizes) {
-    lines.push(`  ${s.label.padEnd(7)} ${s.direct.rounds.map((d, i) => `${d.medianMs.toFixed(1)}/${s.nginx?.rounds[i]?.medianMs.toFixed(1) ?? '-'}/${s.gateway.rounds[i]?.medianMs.toFixed(1) ?? '-'}`).join('  ')}`)
+    lines.push(
+      `  ${s.label.padEnd(7)} ${s.direct.rounds.map((d, i) => `${d.medianMs.toFixed(1)}/${s.nginx?.rounds[i]?.medianMs.toFixed(1) ?? '-'}/${s.gateway.rounds[i]?.medianMs.toFixed(1) ?? '-'}`).join('  ')}`
+    )
   }
   return lines.join('\n')
 }
 
 function formatMemory (phases: MemoryPhase[]): string {
-  const lines = [`memory: ${phases[0]?.waves ?? 0} waves x ${phases[0]?.concurrency ?? 0} concurrent ${(WAVE_IMAGE_BYTES / MiB).toFixed(0)} MiB uploads, ` +
-    `one connection each; RSS sampled every ${SAMPLE_EVERY_MS} ms; MB = 10^6 bytes`, '',
-  'uploads to  process   baseline    peak  growth  per wave          VmHWM before/after  wave ms          failures']
+  const lines = [
+    `memory: ${phases[0]?.waves ?? 0} waves x ${phases[0]?.concurrency ?? 0} concurrent ${(WAVE_IMAGE_BYTES / MiB).toFixed(0)} MiB uploads, ` +
+      `one connection each; RSS sampled every ${SAMPLE_EVERY_MS} ms; MB = 10^6 bytes`,
+    '',
+    'uploads to  process   baseline    peak  growth  per wave          VmHWM before/after  wave ms          failures'
+  ]
   for (const phase of phases) {
     for (const p of phase.processes) {
-      lines.push(`${phase.via.padEnd(11)} ${p.process.padEnd(8)} ${pad(p.baselineMb.toFixed(1), 9)} ${pad(p.peakMb.toFixed(1), 7)} ${pad(p.growthMb.toFixed(1), 7)}  ` +
-        `${p.waveGrowthMb.map((g) => g.toFixed(1)).join(' ').padEnd(17)} ${pad(`${p.hwmBeforeMb.toFixed(1)}/${p.hwmAfterMb.toFixed(1)}`, 18)}  ` +
-        `${phase.waveMs.join(' ').padEnd(16)} ${pad(phase.failures, 8)}`)
+      lines.push(
+        `${phase.via.padEnd(11)} ${p.process.padEnd(8)} ${pad(p.baselineMb.toFixed(1), 9)} ${pad(p.peakMb.toFixed(1), 7)} ${pad(p.growthMb.toFixed(1), 7)}  ` +
+          `${p.waveGrowthMb
+            .map((g) => g.toFixed(1))
+            .join(' ')
+            .padEnd(17)} ${pad(`${p.hwmBeforeMb.toFixed(1)}/${p.hwmAfterMb.toFixed(1)}`, 18)}  ` +
+          `${phase.waveMs.join(' ').padEnd(16)} ${pad(phase.failures, 8)}`
+      )
     }
   }
   return lines.join('\n')
@@ -482,15 +564,24 @@ async function main (): Promise<void> {
   const loadBefore = loadavg()[0] ?? Number.NaN
   const secret = randomBytes(32).toString('hex')
   const engine = await startEngine()
-  const gateway = await startGateway({ upstreamUrl: engine.url, jwtSecret: secret, logLevel: 'warn', env: { ...BARE_GATEWAY_ENV } })
+  const gateway = await startGateway({
+    upstreamUrl: engine.url,
+    jwtSecret: secret,
+    logLevel: 'warn',
+    env: { ...BARE_GATEWAY_ENV }
+  })
   const nginx = existsSync(NGINX_BINARY) ? await startNginx(engine.url, { upload: true, readyPath: '/health' }) : null
   if (nginx === null) process.stderr.write(`note: ${NGINX_BINARY} not installed: no gateway/nginx figures\n`)
   const enginePid = (await engine.pids())[0]
   const gatewayPid = (await gateway.pids())[0]
-  if (enginePid === undefined || gatewayPid === undefined) throw new Error('no process id for the engine or the gateway')
+  if (enginePid === undefined || gatewayPid === undefined) { throw new Error('no process id for the engine or the gateway') }
   // RSS right after start, before any upload: the first few large uploads grow
-  // the heap once (docs/performance-history.md, Uploads, Method: the warm-up uploads), which the waves' baseline excludes.
-  const atReady = { gatewayMb: kbToMb((await readStatus(gatewayPid)).rss), engineMb: kbToMb((await readStatus(enginePid)).rss) }
+  // the heap once (docs/performance-history.md, Uploads, Method: the warm-up uploads), which the waves' baseline
+  // excludes.
+  const atReady = {
+    gatewayMb: kbToMb((await readStatus(gatewayPid)).rss),
+    engineMb: kbToMb((await readStatus(enginePid)).rss)
+  }
 
   const targets: Target[] = [
     { name: 'direct', server: engine, headers: { 'x-user-id': 'bench-user' } },
@@ -503,12 +594,29 @@ async function main (): Promise<void> {
   // has not been inflated by earlier load, so the growth is the whole story.
   process.stderr.write('memory: uploads through the gateway...\n')
   const waveForm = createForm(pngImage(WAVE_IMAGE_BYTES))
-  const viaGateway = await measureMemory(targets.find((t) => t.name === 'gateway')!, [{ name: 'gateway', pid: gatewayPid }, { name: 'engine', pid: enginePid }], waveForm, engine.imageDir, options)
+  const viaGateway = await measureMemory(
+    targets.find((t) => t.name === 'gateway')!,
+    [
+      { name: 'gateway', pid: gatewayPid },
+      { name: 'engine', pid: enginePid }
+    ],
+    waveForm,
+    engine.imageDir,
+    options
+  )
   process.stderr.write('memory: the same uploads straight to the engine (context)...\n')
-  const direct = await measureMemory(targets[0]!, [{ name: 'engine', pid: enginePid }], waveForm, engine.imageDir, options)
+  const direct = await measureMemory(
+    targets[0]!,
+    [{ name: 'engine', pid: enginePid }],
+    waveForm,
+    engine.imageDir,
+    options
+  )
 
   process.stderr.write('upload time...\n')
-  const agents = new Map<TargetName, Agent>(targets.map((t) => [t.name, new Agent({ connections: 1, keepAliveTimeout: 60_000 })]))
+  const agents = new Map<TargetName, Agent>(
+    targets.map((t) => [t.name, new Agent({ connections: 1, keepAliveTimeout: 60_000 })])
+  )
   const sizes = await timeUploads(targets, agents, engine.imageDir, options)
   await Promise.all([...agents.values()].map(async (a) => await a.close()))
   await stopAll()
@@ -524,7 +632,13 @@ async function main (): Promise<void> {
       date: new Date().toISOString(),
       loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN }
     },
-    options: { rounds: options.rounds, uploads: options.uploads, warmup: options.warmup, concurrency: options.concurrency, waves: options.waves },
+    options: {
+      rounds: options.rounds,
+      uploads: options.uploads,
+      warmup: options.warmup,
+      concurrency: options.concurrency,
+      waves: options.waves
+    },
     uploadTime: sizes,
     memory: {
       goal: `gateway peak RSS growth < ${MEMORY_GOAL_MB} MB`,
@@ -538,17 +652,31 @@ async function main (): Promise<void> {
   }
 
   const out = process.stdout
-  out.write(`\n${report.machine.cpus} cpus, node ${report.machine.node}, load average ${loadBefore.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`)
+  out.write(
+    `\n${report.machine.cpus} cpus, node ${report.machine.node}, load average ${loadBefore.toFixed(2)} -> ${report.machine.loadavg1m.after.toFixed(2)}\n\n`
+  )
   out.write(`${formatTime(sizes, options.rounds, options.uploads)}\n\n${formatMemory(report.memory.phases)}\n\n`)
-  for (const s of sizes) out.write(`upload ${s.label.padEnd(7)} gateway/direct ${s.ratio.toFixed(2)}  goal <= ${TIME_GOAL}  (${verdict(s.met)})\n`)
   for (const s of sizes) {
-    out.write(`upload ${s.label.padEnd(7)} gateway/nginx  ${s.nginxRatio?.toFixed(2) ?? '-'}  ${s.nginxMet === null ? '(informational)' : `goal ${s.nginxGoal}  (${verdict(s.nginxMet)})`}\n`)
+    out.write(
+      `upload ${s.label.padEnd(7)} gateway/direct ${s.ratio.toFixed(2)}  goal <= ${TIME_GOAL}  (${verdict(s.met)})\n`
+    )
   }
-  out.write(`memory         gateway peak RSS growth ${gw.growthMb.toFixed(1)} MB  goal < ${MEMORY_GOAL_MB} MB  (${verdict(memoryMet)}); ` +
-    `since start: RSS at ready ${atReady.gatewayMb.toFixed(1)} MB, VmHWM ${gw.hwmAfterMb.toFixed(1)} MB (+${report.memory.gatewayHwmOverReadyMb.toFixed(1)})\n`)
+  for (const s of sizes) {
+    out.write(
+      `upload ${s.label.padEnd(7)} gateway/nginx  ${s.nginxRatio?.toFixed(2) ?? '-'}  ${s.nginxMet === null ? '(informational)' : `goal ${s.nginxGoal}  (${verdict(s.nginxMet)})`}\n`
+    )
+  }
+  out.write(
+    `memory         gateway peak RSS growth ${gw.growthMb.toFixed(1)} MB  goal < ${MEMORY_GOAL_MB} MB  (${verdict(memoryMet)}); ` +
+      `since start: RSS at ready ${atReady.gatewayMb.toFixed(1)} MB, VmHWM ${gw.hwmAfterMb.toFixed(1)} MB (+${report.memory.gatewayHwmOverReadyMb.toFixed(1)})\n`
+  )
   const problems = [
-    ...sizes.filter((s) => s.failures > 0).map((s) => `${s.label}: ${s.failures} failed uploads, first: ${s.firstFailure ?? '?'}`),
-    ...report.memory.phases.filter((p) => p.failures > 0).map((p) => `memory via ${p.via}: ${p.failures} failed uploads, first: ${p.firstFailure ?? '?'}`)
+    ...sizes
+      .filter((s) => s.failures > 0)
+      .map((s) => `${s.label}: ${s.failures} failed uploads, first: ${s.firstFailure ?? '?'}`),
+    ...report.memory.phases
+      .filter((p) => p.failures > 0)
+      .map((p) => `memory via ${p.via}: ${p.failures} failed uploads, first: ${p.firstFailure ?? '?'}`)
   ]
   if (problems.length > 0) out.write(`\nproblems:\n${problems.join('\n')}\n`)
   if (options.json !== undefined) {

@@ -26,7 +26,7 @@ export type OtelEnv = Static<typeof OtelEnv>
 
 export const Env = Type.Object({
   ...OtelEnv.properties,
-  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: "development, production or test; production refuses to start without a JWT key or UPSTREAM_URL" }),
+  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production refuses to start without a JWT key or UPSTREAM_URL' }),
   PORT: Integer(0, 65535, 'listen port', 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'listen address' }),
   LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)), { default: 'info', description: 'pino level' }),

@@ -21,7 +21,11 @@ export const LIMITS = Object.freeze({
   updateBodyMaxBytes: 64 * 1024
 })
 
-export const SolanaAddress = Type.String({ format: SOLANA_ADDRESS_FORMAT, minLength: LIMITS.walletMin, maxLength: LIMITS.walletMax })
+export const SolanaAddress = Type.String({
+  format: SOLANA_ADDRESS_FORMAT,
+  minLength: LIMITS.walletMin,
+  maxLength: LIMITS.walletMax
+})
 
 export const PortfolioType = Type.Union([Type.Literal('PORTFOLIO'), Type.Literal('INDEX_PORTFOLIO')])
 export type PortfolioType = Static<typeof PortfolioType>
@@ -32,31 +36,46 @@ export const PRINTABLE_ASCII = '^[\\x21-\\x7e]+$'
 /** A portfolio id as the client sends it: DECISIONS 1, "missing, empty, not a string" is 400. */
 export const PortfolioId = Type.String({ minLength: 1, maxLength: 128, pattern: PRINTABLE_ASCII })
 
-export const TargetPosition = Type.Object({
-  mint: SolanaAddress,
-  allocation: Type.Number({ minimum: 0, maximum: 1 })
-}, { additionalProperties: false })
+export const TargetPosition = Type.Object(
+  {
+    mint: SolanaAddress,
+    allocation: Type.Number({ minimum: 0, maximum: 1 })
+  },
+  { additionalProperties: false }
+)
 export type TargetPosition = Static<typeof TargetPosition>
 
-export const UpdatePortfolioBody = Type.Object({
-  portfolio_id: PortfolioId,
-  target_positions: Type.Array(TargetPosition, { minItems: LIMITS.targetPositionsMin, maxItems: LIMITS.targetPositionsMax })
-}, { $id: 'UpdatePortfolioBody', additionalProperties: false })
+export const UpdatePortfolioBody = Type.Object(
+  {
+    portfolio_id: PortfolioId,
+    target_positions: Type.Array(TargetPosition, {
+      minItems: LIMITS.targetPositionsMin,
+      maxItems: LIMITS.targetPositionsMax
+    })
+  },
+  { $id: 'UpdatePortfolioBody', additionalProperties: false }
+)
 export type UpdatePortfolioBody = Static<typeof UpdatePortfolioBody>
 
-export const UpdatePortfolioResponse = Type.Object({
-  success: Type.Literal(true),
-  message: Type.String()
-}, { $id: 'UpdatePortfolioResponse', additionalProperties: false })
+export const UpdatePortfolioResponse = Type.Object(
+  {
+    success: Type.Literal(true),
+    message: Type.String()
+  },
+  { $id: 'UpdatePortfolioResponse', additionalProperties: false }
+)
 export type UpdatePortfolioResponse = Static<typeof UpdatePortfolioResponse>
 
 /** The text fields of the create form (the image is a file part, checked as it streams). */
-export const CreatePortfolioFields = Type.Object({
-  name: Type.String({ minLength: LIMITS.nameMin, maxLength: LIMITS.nameMax }),
-  type: PortfolioType,
-  beneficiary_wallet: Type.Optional(SolanaAddress),
-  description: Type.Optional(Type.String({ maxLength: LIMITS.descriptionMax }))
-}, { additionalProperties: false })
+export const CreatePortfolioFields = Type.Object(
+  {
+    name: Type.String({ minLength: LIMITS.nameMin, maxLength: LIMITS.nameMax }),
+    type: PortfolioType,
+    beneficiary_wallet: Type.Optional(SolanaAddress),
+    description: Type.Optional(Type.String({ maxLength: LIMITS.descriptionMax }))
+  },
+  { additionalProperties: false }
+)
 export type CreatePortfolioFields = Static<typeof CreatePortfolioFields>
 
 /** One field on its own, as it arrives: checked before the next part is read. */
@@ -85,7 +104,10 @@ export const CREATE_FORM_LIMITS = Object.freeze({
   headerSize: 1024
 })
 
-export const CreatePortfolioResponse = Type.Object({
-  portfolio_id: Type.String({ minLength: 1 })
-}, { $id: 'CreatePortfolioResponse', additionalProperties: false })
+export const CreatePortfolioResponse = Type.Object(
+  {
+    portfolio_id: Type.String({ minLength: 1 })
+  },
+  { $id: 'CreatePortfolioResponse', additionalProperties: false }
+)
 export type CreatePortfolioResponse = Static<typeof CreatePortfolioResponse>

@@ -110,7 +110,10 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const read = readEnv(Env, env)
   if (!read.ok) {
     // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown = read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS') ? '(hidden)' : JSON.stringify(withoutCredentials(read.given))
+    const shown =
+      read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS')
+        ? '(hidden)'
+        : JSON.stringify(withoutCredentials(read.given))
     throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
   }
   const parsed = read.value
@@ -120,22 +123,31 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
   const upstreamUrl = upstreamUrls?.[0]
   const upstreamTryTimeoutMs = parsed.UPSTREAM_TRY_TIMEOUT_MS ?? Math.max(1, Math.floor(parsed.UPSTREAM_TIMEOUT_MS / 3))
   if (upstreamTryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
-    throw new ConfigError(`UPSTREAM_TRY_TIMEOUT_MS=${upstreamTryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`)
+    throw new ConfigError(
+      `UPSTREAM_TRY_TIMEOUT_MS=${upstreamTryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
+    )
   }
   if (production && upstreamUrl === undefined) {
     // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
-    throw new ConfigError('NODE_ENV=production needs UPSTREAM_URL: set it to the engine\'s base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)')
+    throw new ConfigError(
+      "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
+    )
   }
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
-    throw new ConfigError(`METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`)
+    throw new ConfigError(
+      `METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`
+    )
   }
   if (parsed.LINGER_MAX_PER_ADDRESS > parsed.LINGER_MAX_SOCKETS) {
     const { LINGER_MAX_PER_ADDRESS: perAddress, LINGER_MAX_SOCKETS: all } = parsed
-    throw new ConfigError(`LINGER_MAX_PER_ADDRESS=${perAddress} is more than LINGER_MAX_SOCKETS=${all}: ` +
-      `one address cannot have more lingering connections than all of them; set it at most ${all}`)
+    throw new ConfigError(
+      `LINGER_MAX_PER_ADDRESS=${perAddress} is more than LINGER_MAX_SOCKETS=${all}: ` +
+        `one address cannot have more lingering connections than all of them; set it at most ${all}`
+    )
   }
   const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
-  const upstreamDnsServers = parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
+  const upstreamDnsServers =
+    parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
   const redis = redisConfigOf(parsed)
   if (!redis.ok) throw new ConfigError(redis.message)
   const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
@@ -183,30 +195,41 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
 function checkWorkers (env: Env, shared: boolean, generatedKey: boolean): void {
   const n = `GATEWAY_WORKERS=${env.GATEWAY_WORKERS}`
   if (!shared) {
-    throw new ConfigError(`${n} needs Redis: each worker would keep rate limits and idempotency records of its own; ` +
-      'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1')
+    throw new ConfigError(
+      `${n} needs Redis: each worker would keep rate limits and idempotency records of its own; ` +
+        'set REDIS_URL (or REDIS_SENTINELS with REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES), or GATEWAY_WORKERS=1'
+    )
   }
   if (env.UPSTREAM_URL === undefined) {
-    throw new ConfigError(`${n} needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ` +
-      'set it to the engine\'s base URL, or GATEWAY_WORKERS=1')
+    throw new ConfigError(
+      `${n} needs UPSTREAM_URL: each worker would run an embedded engine with data of its own; ` +
+        "set it to the engine's base URL, or GATEWAY_WORKERS=1"
+    )
   }
   if (generatedKey) {
-    throw new ConfigError(`${n} needs a JWT key: each worker would generate a secret of its own ` +
-      'and refuse the others\' tokens; set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1')
+    throw new ConfigError(
+      `${n} needs a JWT key: each worker would generate a secret of its own ` +
+        "and refuse the others' tokens; set JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL, or GATEWAY_WORKERS=1"
+    )
   }
   if (env.PORT === 0) {
-    throw new ConfigError(`${n} with PORT=0: each worker would listen on a port of its own; ` +
-      'set PORT to the port they share')
+    throw new ConfigError(
+      `${n} with PORT=0: each worker would listen on a port of its own; ` + 'set PORT to the port they share'
+    )
   }
   const last = env.METRICS_PORT + env.GATEWAY_WORKERS - 1
   if (env.METRICS_PORT !== 0 && last > 65535) {
-    throw new ConfigError(`METRICS_PORT=${env.METRICS_PORT} with ${n}: worker i serves metrics on METRICS_PORT + i, ` +
-      `up to ${last}; pick a METRICS_PORT of at most ${65536 - env.GATEWAY_WORKERS}, or 0 to turn metrics off`)
+    throw new ConfigError(
+      `METRICS_PORT=${env.METRICS_PORT} with ${n}: worker i serves metrics on METRICS_PORT + i, ` +
+        `up to ${last}; pick a METRICS_PORT of at most ${65536 - env.GATEWAY_WORKERS}, or 0 to turn metrics off`
+    )
   }
   if (env.METRICS_PORT !== 0 && env.PORT >= env.METRICS_PORT && env.PORT <= last) {
-    throw new ConfigError(`PORT=${env.PORT} is one of the workers' metrics ports ` +
-      `(METRICS_PORT + i, ${env.METRICS_PORT}-${last}): ` +
-      'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT')
+    throw new ConfigError(
+      `PORT=${env.PORT} is one of the workers' metrics ports ` +
+        `(METRICS_PORT + i, ${env.METRICS_PORT}-${last}): ` +
+        'metrics never share the public port; pick a PORT outside that range or another METRICS_PORT'
+    )
   }
 }
 
@@ -215,7 +238,9 @@ function trustedProxies (text: string): readonly string[] {
   const entries = text.split(',').map((entry) => entry.trim())
   const bad = entries.find((entry) => !isAddressOrCidr(entry))
   if (bad !== undefined) {
-    throw new ConfigError(`TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8`)
+    throw new ConfigError(
+      `TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8`
+    )
   }
   return Object.freeze(entries)
 }
@@ -229,7 +254,9 @@ function dnsServers (text: string): readonly string[] {
   const entries = text.split(',').map((entry) => entry.trim())
   const bad = entries.find((entry) => !isDnsServer(entry))
   if (bad !== undefined) {
-    throw new ConfigError(`UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address with an optional port 1-65535; expected comma-separated ip or ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353`)
+    throw new ConfigError(
+      `UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address with an optional port 1-65535; expected comma-separated ip or ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353`
+    )
   }
   return Object.freeze(entries)
 }
@@ -263,14 +290,20 @@ function withoutCredentials (text: string): string {
  */
 function upstreamOrigin (text: string): string {
   if (withoutCredentials(text) !== text) {
-    throw new ConfigError('UPSTREAM_URL must not hold credentials (user:password@): the URL is logged; remove them and let the network or a proxy authenticate the gateway')
+    throw new ConfigError(
+      'UPSTREAM_URL must not hold credentials (user:password@): the URL is logged; remove them and let the network or a proxy authenticate the gateway'
+    )
   }
   const port = /:(\d+)\/?$/.exec(text)?.[1]
   if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) {
-    throw new ConfigError(`UPSTREAM_URL=${JSON.stringify(text)} is invalid: port ${port} is out of range; use a port from 1 to 65535, or none for 80/443`)
+    throw new ConfigError(
+      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: port ${port} is out of range; use a port from 1 to 65535, or none for 80/443`
+    )
   }
   if (!URL.canParse(text)) {
-    throw new ConfigError(`UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path`)
+    throw new ConfigError(
+      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path`
+    )
   }
   return new URL(text).origin
 }
@@ -284,7 +317,9 @@ function upstreamOrigins (text: string): string[] {
   const origins = text.split(',').map((part) => upstreamOrigin(part.trim()))
   const twice = origins.find((o, i) => origins.indexOf(o) !== i)
   if (twice !== undefined) {
-    throw new ConfigError(`UPSTREAM_URL lists ${twice} twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000`)
+    throw new ConfigError(
+      `UPSTREAM_URL lists ${twice} twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000`
+    )
   }
   return origins
 }
@@ -298,20 +333,35 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
   // DECISIONS 13: exactly one key source.
   const sources = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name] !== undefined)
   if (sources.length > 1) {
-    throw new ConfigError(`${sources.join(' and ')} are ${sources.length === 2 ? 'both' : 'all'} set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)`)
+    throw new ConfigError(
+      `${sources.join(' and ')} are ${sources.length === 2 ? 'both' : 'all'} set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)`
+    )
   }
   if (env.JWT_JWKS_URL !== undefined) {
     if (env.JWT_ISSUER === undefined) {
-      throw new ConfigError("JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens")
+      throw new ConfigError(
+        "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"
+      )
     }
     if (production && env.JWT_AUDIENCE === undefined) {
-      throw new ConfigError('JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`')
+      throw new ConfigError(
+        'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'
+      )
     }
     // Whoever can change the key set on its way can sign any token.
     if (production && !isHttpsOrLoopback(env.JWT_JWKS_URL)) {
-      throw new ConfigError('JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider\'s https URL (or a TLS proxy on 127.0.0.1)')
+      throw new ConfigError(
+        "JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"
+      )
     }
-    return { source: 'jwks', jwksUrl: env.JWT_JWKS_URL, jwksCooldownS: env.JWT_JWKS_COOLDOWN_S, generated: false, ...claims, issuer: env.JWT_ISSUER }
+    return {
+      source: 'jwks',
+      jwksUrl: env.JWT_JWKS_URL,
+      jwksCooldownS: env.JWT_JWKS_COOLDOWN_S,
+      generated: false,
+      ...claims,
+      issuer: env.JWT_ISSUER
+    }
   }
   if (env.JWT_PUBLIC_KEY !== undefined) {
     // Container environments often carry a PEM on one line with literal "\n".
@@ -322,16 +372,26 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
     return { source: 'static', key: env.JWT_SECRET, algorithm: 'HS256', generated: false, ...claims }
   }
   if (production) {
-    throw new ConfigError('NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)')
+    throw new ConfigError(
+      'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)'
+    )
   }
-  return { source: 'static', key: randomBytes(32).toString('base64url'), algorithm: 'HS256', generated: true, ...claims }
+  return {
+    source: 'static',
+    key: randomBytes(32).toString('base64url'),
+    algorithm: 'HS256',
+    generated: true,
+    ...claims
+  }
 }
 
 /** https, or plain http to this machine (a local TLS sidecar or proxy). */
 function isHttpsOrLoopback (url: string): boolean {
   if (!URL.canParse(url)) return false
   const { protocol, hostname } = new URL(url)
-  return protocol === 'https:' || hostname === 'localhost' || hostname === '[::1]' || /^127(\.\d{1,3}){3}$/.test(hostname)
+  return (
+    protocol === 'https:' || hostname === 'localhost' || hostname === '[::1]' || /^127(\.\d{1,3}){3}$/.test(hostname)
+  )
 }
 
 /** The algorithm is pinned by the key's type: an RSA key only verifies RS256, a P-256 key only ES256. */
@@ -339,19 +399,24 @@ function publicKeyAlgorithm (pem: string): JwtAlgorithm {
   // createPublicKey derives the public half from a private key without a word:
   // a private key here is a secret in the wrong place, not a configuration to accept.
   if (isPrivateKey(pem)) {
-    throw new ConfigError('JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer')
+    throw new ConfigError(
+      'JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer'
+    )
   }
   let key
   try {
     key = createPublicKey(pem)
   } catch {
-    throw new ConfigError('JWT_PUBLIC_KEY is not a PEM public key: pass the text of the key, starting with -----BEGIN PUBLIC KEY-----')
+    throw new ConfigError(
+      'JWT_PUBLIC_KEY is not a PEM public key: pass the text of the key, starting with -----BEGIN PUBLIC KEY-----'
+    )
   }
   if (key.asymmetricKeyType === 'rsa') return 'RS256'
   if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') return 'ES256'
-  const what = key.asymmetricKeyType === 'ec'
-    ? `an EC key on curve ${key.asymmetricKeyDetails?.namedCurve ?? 'unknown'}`
-    : `a key of type ${key.asymmetricKeyType ?? 'unknown'}`
+  const what =
+    key.asymmetricKeyType === 'ec'
+      ? `an EC key on curve ${key.asymmetricKeyDetails?.namedCurve ?? 'unknown'}`
+      : `a key of type ${key.asymmetricKeyType ?? 'unknown'}`
   throw new ConfigError(`JWT_PUBLIC_KEY is ${what}: use an RSA key (RS256) or a P-256 EC key (ES256)`)
 }
 

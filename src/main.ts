@@ -64,7 +64,11 @@ export async function main (env: NodeJS.ProcessEnv = process.env): Promise<void>
     })
   }
   // A copy whose worker 0 is gone (killed, crashed) drains itself; one already draining goes on.
-  if (worker > 0) drainWhenOrphaned(() => { if (!lifecycle.draining) process.kill(process.pid, 'SIGTERM') })
+  if (worker > 0) {
+    drainWhenOrphaned(() => {
+      if (!lifecycle.draining) process.kill(process.pid, 'SIGTERM')
+    })
+  }
   const workerFields = config.workers > 1 ? { worker, workers: config.workers } : {}
   app.log.info({ ...readyLine(config, gateway, metricsServer), ...workerFields }, 'gateway ready')
   if (config.jwt.source === 'static' && config.jwt.generated) {
@@ -83,7 +87,11 @@ function configFrom (env: NodeJS.ProcessEnv): GatewayConfig {
 }
 
 /** Metrics on a listener of their own, never the public port (DECISIONS 18); a busy port stops start-up. */
-async function startMetrics (config: GatewayConfig, gateway: Gateway, worker: number): Promise<MetricsServer | undefined> {
+async function startMetrics (
+  config: GatewayConfig,
+  gateway: Gateway,
+  worker: number
+): Promise<MetricsServer | undefined> {
   if (config.metricsPort === 0) return undefined
   const startedAt = Date.now() - Math.round(process.uptime() * 1000)
   const sources = { ...gateway.status, version: gatewayVersion(), startedAt }
@@ -108,14 +116,16 @@ function readyLine (config: GatewayConfig, gateway: Gateway, metricsServer: Metr
   const { embeddedEngineUrl } = gateway
   const tracing = config.tracing
   return {
-    upstream: embeddedEngineUrl === undefined
-      ? (config.upstreamUrls ?? []).join(',')
-      : `embedded reference engine at ${embeddedEngineUrl}`,
+    upstream:
+      embeddedEngineUrl === undefined
+        ? (config.upstreamUrls ?? []).join(',')
+        : `embedded reference engine at ${embeddedEngineUrl}`,
     metrics: metricsServer === undefined ? 'off' : `http://${config.host}:${metricsServer.port}/metrics`,
     // The collector's URL without credentials; OTEL_EXPORTER_OTLP_HEADERS is never logged.
-    traces: tracing === undefined
-      ? 'off'
-      : `${withoutUserInfo(tracing.url)} (${tracing.sampler}${tracing.sampler.endsWith('traceidratio') ? ` ${tracing.ratio}` : ''})`
+    traces:
+      tracing === undefined
+        ? 'off'
+        : `${withoutUserInfo(tracing.url)} (${tracing.sampler}${tracing.sampler.endsWith('traceidratio') ? ` ${tracing.ratio}` : ''})`
   }
 }
 

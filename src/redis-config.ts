@@ -25,9 +25,15 @@ interface RedisAuth {
 }
 
 export type RedisConfig =
-  | RedisCommon & { readonly mode: 'single', readonly url: string }
-  | RedisCommon & RedisAuth & { readonly mode: 'sentinel', readonly sentinels: readonly HostPort[], readonly name: string, readonly sentinelPassword?: string }
-  | RedisCommon & RedisAuth & { readonly mode: 'cluster', readonly nodes: readonly HostPort[] }
+  | (RedisCommon & { readonly mode: 'single'; readonly url: string }) |
+  (RedisCommon &
+      RedisAuth & {
+        readonly mode: 'sentinel'
+        readonly sentinels: readonly HostPort[]
+        readonly name: string
+        readonly sentinelPassword?: string
+      }) |
+  (RedisCommon & RedisAuth & { readonly mode: 'cluster'; readonly nodes: readonly HostPort[] })
 
 /** The REDIS_* variables, as the env schema gives them. */
 export interface RedisEnv {
@@ -41,13 +47,20 @@ export interface RedisEnv {
   REDIS_TLS_CA?: string | undefined
 }
 
-const ONE_OF = 'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
+const ONE_OF =
+  'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
 
 /** Variables that hold secrets: never quoted in a message. */
-export const REDIS_SECRET_VARIABLES: ReadonlySet<string> = new Set(['REDIS_URL', 'REDIS_PASSWORD', 'REDIS_SENTINEL_PASSWORD'])
+export const REDIS_SECRET_VARIABLES: ReadonlySet<string> = new Set([
+  'REDIS_URL',
+  'REDIS_PASSWORD',
+  'REDIS_SENTINEL_PASSWORD'
+])
 
 /** The Redis to use (undefined: state in the process), or the one-line problem. */
-export function redisConfigOf (env: RedisEnv): { ok: true, value: RedisConfig | undefined } | { ok: false, message: string } {
+export function redisConfigOf (
+  env: RedisEnv
+): { ok: true; value: RedisConfig | undefined } | { ok: false; message: string } {
   try {
     return { ok: true, value: read(env) }
   } catch (err) {
@@ -59,22 +72,34 @@ export function redisConfigOf (env: RedisEnv): { ok: true, value: RedisConfig | 
 class RedisConfigProblem extends Error {}
 
 function read (env: RedisEnv): RedisConfig | undefined {
-  const modes = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter((name) => env[name] !== undefined)
-  if (modes.length > 1) throw new RedisConfigProblem(`${modes.join(' and ')} are ${modes.length === 2 ? 'both' : 'all'} set: ${ONE_OF}`)
+  const modes = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter(
+    (name) => env[name] !== undefined
+  )
+  if (modes.length > 1) { throw new RedisConfigProblem(`${modes.join(' and ')} are ${modes.length === 2 ? 'both' : 'all'} set: ${ONE_OF}`) }
   const mode = modes[0]
   if (env.REDIS_SENTINEL_NAME !== undefined && mode !== 'REDIS_SENTINELS') {
-    throw new RedisConfigProblem('REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels\' host:port list, or unset REDIS_SENTINEL_NAME')
+    throw new RedisConfigProblem(
+      "REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
+    )
   }
   if (env.REDIS_SENTINEL_PASSWORD !== undefined && mode !== 'REDIS_SENTINELS') {
-    throw new RedisConfigProblem('REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it is the Sentinels\' password; set REDIS_SENTINELS, or unset it')
+    throw new RedisConfigProblem(
+      "REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it is the Sentinels' password; set REDIS_SENTINELS, or unset it"
+    )
   }
   for (const name of ['REDIS_USERNAME', 'REDIS_PASSWORD'] as const) {
     if (env[name] === undefined) continue
-    if (mode === 'REDIS_URL') throw new RedisConfigProblem(`${name} is set with REDIS_URL: put the credentials in the URL (redis://user:password@host:port), or unset ${name}`)
+    if (mode === 'REDIS_URL') {
+      throw new RedisConfigProblem(
+        `${name} is set with REDIS_URL: put the credentials in the URL (redis://user:password@host:port), or unset ${name}`
+      )
+    }
     if (mode === undefined) throw new RedisConfigProblem(`${name} is set but no Redis is: ${ONE_OF}, or unset ${name}`)
   }
   if (env.REDIS_USERNAME !== undefined && env.REDIS_PASSWORD === undefined) {
-    throw new RedisConfigProblem('REDIS_USERNAME is set without REDIS_PASSWORD: an ACL user logs in with both; set REDIS_PASSWORD too')
+    throw new RedisConfigProblem(
+      'REDIS_USERNAME is set without REDIS_PASSWORD: an ACL user logs in with both; set REDIS_PASSWORD too'
+    )
   }
   if (env.REDIS_TLS_CA !== undefined && mode === undefined) {
     throw new RedisConfigProblem(`REDIS_TLS_CA is set but no Redis is: ${ONE_OF}, or unset REDIS_TLS_CA`)
@@ -88,18 +113,24 @@ function read (env: RedisEnv): RedisConfig | undefined {
   if (mode === 'REDIS_URL') {
     const url = env.REDIS_URL!
     if (!URL.canParse(url) || new URL(url).hostname === '') {
-      throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: not a URL; expected redis://[user:password@]host:port[/db], or rediss:// for TLS')
+      throw new RedisConfigProblem(
+        'REDIS_URL=(hidden) is invalid: not a URL; expected redis://[user:password@]host:port[/db], or rediss:// for TLS'
+      )
     }
     const port = new URL(url).port
-    if (port !== '' && Number(port) === 0) throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535')
+    if (port !== '' && Number(port) === 0) { throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535') }
     if (env.REDIS_TLS_CA !== undefined && !url.startsWith('rediss://')) {
-      throw new RedisConfigProblem('REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA')
+      throw new RedisConfigProblem(
+        'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA'
+      )
     }
     return { mode: 'single', url, ...tls }
   }
   if (mode === 'REDIS_SENTINELS') {
     if (env.REDIS_SENTINEL_NAME === undefined) {
-      throw new RedisConfigProblem('REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")')
+      throw new RedisConfigProblem(
+        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
+      )
     }
     return {
       mode: 'sentinel',
@@ -120,7 +151,9 @@ function hostPorts (name: string, list: string): HostPort[] {
     const host = entry.slice(0, at).replace(/^\[(.*)\]$/, '$1')
     const port = Number(entry.slice(at + 1))
     if (host === '' || port < 1 || port > 65535) {
-      throw new RedisConfigProblem(`${name}=${JSON.stringify(list)} is invalid: ${JSON.stringify(entry)} is not host:port with a port from 1 to 65535; expected host:port,host:port`)
+      throw new RedisConfigProblem(
+        `${name}=${JSON.stringify(list)} is invalid: ${JSON.stringify(entry)} is not host:port with a port from 1 to 65535; expected host:port,host:port`
+      )
     }
     return { host, port }
   })
@@ -132,13 +165,17 @@ function readCa (path: string): string {
   try {
     pem = readFileSync(path, 'utf8')
   } catch (err) {
-    throw new RedisConfigProblem(`REDIS_TLS_CA=${JSON.stringify(path)} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}): give the path of a PEM file with the CA certificate that signed Redis's certificate`)
+    throw new RedisConfigProblem(
+      `REDIS_TLS_CA=${JSON.stringify(path)} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}): give the path of a PEM file with the CA certificate that signed Redis's certificate`
+    )
   }
   try {
     // The first certificate of the file (a bundle may hold many).
-    new X509Certificate(pem) // eslint-disable-line no-new
+    new X509Certificate(pem)
   } catch {
-    throw new RedisConfigProblem(`REDIS_TLS_CA=${JSON.stringify(path)} holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----) that signed Redis's certificate`)
+    throw new RedisConfigProblem(
+      `REDIS_TLS_CA=${JSON.stringify(path)} holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----) that signed Redis's certificate`
+    )
   }
   return pem
 }

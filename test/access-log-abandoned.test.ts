@@ -25,7 +25,12 @@ type Line = Record<string, unknown>
 const LINE_DEADLINE_MS = 10_000
 
 /** The gateway's log, parsed line by line; `accessLine(id)` resolves when that request's access line is written. */
-function capture (): { stream: Writable, lines: Line[], accessLines: (reqId: string) => Line[], accessLine: (reqId: string) => Promise<Line> } {
+function capture (): {
+  stream: Writable
+  lines: Line[]
+  accessLines: (reqId: string) => Line[]
+  accessLine: (reqId: string) => Promise<Line>
+} {
   const lines: Line[] = []
   const events = new EventEmitter()
   let partial = ''
@@ -63,16 +68,23 @@ function capture (): { stream: Writable, lines: Line[], accessLines: (reqId: str
   return { stream, lines, accessLines, accessLine }
 }
 
-/** A stub engine that holds every answer until `release()` (later ones are answered at once), and says when a request reached it. */
-async function lateEngine (t: { teardown: (fn: () => unknown) => void }): Promise<{ url: string, arrived: () => Promise<unknown>, release: () => void, paths: string[] }> {
+/** A stub engine that holds every answer until `release()` (later ones are answered at once), and says when a request
+ * reached it.
+ */
+async function lateEngine (t: {
+  teardown: (fn: () => unknown) => void
+}): Promise<{ url: string; arrived: () => Promise<unknown>; release: () => void; paths: string[] }> {
   const arrivals = new EventEmitter()
   const held: Array<() => void> = []
   const paths: string[] = []
   let holding = true
   const handler: StubHandler = (req, res, body) => {
     paths.push(`${req.headers['x-request-id'] as string} ${req.url ?? ''}`)
-    if (holding) held.push(() => { contractHandler(req, res, body) })
-    else contractHandler(req, res, body)
+    if (holding) {
+      held.push(() => {
+        contractHandler(req, res, body)
+      })
+    } else contractHandler(req, res, body)
     arrivals.emit('request')
   }
   const stub = await startStubUpstream(handler)
@@ -94,16 +106,29 @@ async function rawPing (gateway: string, reqId: string, path = '/api/portfolio/p
   const socket = connect(Number(port), hostname)
   socket.on('error', () => {})
   await once(socket, 'connect')
-  socket.write(`GET ${path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: ${reqId}\r\n\r\n`)
+  socket.write(
+    `GET ${path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: ${reqId}\r\n\r\n`
+  )
   return socket
 }
 
 const ACCESS_FIELDS = ['level', 'time', 'pid', 'hostname', 'reqId', 'traceId', 'method', 'url', 'ip', 'status', 'ms']
 
-/** The engine's held answer arrives after the client left: it must add no second line. A pool of one engine connection makes the next ping wait for it. */
-async function afterTheLateAnswer (t: Test, gateway: string, engine: { release: () => void }, log: ReturnType<typeof capture>, reqId: string): Promise<Line> {
+/** The engine's held answer arrives after the client left: it must add no second line. A pool of one engine connection
+ * makes the next ping wait for it.
+ */
+async function afterTheLateAnswer (
+  t: Test,
+  gateway: string,
+  engine: { release: () => void },
+  log: ReturnType<typeof capture>,
+  reqId: string
+): Promise<Line> {
   // Connection: close: the answered request's connection closing after its answer must add no 499 (checked at the end).
-  const next = request(`${gateway}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': reqId }, reset: true })
+  const next = request(`${gateway}/api/portfolio/ping`, {
+    headers: { ...bearer(), 'x-request-id': reqId },
+    reset: true
+  })
   engine.release()
   const answer = await next
   t.equal(answer.statusCode, 200)
@@ -120,7 +145,11 @@ async function afterTheLateAnswer (t: Test, gateway: string, engine: { release: 
 t.test('a client that closes with FIN while the engine answers: one line, 499, when it leaves', async (t) => {
   const engine = await lateEngine(t)
   const log = capture()
-  const { url } = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
+  const { url } = await build(t, {
+    upstreamUrl: engine.url,
+    engineConnections: 1,
+    logger: { level: 'info', stream: log.stream }
+  })
   const started = Date.now()
   const socket = await rawPing(url, 'r-fin')
   await engine.arrived()
@@ -128,8 +157,21 @@ t.test('a client that closes with FIN while the engine answers: one line, 499, w
   const line = await log.accessLine('r-fin')
   const upperMs = Date.now() - started
   t.same(Object.keys(line), [...ACCESS_FIELDS, 'clientLeft', 'msg'], 'the fixed fields, then clientLeft')
-  t.match(line, { level: 30, reqId: 'r-fin', traceId: /^[0-9a-f]{32}$/, method: 'GET', url: '/api/portfolio/ping', ip: '127.0.0.1', status: 499, clientLeft: true, msg: 'request' })
-  t.ok(typeof line.ms === 'number' && line.ms >= 0 && line.ms <= upperMs, `ms is the time so far (${String(line.ms)} of at most ${upperMs})`)
+  t.match(line, {
+    level: 30,
+    reqId: 'r-fin',
+    traceId: /^[0-9a-f]{32}$/,
+    method: 'GET',
+    url: '/api/portfolio/ping',
+    ip: '127.0.0.1',
+    status: 499,
+    clientLeft: true,
+    msg: 'request'
+  })
+  t.ok(
+    typeof line.ms === 'number' && line.ms >= 0 && line.ms <= upperMs,
+    `ms is the time so far (${String(line.ms)} of at most ${upperMs})`
+  )
   t.same(log.accessLines('r-fin').length, 1, 'the line is there before the engine answered')
 
   const normal = await afterTheLateAnswer(t, url, engine, log, 'r-after-fin')
@@ -141,12 +183,26 @@ t.test('a client that closes with FIN while the engine answers: one line, 499, w
 t.test('a client that resets (RST) while the engine answers: one line, 499', async (t) => {
   const engine = await lateEngine(t)
   const log = capture()
-  const { url } = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
+  const { url } = await build(t, {
+    upstreamUrl: engine.url,
+    engineConnections: 1,
+    logger: { level: 'info', stream: log.stream }
+  })
   const socket = await rawPing(url, 'r-rst')
   await engine.arrived()
   socket.resetAndDestroy()
   const line = await log.accessLine('r-rst')
-  t.match(line, { level: 30, reqId: 'r-rst', method: 'GET', url: '/api/portfolio/ping', ip: '127.0.0.1', status: 499, clientLeft: true, ms: Number, msg: 'request' })
+  t.match(line, {
+    level: 30,
+    reqId: 'r-rst',
+    method: 'GET',
+    url: '/api/portfolio/ping',
+    ip: '127.0.0.1',
+    status: 499,
+    clientLeft: true,
+    ms: Number,
+    msg: 'request'
+  })
   await afterTheLateAnswer(t, url, engine, log, 'r-after-rst')
   t.equal(log.accessLines('r-rst').length, 1, 'the late engine answer wrote no second line')
 })
@@ -163,20 +219,37 @@ t.test('a URL the router cannot read (python3 http.client): its 400 has one acce
     'sys.stdout.write(str(r.status) + " " + r.read().decode())'
   ].join('\n')
   const out = await new Promise<string>((resolve, reject) => {
-    execFile('python3', ['-c', script], (err, stdout) => { if (err === null) resolve(stdout); else reject(err) })
+    execFile('python3', ['-c', script], (err, stdout) => {
+      if (err === null) resolve(stdout)
+      else reject(err)
+    })
   })
   t.equal(out, '400 {"error":"malformed URL"}')
   const line = await log.accessLine('r-bad-url')
   t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'])
-  t.match(line, { level: 30, reqId: 'r-bad-url', traceId: /^[0-9a-f]{32}$/, method: 'GET', url: '/api/portfolio/%zz', ip: '127.0.0.1', status: 400, ms: Number, msg: 'request' })
-  t.match(log.lines.filter((l) => l.reqId === 'r-bad-url').map((l) => l.msg), ['request rejected', 'request'], 'the reason, then exactly one access line')
+  t.match(line, {
+    level: 30,
+    reqId: 'r-bad-url',
+    traceId: /^[0-9a-f]{32}$/,
+    method: 'GET',
+    url: '/api/portfolio/%zz',
+    ip: '127.0.0.1',
+    status: 400,
+    ms: Number,
+    msg: 'request'
+  })
+  t.match(
+    log.lines.filter((l) => l.reqId === 'r-bad-url').map((l) => l.msg),
+    ['request rejected', 'request'],
+    'the reason, then exactly one access line'
+  )
 })
 
 t.test('a bad URL whose client leaves at once (raw socket, RST): still one line', async (t) => {
   const log = capture()
   const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
   const socket = await rawPing(url, 'r-bad-gone', '/api/portfolio/%zz')
-  const [head] = await once(socket, 'data') as [Buffer]
+  const [head] = (await once(socket, 'data')) as [Buffer]
   t.match(String(head), /^HTTP\/1\.1 400 /)
   socket.resetAndDestroy()
   t.match(await log.accessLine('r-bad-gone'), { reqId: 'r-bad-gone', status: 400, url: '/api/portfolio/%zz' })
@@ -187,43 +260,70 @@ t.test('a bad URL whose client leaves at once (raw socket, RST): still one line'
   t.equal(log.accessLines('r-bad-gone').length, 1)
 })
 
-t.test('a call queued for the engine whose client leaves: one 499 line, and the call never reaches the engine', async (t) => {
-  const engine = await lateEngine(t)
-  const log = capture()
-  const { url } = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
-  const first = request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-busy' } })
-  await engine.arrived()
-  // The one engine connection is busy: this call waits in the queue, and its client leaves.
-  const socket = await rawPing(url, 'r-queued-gone')
-  socket.end()
-  t.match(await log.accessLine('r-queued-gone'), { reqId: 'r-queued-gone', status: 499, clientLeft: true, url: '/api/portfolio/ping' })
-  const next = request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-queued-next' } })
-  engine.release()
-  for (const pending of [first, next]) {
-    const answer = await pending
-    t.equal(answer.statusCode, 200)
-    t.equal(await answer.body.text(), 'pong')
+t.test(
+  'a call queued for the engine whose client leaves: one 499 line, and the call never reaches the engine',
+  async (t) => {
+    const engine = await lateEngine(t)
+    const log = capture()
+    const { url } = await build(t, {
+      upstreamUrl: engine.url,
+      engineConnections: 1,
+      logger: { level: 'info', stream: log.stream }
+    })
+    const first = request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-busy' } })
+    await engine.arrived()
+    // The one engine connection is busy: this call waits in the queue, and its client leaves.
+    const socket = await rawPing(url, 'r-queued-gone')
+    socket.end()
+    t.match(await log.accessLine('r-queued-gone'), {
+      reqId: 'r-queued-gone',
+      status: 499,
+      clientLeft: true,
+      url: '/api/portfolio/ping'
+    })
+    const next = request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-queued-next' } })
+    engine.release()
+    for (const pending of [first, next]) {
+      const answer = await pending
+      t.equal(answer.statusCode, 200)
+      t.equal(await answer.body.text(), 'pong')
+    }
+    t.same(
+      engine.paths,
+      ['r-busy /api/portfolio/ping', 'r-queued-next /api/portfolio/ping'],
+      'the abandoned call never reached the engine'
+    )
+    await log.accessLine('r-queued-next')
+    t.same(
+      ['r-busy', 'r-queued-gone', 'r-queued-next'].map((id) => log.accessLines(id).map((l) => l.status)),
+      [[200], [499], [200]]
+    )
   }
-  t.same(engine.paths, ['r-busy /api/portfolio/ping', 'r-queued-next /api/portfolio/ping'], 'the abandoned call never reached the engine')
-  await log.accessLine('r-queued-next')
-  t.same(['r-busy', 'r-queued-gone', 'r-queued-next'].map((id) => log.accessLines(id).map((l) => l.status)), [[200], [499], [200]])
-})
+)
 
 /** A raw update whose body stops after a few bytes: the request is in the framework, waiting for the rest. */
-async function partialUpdate (gateway: string, reqId: string, expectContinue = false): Promise<{ socket: Socket, received: () => string, closed: Promise<unknown> }> {
+async function partialUpdate (
+  gateway: string,
+  reqId: string,
+  expectContinue = false
+): Promise<{ socket: Socket; received: () => string; closed: Promise<unknown> }> {
   const { hostname, port } = new URL(gateway)
   const socket = connect(Number(port), hostname)
   socket.on('error', () => {})
   await once(socket, 'connect')
   let received = ''
-  socket.on('data', (chunk: Buffer) => { received += String(chunk) })
+  socket.on('data', (chunk: Buffer) => {
+    received += String(chunk)
+  })
   const closed = once(socket, 'close')
-  socket.write(`POST /api/portfolio/update HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\n` +
-    `Content-Type: application/json\r\nContent-Length: 200\r\n${expectContinue ? 'Expect: 100-continue\r\n' : ''}X-Request-Id: ${reqId}\r\n\r\n`)
+  socket.write(
+    `POST /api/portfolio/update HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: 200\r\n${expectContinue ? 'Expect: 100-continue\r\n' : ''}X-Request-Id: ${reqId}\r\n\r\n`
+  )
   if (expectContinue) {
     // The gateway says when it has admitted the request and waits for the body.
-    const [interim] = await once(socket, 'data') as [Buffer]
-    if (!String(interim).startsWith('HTTP/1.1 100 Continue')) throw new Error(`expected 100 Continue, got ${String(interim)}`)
+    const [interim] = (await once(socket, 'data')) as [Buffer]
+    if (!String(interim).startsWith('HTTP/1.1 100 Continue')) { throw new Error(`expected 100 Continue, got ${String(interim)}`) }
     received = ''
   }
   socket.write('{"portfolio_id":"p-1","target_')
@@ -239,49 +339,82 @@ async function onlyOneLine (t: Test, gateway: string, log: ReturnType<typeof cap
   t.equal(log.accessLines(reqId).length, 1)
 }
 
-function rawAnswer (text: string): { status: string, requestId: string | undefined, body: string } {
+function rawAnswer (text: string): { status: string; requestId: string | undefined; body: string } {
   const [head = '', body = ''] = text.split('\r\n\r\n')
   return { status: head.split('\r\n')[0] ?? '', requestId: /^x-request-id: (.*)$/im.exec(head)?.[1], body }
 }
 
-t.test('a client that half-closes (FIN) mid-body: it gets a 400 with its request id, and the line says 400', async (t) => {
-  const log = capture()
-  const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
-  const update = await partialUpdate(url, 'r-mid-body', true)
-  update.socket.end()
-  await update.closed
-  t.same(rawAnswer(update.received()), { status: 'HTTP/1.1 400 Bad Request', requestId: 'r-mid-body', body: '{"error":"malformed HTTP request"}' },
-    'the answer the client can still read carries its request id')
-  const line = await log.accessLine('r-mid-body')
-  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the line shows what was answered')
-  t.match(line, { reqId: 'r-mid-body', method: 'POST', url: '/api/portfolio/update', ip: '127.0.0.1', status: 400, msg: 'request' })
-  await onlyOneLine(t, url, log, 'r-mid-body')
-})
+t.test(
+  'a client that half-closes (FIN) mid-body: it gets a 400 with its request id, and the line says 400',
+  async (t) => {
+    const log = capture()
+    const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+    const update = await partialUpdate(url, 'r-mid-body', true)
+    update.socket.end()
+    await update.closed
+    t.same(
+      rawAnswer(update.received()),
+      { status: 'HTTP/1.1 400 Bad Request', requestId: 'r-mid-body', body: '{"error":"malformed HTTP request"}' },
+      'the answer the client can still read carries its request id'
+    )
+    const line = await log.accessLine('r-mid-body')
+    t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the line shows what was answered')
+    t.match(line, {
+      reqId: 'r-mid-body',
+      method: 'POST',
+      url: '/api/portfolio/update',
+      ip: '127.0.0.1',
+      status: 400,
+      msg: 'request'
+    })
+    await onlyOneLine(t, url, log, 'r-mid-body')
+  }
+)
 
 t.test('a client that resets (RST) mid-body: one 499 line', async (t) => {
   const log = capture()
   const { url } = await build(t, { logger: { level: 'info', stream: log.stream } })
   const update = await partialUpdate(url, 'r-mid-body-rst', true)
   update.socket.resetAndDestroy()
-  t.match(await log.accessLine('r-mid-body-rst'), { reqId: 'r-mid-body-rst', method: 'POST', url: '/api/portfolio/update', status: 499, clientLeft: true, msg: 'request' })
+  t.match(await log.accessLine('r-mid-body-rst'), {
+    reqId: 'r-mid-body-rst',
+    method: 'POST',
+    url: '/api/portfolio/update',
+    status: 499,
+    clientLeft: true,
+    msg: 'request'
+  })
   await onlyOneLine(t, url, log, 'r-mid-body-rst')
 })
 
 // The server's own timeouts are shortened on app.server: the real ones (180 s for a request, the idle
 // timeout of config) are far too long for a test. Node checks the request timeout every second
 // (connectionsCheckingInterval), so the cut comes 1 to 2 s after the body stopped.
-t.test('the request timeout while a body trickles in: a raw 408 with the request id, and the line says 408', async (t) => {
-  const log = capture()
-  const { app, url } = await build(t, { logger: { level: 'info', stream: log.stream } })
-  app.server.headersTimeout = 500
-  app.server.requestTimeout = 1000
-  const update = await partialUpdate(url, 'r-request-timeout')
-  await update.closed
-  t.same(rawAnswer(update.received()), { status: 'HTTP/1.1 408 Request Timeout', requestId: 'r-request-timeout', body: '{"error":"request timed out"}' })
-  const line = await log.accessLine('r-request-timeout')
-  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the server cut it off')
-  t.match(line, { reqId: 'r-request-timeout', method: 'POST', url: '/api/portfolio/update', status: 408, msg: 'request' })
-})
+t.test(
+  'the request timeout while a body trickles in: a raw 408 with the request id, and the line says 408',
+  async (t) => {
+    const log = capture()
+    const { app, url } = await build(t, { logger: { level: 'info', stream: log.stream } })
+    app.server.headersTimeout = 500
+    app.server.requestTimeout = 1000
+    const update = await partialUpdate(url, 'r-request-timeout')
+    await update.closed
+    t.same(rawAnswer(update.received()), {
+      status: 'HTTP/1.1 408 Request Timeout',
+      requestId: 'r-request-timeout',
+      body: '{"error":"request timed out"}'
+    })
+    const line = await log.accessLine('r-request-timeout')
+    t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the server cut it off')
+    t.match(line, {
+      reqId: 'r-request-timeout',
+      method: 'POST',
+      url: '/api/portfolio/update',
+      status: 408,
+      msg: 'request'
+    })
+  }
+)
 
 t.test('the idle timeout while a request waits: the line says 408, not that the client left', async (t) => {
   const log = capture()
@@ -298,26 +431,41 @@ t.test('the idle timeout while a request waits: the line says 408, not that the 
   t.match(line, { reqId: 'r-idle-timeout', method: 'POST', url: '/api/portfolio/update', status: 408, msg: 'request' })
 })
 
-/** Two pings pipelined on one connection, the second waiting behind the first (held by the engine), then the client leaves. */
+/** Two pings pipelined on one connection, the second waiting behind the first (held by the engine), then the client
+ * leaves.
+ */
 async function pipelinedClientLeaves (t: Test, leave: (socket: Socket) => void, ids: [string, string]): Promise<void> {
   const engine = await lateEngine(t)
   const log = capture()
-  const built = await build(t, { upstreamUrl: engine.url, engineConnections: 1, logger: { level: 'info', stream: log.stream } })
+  const built = await build(t, {
+    upstreamUrl: engine.url,
+    engineConnections: 1,
+    logger: { level: 'info', stream: log.stream }
+  })
   const { url } = built
   const metrics = await startMetricsServer(built.metrics, { port: 0, host: '127.0.0.1' })
   t.teardown(metrics.close)
-  const inFlight = async (): Promise<number | undefined> => valueOf((await scrape(`http://127.0.0.1:${metrics.port}`)).samples, 'gateway_requests_in_flight')
+  const inFlight = async (): Promise<number | undefined> =>
+    valueOf((await scrape(`http://127.0.0.1:${metrics.port}`)).samples, 'gateway_requests_in_flight')
 
   const { hostname, port } = new URL(url)
   const socket = connect(Number(port), hostname)
   socket.on('error', () => {})
   await once(socket, 'connect')
-  const ping = (id: string): string => `GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: ${id}\r\n\r\n`
+  const ping = (id: string): string =>
+    `GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: ${id}\r\n\r\n`
   socket.write(ping(ids[0]) + ping(ids[1]))
   await engine.arrived()
   leave(socket)
   for (const id of ids) {
-    t.match(await log.accessLine(id), { reqId: id, method: 'GET', url: '/api/portfolio/ping', status: 499, clientLeft: true, msg: 'request' })
+    t.match(await log.accessLine(id), {
+      reqId: id,
+      method: 'GET',
+      url: '/api/portfolio/ping',
+      status: 499,
+      clientLeft: true,
+      msg: 'request'
+    })
   }
   t.equal(await inFlight(), 0, 'both requests have left the in-flight gauge')
 
@@ -328,64 +476,95 @@ async function pipelinedClientLeaves (t: Test, leave: (socket: Socket) => void, 
   t.equal(answer.statusCode, 200)
   t.equal(await answer.body.text(), 'pong')
   await log.accessLine(`${ids[1]}-next`)
-  t.same(engine.paths, [`${ids[0]} /api/portfolio/ping`, `${ids[1]}-next /api/portfolio/ping`], 'the waiting request never reached the engine')
-  t.same(ids.map((id) => log.accessLines(id).length), [1, 1], 'one line each')
+  t.same(
+    engine.paths,
+    [`${ids[0]} /api/portfolio/ping`, `${ids[1]}-next /api/portfolio/ping`],
+    'the waiting request never reached the engine'
+  )
+  t.same(
+    ids.map((id) => log.accessLines(id).length),
+    [1, 1],
+    'one line each'
+  )
   t.equal(await inFlight(), 0)
 }
 
-t.test('two pipelined pings whose client closes (FIN): a 499 line each, the waiting one never reaches the engine', async (t) => {
-  await pipelinedClientLeaves(t, (socket) => socket.end(), ['p-fin-1', 'p-fin-2'])
-})
+t.test(
+  'two pipelined pings whose client closes (FIN): a 499 line each, the waiting one never reaches the engine',
+  async (t) => {
+    await pipelinedClientLeaves(t, (socket) => socket.end(), ['p-fin-1', 'p-fin-2'])
+  }
+)
 
-t.test('two pipelined pings whose client resets (RST): a 499 line each, the waiting one never reaches the engine', async (t) => {
-  await pipelinedClientLeaves(t, (socket) => socket.resetAndDestroy(), ['p-rst-1', 'p-rst-2'])
-})
+t.test(
+  'two pipelined pings whose client resets (RST): a 499 line each, the waiting one never reaches the engine',
+  async (t) => {
+    await pipelinedClientLeaves(t, (socket) => socket.resetAndDestroy(), ['p-rst-1', 'p-rst-2'])
+  }
+)
 
-t.test('an engine that answers 499 itself: a 502 (no status the contract names), and the line does not say the client left', async (t) => {
-  const engineError = { success: false, error: { source: 'engine', code: 'CLIENT_CLOSED', message: 'closed', function: 'ping' } }
-  const stub = await startStubUpstream((req, res) => {
-    if (req.url !== '/api/portfolio/ping') return contractHandler(req, res, Buffer.alloc(0))
-    res.writeHead(499, { 'content-type': 'application/json' })
-    res.end(JSON.stringify(engineError))
-  })
-  t.teardown(stub.close)
-  const log = capture()
-  const { url } = await build(t, { upstreamUrl: stub.url, logger: { level: 'info', stream: log.stream } })
-  const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-engine-499' } })
-  t.equal(res.statusCode, 502)
-  t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' })
-  const line = await log.accessLine('r-engine-499')
-  t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client stayed for its answer')
-  t.match(line, { reqId: 'r-engine-499', status: 502, msg: 'request' })
-})
+t.test(
+  'an engine that answers 499 itself: a 502 (no status the contract names), and the line does not say the client left',
+  async (t) => {
+    const engineError = {
+      success: false,
+      error: { source: 'engine', code: 'CLIENT_CLOSED', message: 'closed', function: 'ping' }
+    }
+    const stub = await startStubUpstream((req, res) => {
+      if (req.url !== '/api/portfolio/ping') return contractHandler(req, res, Buffer.alloc(0))
+      res.writeHead(499, { 'content-type': 'application/json' })
+      res.end(JSON.stringify(engineError))
+    })
+    t.teardown(stub.close)
+    const log = capture()
+    const { url } = await build(t, { upstreamUrl: stub.url, logger: { level: 'info', stream: log.stream } })
+    const res = await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), 'x-request-id': 'r-engine-499' } })
+    t.equal(res.statusCode, 502)
+    t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' })
+    const line = await log.accessLine('r-engine-499')
+    t.same(Object.keys(line), [...ACCESS_FIELDS, 'msg'], 'no clientLeft: the client stayed for its answer')
+    t.match(line, { reqId: 'r-engine-499', status: 502, msg: 'request' })
+  }
+)
 
-t.test('a complete request with a malformed one pipelined behind it: the first keeps its answer and line, then the 400, then the close', async (t) => {
-  const engine = await lateEngine(t)
-  const log = capture()
-  const { url } = await build(t, { upstreamUrl: engine.url, logger: { level: 'info', stream: log.stream } })
-  const { hostname, port } = new URL(url)
-  const socket = connect(Number(port), hostname)
-  socket.on('error', () => {})
-  await once(socket, 'connect')
-  let received = ''
-  socket.setEncoding('latin1').on('data', (chunk: string) => { received += chunk })
-  // One write: the parser fails on the second request while the first waits for the engine.
-  socket.write(`GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: pl-first\r\n\r\nBAD LINE HERE\r\n\r\n`)
-  await engine.arrived()
-  // More bytes after the bad line, read after the parser failed: each chunk is another error, and still one 400 goes out.
-  socket.write('MORE GARBAGE\r\n\r\n')
-  await new Promise((resolve) => setImmediate(resolve))
-  engine.release()
-  await once(socket, 'close')
-  const answers = received.split(/(?=HTTP\/1\.1 )/)
-  t.equal(answers.length, 2, 'two answers, no more')
-  const [first = '', second = ''] = answers
-  t.match(first, /^HTTP\/1\.1 200 OK\r\n/, 'the first request gets the engine\'s answer')
-  t.equal(rawAnswer(first).requestId, 'pl-first')
-  t.match(first, /\r\nconnection: close\r\n/i, 'and says the connection ends')
-  t.equal(rawAnswer(first).body, 'pong')
-  t.same({ ...rawAnswer(second), requestId: /^[0-9a-f-]{36}$/.test(rawAnswer(second).requestId ?? '') }, { status: 'HTTP/1.1 400 Bad Request', requestId: true, body: '{"error":"malformed HTTP request"}' },
-    'then the malformed request\'s 400, with an id of its own')
-  t.match(await log.accessLine('pl-first'), { reqId: 'pl-first', status: 200, msg: 'request' })
-  t.same(log.accessLines('pl-first').length, 1)
-})
+t.test(
+  'a complete request with a malformed one pipelined behind it: the first keeps its answer and line, then the 400, then the close',
+  async (t) => {
+    const engine = await lateEngine(t)
+    const log = capture()
+    const { url } = await build(t, { upstreamUrl: engine.url, logger: { level: 'info', stream: log.stream } })
+    const { hostname, port } = new URL(url)
+    const socket = connect(Number(port), hostname)
+    socket.on('error', () => {})
+    await once(socket, 'connect')
+    let received = ''
+    socket.setEncoding('latin1').on('data', (chunk: string) => {
+      received += chunk
+    })
+    // One write: the parser fails on the second request while the first waits for the engine.
+    socket.write(
+      `GET /api/portfolio/ping HTTP/1.1\r\nHost: gateway\r\nAuthorization: ${bearer().authorization}\r\nX-Request-Id: pl-first\r\n\r\nBAD LINE HERE\r\n\r\n`
+    )
+    await engine.arrived()
+    // More bytes after the bad line, read after the parser failed: each chunk is another error, and still one 400 goes
+    // out.
+    socket.write('MORE GARBAGE\r\n\r\n')
+    await new Promise((resolve) => setImmediate(resolve))
+    engine.release()
+    await once(socket, 'close')
+    const answers = received.split(/(?=HTTP\/1\.1 )/)
+    t.equal(answers.length, 2, 'two answers, no more')
+    const [first = '', second = ''] = answers
+    t.match(first, /^HTTP\/1\.1 200 OK\r\n/, "the first request gets the engine's answer")
+    t.equal(rawAnswer(first).requestId, 'pl-first')
+    t.match(first, /\r\nconnection: close\r\n/i, 'and says the connection ends')
+    t.equal(rawAnswer(first).body, 'pong')
+    t.same(
+      { ...rawAnswer(second), requestId: /^[0-9a-f-]{36}$/.test(rawAnswer(second).requestId ?? '') },
+      { status: 'HTTP/1.1 400 Bad Request', requestId: true, body: '{"error":"malformed HTTP request"}' },
+      "then the malformed request's 400, with an id of its own"
+    )
+    t.match(await log.accessLine('pl-first'), { reqId: 'pl-first', status: 200, msg: 'request' })
+    t.same(log.accessLines('pl-first').length, 1)
+  }
+)

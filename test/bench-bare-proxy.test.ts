@@ -23,7 +23,11 @@ const variants: Array<[string, (upstream: string, secret: string) => Server | Pr
   ['Fastify', createBareFastify]
 ]
 
-async function proxyTo (t: Test, upstream: string, create: (upstream: string, secret: string) => Server | Promise<Server>): Promise<string> {
+async function proxyTo (
+  t: Test,
+  upstream: string,
+  create: (upstream: string, secret: string) => Server | Promise<Server>
+): Promise<string> {
   const port = await listenOnLoopback(t, await create(upstream, SECRET))
   return `http://127.0.0.1:${port}`
 }
@@ -34,7 +38,10 @@ async function stub (t: Test): Promise<StubUpstream> {
   return engine
 }
 
-async function call (url: string, init: RequestInit = {}): Promise<{ status: number, type: string | null, body: string }> {
+async function call (
+  url: string,
+  init: RequestInit = {}
+): Promise<{ status: number; type: string | null; body: string }> {
   const res = await fetch(url, { ...init, signal: AbortSignal.timeout(10_000) })
   return { status: res.status, type: res.headers.get('content-type'), body: await res.text() }
 }
@@ -42,37 +49,65 @@ async function call (url: string, init: RequestInit = {}): Promise<{ status: num
 const bearer = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` })
 
 for (const [name, create] of variants) {
-  t.test(`${name}: a valid token's ping reaches the engine as the caller, and the answer comes back as it was`, async (t) => {
-    const engine = await stub(t)
-    const proxy = await proxyTo(t, engine.url, create)
-    t.same(await call(proxy + PING, { headers: bearer(mintToken(SECRET, 'user-alice')) }), { status: 200, type: 'text/plain; charset=utf-8', body: 'pong' })
-    t.equal(engine.requests.length, 1)
-    t.equal(engine.requests[0]!.headers['x-user-id'], 'user-alice', 'the engine is told who the caller is')
-    t.equal(engine.requests[0]!.headers.authorization, undefined, 'the token itself is not passed on')
-  })
+  t.test(
+    `${name}: a valid token's ping reaches the engine as the caller, and the answer comes back as it was`,
+    async (t) => {
+      const engine = await stub(t)
+      const proxy = await proxyTo(t, engine.url, create)
+      t.same(await call(proxy + PING, { headers: bearer(mintToken(SECRET, 'user-alice')) }), {
+        status: 200,
+        type: 'text/plain; charset=utf-8',
+        body: 'pong'
+      })
+      t.equal(engine.requests.length, 1)
+      t.equal(engine.requests[0]!.headers['x-user-id'], 'user-alice', 'the engine is told who the caller is')
+      t.equal(engine.requests[0]!.headers.authorization, undefined, 'the token itself is not passed on')
+    }
+  )
 
   t.test(`${name}: a missing, forged or expired token is 401 and never reaches the engine`, async (t) => {
     const engine = await stub(t)
     const proxy = await proxyTo(t, engine.url, create)
     const refused = { status: 401, type: 'application/json', body: '{"error":"unauthorized"}' }
     t.same(await call(proxy + PING), refused, 'missing')
-    t.same(await call(proxy + PING, { headers: bearer(mintToken(randomSecret(), 'user-alice')) }), refused, 'signed with another secret')
-    t.same(await call(proxy + PING, { headers: bearer(mintToken(SECRET, 'user-alice', -60)) }), refused, 'expired a minute ago')
+    t.same(
+      await call(proxy + PING, { headers: bearer(mintToken(randomSecret(), 'user-alice')) }),
+      refused,
+      'signed with another secret'
+    )
+    t.same(
+      await call(proxy + PING, { headers: bearer(mintToken(SECRET, 'user-alice', -60)) }),
+      refused,
+      'expired a minute ago'
+    )
     t.equal(engine.requests.length, 0)
   })
 
-  t.test(`${name}: an update's body is streamed on byte for byte and the engine's error status is copied back`, async (t) => {
-    const engine = await stub(t)
-    engine.handle((_req, res) => { json(res, 404, { success: false, error: 'no such portfolio' }) })
-    const proxy = await proxyTo(t, engine.url, create)
-    const body = JSON.stringify({ portfolio_id: 'p-1', positions: [{ mint: 'x', weight: 1 }] })
-    const answer = await call(proxy + UPDATE, { method: 'POST', headers: { ...bearer(mintToken(SECRET, 'user-bob')), 'content-type': 'application/json' }, body })
-    t.same(answer, { status: 404, type: 'application/json; charset=utf-8', body: '{"success":false,"error":"no such portfolio"}' })
-    t.equal(engine.requests[0]!.body.toString(), body)
-    t.equal(engine.requests[0]!.headers['content-type'], 'application/json')
-    t.equal(engine.requests[0]!.headers['content-length'], String(Buffer.byteLength(body)))
-    t.equal(engine.requests[0]!.headers['x-user-id'], 'user-bob')
-  })
+  t.test(
+    `${name}: an update's body is streamed on byte for byte and the engine's error status is copied back`,
+    async (t) => {
+      const engine = await stub(t)
+      engine.handle((_req, res) => {
+        json(res, 404, { success: false, error: 'no such portfolio' })
+      })
+      const proxy = await proxyTo(t, engine.url, create)
+      const body = JSON.stringify({ portfolio_id: 'p-1', positions: [{ mint: 'x', weight: 1 }] })
+      const answer = await call(proxy + UPDATE, {
+        method: 'POST',
+        headers: { ...bearer(mintToken(SECRET, 'user-bob')), 'content-type': 'application/json' },
+        body
+      })
+      t.same(answer, {
+        status: 404,
+        type: 'application/json; charset=utf-8',
+        body: '{"success":false,"error":"no such portfolio"}'
+      })
+      t.equal(engine.requests[0]!.body.toString(), body)
+      t.equal(engine.requests[0]!.headers['content-type'], 'application/json')
+      t.equal(engine.requests[0]!.headers['content-length'], String(Buffer.byteLength(body)))
+      t.equal(engine.requests[0]!.headers['x-user-id'], 'user-bob')
+    }
+  )
 
   t.test(`${name}: an engine that refuses connections or resets mid-request is 502`, async (t) => {
     const badGateway = { status: 502, type: 'application/json', body: '{"error":"bad gateway"}' }
@@ -94,6 +129,10 @@ t.test('the harness starts the bare proxy process with a secret that begins with
   for (const fastify of [false, true]) {
     const proxy = await startBareProxy(engine.url, secret, [], fastify)
     t.teardown(async () => await proxy.stop())
-    t.same(await call(proxy.url + PING, { headers: bearer(mintToken(secret, 'user-alice')) }), { status: 200, type: 'text/plain; charset=utf-8', body: 'pong' }, fastify ? 'on Fastify' : 'on node:http')
+    t.same(
+      await call(proxy.url + PING, { headers: bearer(mintToken(secret, 'user-alice')) }),
+      { status: 200, type: 'text/plain; charset=utf-8', body: 'pong' },
+      fastify ? 'on Fastify' : 'on node:http'
+    )
   }
 })

@@ -56,12 +56,16 @@ t.test('each runtime is read against the first runtime in its round, the median 
   const rows = runtimeTable(['bare-ping', 'ping'], runtimes.slice(0, 2), measured)
   t.same(rows, [
     {
-      scenario: 'bare-ping', usPerRequest: { a: 61, b: 99 }, ratioToFirst: { a: 1, b: 1.1 },
+      scenario: 'bare-ping',
+      usPerRequest: { a: 61, b: 99 },
+      ratioToFirst: { a: 1, b: 1.1 },
       ratioToBare: { a: 1, b: 1 },
       perRound: { a: [1, 1, 1], b: [1.1, 1.1, Number.NaN] }
     },
     {
-      scenario: 'ping', usPerRequest: { a: 91, b: 82 }, ratioToFirst: { a: 1, b: 0.9 },
+      scenario: 'ping',
+      usPerRequest: { a: 91, b: 82 },
+      ratioToFirst: { a: 1, b: 0.9 },
       ratioToBare: { a: 1.5, b: 1.227 },
       perRound: { a: [1, 1, 1], b: [0.9, 0.9, 0.901] }
     }

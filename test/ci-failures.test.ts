@@ -17,6 +17,8 @@ import { ROOT } from './helpers/processes.js'
 // tap's runner and five test processes; the hanging one gives up after its own 2 s.
 t.setTimeout(90_000)
 
+// Their sources are JavaScript in strings, template literals included.
+/* eslint-disable no-template-curly-in-string */
 const FILES: Record<string, string> = {
   'a-many.test.js': "import t from 'tap'\nt.test('twelve answers', async (t) => {\n  for (let i = 0; i < 12; i++) t.equal(429, 200, `answer ${i} is 200`)\n})\n",
   // Its own timeout: the run's (60 s) leaves the other files time to start on a busy machine.

@@ -226,11 +226,29 @@ t.test('a PEM on one line with literal \\n works', async (t) => {
 
 t.test('an empty variable counts as unset', async (t) => {
   const config = loadConfig({
-    NODE_ENV: '', PORT: '', HOST: '', LOG_LEVEL: '', JWT_SECRET: '', JWT_PUBLIC_KEY: '',
-    JWT_ISSUER: '', JWT_AUDIENCE: '', UPSTREAM_URL: '', UPSTREAM_TIMEOUT_MS: '', METRICS_PORT: '',
-    RATE_LIMIT_PER_MINUTE: '', REDIS_URL: '', IDEMPOTENCY_TTL_S: '', SHED_EVENT_LOOP_DELAY_MS: '', UPSTREAM_MAX_QUEUE: '',
-    UPLOAD_MAX_PER_USER: '', UPLOAD_MAX_CONNECTIONS: '', UPSTREAM_DNS_REFRESH_MS: '', GATEWAY_WORKERS: '',
-    LINGER_BODY_FACTOR: '', LINGER_MAX_SOCKETS: '', LINGER_MAX_PER_ADDRESS: ''
+    NODE_ENV: '',
+    PORT: '',
+    HOST: '',
+    LOG_LEVEL: '',
+    JWT_SECRET: '',
+    JWT_PUBLIC_KEY: '',
+    JWT_ISSUER: '',
+    JWT_AUDIENCE: '',
+    UPSTREAM_URL: '',
+    UPSTREAM_TIMEOUT_MS: '',
+    METRICS_PORT: '',
+    RATE_LIMIT_PER_MINUTE: '',
+    REDIS_URL: '',
+    IDEMPOTENCY_TTL_S: '',
+    SHED_EVENT_LOOP_DELAY_MS: '',
+    UPSTREAM_MAX_QUEUE: '',
+    UPLOAD_MAX_PER_USER: '',
+    UPLOAD_MAX_CONNECTIONS: '',
+    UPSTREAM_DNS_REFRESH_MS: '',
+    GATEWAY_WORKERS: '',
+    LINGER_BODY_FACTOR: '',
+    LINGER_MAX_SOCKETS: '',
+    LINGER_MAX_PER_ADDRESS: ''
   })
   t.same({ ...config, jwt: { ...config.jwt, key: undefined } }, {
     production: false,
@@ -402,7 +420,10 @@ for (const [env, message] of BAD_REDIS) {
 
 // DECISIONS 35, "Workers": several processes share only what lives outside them.
 const WORKERS = {
-  GATEWAY_WORKERS: '2', PORT: '8080', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://engine:4000',
+  GATEWAY_WORKERS: '2',
+  PORT: '8080',
+  JWT_SECRET: SECRET,
+  UPSTREAM_URL: 'http://engine:4000',
   REDIS_URL: 'redis://redis:6379'
 }
 const WORKER_REFUSALS: Array<[Record<string, string>, string]> = [

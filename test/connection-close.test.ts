@@ -18,24 +18,38 @@ const answerClientError = clientErrorAnswerer(
   new Lingers(LINGER_LIMITS, (received, cut) => lingerRate.watchReceived(received, cut))
 )
 
-interface RawAnswer { status: number, headers: Record<string, string>, body: string }
+interface RawAnswer {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
 
 /** A socket to `url` that collects what the server sends and notes when the server ends it. */
-async function open (url: string): Promise<{ socket: Socket, answer: () => Promise<RawAnswer>, ended: Promise<unknown> }> {
+async function open (
+  url: string
+): Promise<{ socket: Socket; answer: () => Promise<RawAnswer>; ended: Promise<unknown> }> {
   const { port } = new URL(url)
   const socket = createConnection(Number(port), '127.0.0.1')
   await once(socket, 'connect')
   let buffered = Buffer.alloc(0)
   let wake: () => void = () => {}
-  socket.on('data', (chunk: Buffer) => { buffered = Buffer.concat([buffered, chunk]); wake() })
+  socket.on('data', (chunk: Buffer) => {
+    buffered = Buffer.concat([buffered, chunk])
+    wake()
+  })
   socket.on('error', () => {}) // the server may reset a socket we keep writing to: that is what is tested
-  const ended = new Promise((resolve) => { socket.once('end', resolve); socket.once('close', resolve) })
+  const ended = new Promise((resolve) => {
+    socket.once('end', resolve)
+    socket.once('close', resolve)
+  })
   const answer = async (): Promise<RawAnswer> => {
     for (;;) {
       const head = buffered.indexOf('\r\n\r\n')
       if (head !== -1) {
         const [statusLine, ...lines] = buffered.subarray(0, head).toString('latin1').split('\r\n')
-        const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
+        const headers = Object.fromEntries(
+          lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()])
+        )
         const length = Number(headers['content-length'])
         if (buffered.length >= head + 4 + length) {
           const body = buffered.subarray(head + 4, head + 4 + length).toString('utf8')
@@ -43,7 +57,14 @@ async function open (url: string): Promise<{ socket: Socket, answer: () => Promi
           return { status: Number(statusLine!.split(' ')[1]), headers, body }
         }
       }
-      await Promise.race([new Promise<void>((resolve) => { wake = resolve }), ended.then(() => { throw new Error(`socket ended with ${buffered.length} bytes unparsed`) })])
+      await Promise.race([
+        new Promise<void>((resolve) => {
+          wake = resolve
+        }),
+        ended.then(() => {
+          throw new Error(`socket ended with ${buffered.length} bytes unparsed`)
+        })
+      ])
     }
   }
   return { socket, answer, ended }
@@ -51,7 +72,8 @@ async function open (url: string): Promise<{ socket: Socket, answer: () => Promi
 
 const chunk = (data: string): string => `${Buffer.byteLength(data).toString(16)}\r\n${data}\r\n`
 const CHUNKED_POST = (path: string, auth = ''): string =>
-  `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n${auth}\r\n` + chunk('{"portfolio_id":"')
+  `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n${auth}\r\n` +
+  chunk('{"portfolio_id":"')
 
 t.test('a 401 before the body is read: connection: close, and the server ends the socket', async (t) => {
   const { url } = await build(t)
@@ -117,7 +139,12 @@ t.test('while draining, every answer says connection: close', async (t) => {
 t.test('Node parser errors: the simple shape, an id and connection: close', async (t) => {
   const { url } = await build(t)
   const cases: Array<[string, string, number, string]> = [
-    ['headers too large', `GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'request headers too large'],
+    [
+      'headers too large',
+      `GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`,
+      431,
+      'request headers too large'
+    ],
     ['malformed request line', 'GET /health HTTP/9.Z\r\n\r\n', 400, 'malformed HTTP request'],
     ['bad header characters', 'GET /health HTTP/1.1\r\nho st: x\r\n\r\n', 400, 'malformed HTTP request']
   ]
@@ -138,8 +165,18 @@ t.test("Node's own answers (no Host, an unknown Expect): the simple shape and an
   const { url } = await build(t)
   const cases: Array<[string, string, number, string]> = [
     ['HTTP/1.1 without Host', 'GET /ping HTTP/1.1\r\n\r\n', 400, 'missing Host header'],
-    ['POST without Host, body unread', 'POST /api/portfolio/update HTTP/1.1\r\ncontent-length: 5\r\n\r\n', 400, 'missing Host header'],
-    ['Expect: foo', 'GET /ping HTTP/1.1\r\nhost: x\r\nexpect: foo\r\n\r\n', 417, 'unsupported Expect header: only 100-continue is accepted']
+    [
+      'POST without Host, body unread',
+      'POST /api/portfolio/update HTTP/1.1\r\ncontent-length: 5\r\n\r\n',
+      400,
+      'missing Host header'
+    ],
+    [
+      'Expect: foo',
+      'GET /ping HTTP/1.1\r\nhost: x\r\nexpect: foo\r\n\r\n',
+      417,
+      'unsupported Expect header: only 100-continue is accepted'
+    ]
   ]
   for (const [what, raw, status, message] of cases) {
     const { socket, answer } = await open(url)
@@ -158,14 +195,16 @@ t.test("Node's own answers (no Host, an unknown Expect): the simple shape and an
   t.equal((await answer()).status, 200)
 })
 
-/** A connected TCP pair on loopback, to drive the client-error handler on a real socket; `received` is what the client read. */
-async function socketPair (t: Test): Promise<{ client: Socket, serverSide: Socket, received: Buffer[] }> {
+/** A connected TCP pair on loopback, to drive the client-error handler on a real socket; `received` is what the client
+ * read.
+ */
+async function socketPair (t: Test): Promise<{ client: Socket; serverSide: Socket; received: Buffer[] }> {
   const server = createServer()
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   t.teardown(() => server.close())
   const client = createConnection((server.address() as AddressInfo).port, '127.0.0.1')
-  const [serverSide] = await once(server, 'connection') as [Socket]
+  const [serverSide] = (await once(server, 'connection')) as [Socket]
   const received: Buffer[] = []
   client.on('data', (c: Buffer) => received.push(c))
   return { client, serverSide, received }
@@ -181,8 +220,10 @@ t.test('a request timeout (408) is answered the same way', async (t) => {
   t.match(text, /\r\nconnection: close\r\n/)
   t.match(text, /\r\n\r\n\{"error":"request timed out"\}$/)
   client.destroy()
-  t.equal(clientErrorAnswer('HPE_INVALID_METHOD', 'id-1'),
-    'HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 34\r\nx-request-id: id-1\r\nconnection: close\r\n\r\n{"error":"malformed HTTP request"}')
+  t.equal(
+    clientErrorAnswer('HPE_INVALID_METHOD', 'id-1'),
+    'HTTP/1.1 400 Bad Request\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: 34\r\nx-request-id: id-1\r\nconnection: close\r\n\r\n{"error":"malformed HTTP request"}'
+  )
 })
 
 t.test('a reset socket is left alone', async (t) => {

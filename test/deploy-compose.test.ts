@@ -34,7 +34,9 @@ interface Compose { services: Record<string, Service>, volumes: Record<string, u
 const compose = readYaml('compose/compose.yaml') as Compose
 const services = compose.services
 
-/** How long after SIGTERM each exits at the latest, from the code (src/drain-timeline.ts, reference-engine/engine-env.ts). */
+/** How long after SIGTERM each exits at the latest, from the code (src/drain-timeline.ts,
+ * reference-engine/engine-env.ts).
+ */
 const GATEWAY_EXIT_S = GATEWAY_DRAIN.exitDeadlineMs / 1000
 const ENGINE_EXIT_S = (PRODUCTION_DRAIN_NOTICE_MS + DRAIN_IDLE_GRACE_MS + IN_FLIGHT_GRACE_MS) / 1000
 

@@ -21,7 +21,8 @@ import { ENGINE_SCRIPT, ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess } fr
 import { parseExposition, scrape } from './helpers/prometheus.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 
-// Two engines, Redis and a gateway as real processes before one scrape: 36 s on a busy 2-core machine, too near tap's 60 s default.
+// Two engines, Redis and a gateway as real processes before one scrape: 36 s on a busy 2-core machine, too near tap's
+// 60 s default.
 t.setTimeout(120_000)
 
 /** The family a sample or query name belongs to: a histogram's `_bucket`, `_sum` and `_count` are its own. */

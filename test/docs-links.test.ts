@@ -91,7 +91,8 @@ t.test('every relative link in docs/ and CONTRIBUTING.md resolves to a file and 
 
 t.test('every relative link in README.md resolves, except those into ../shared', async (t) => {
   const broken = brokenLinks('README.md')
-  // The README links to the spec and decisions in the workspace's shared folder, outside the repository: a known gap until it links docs/ instead.
+  // The README links to the spec and decisions in the workspace's shared folder, outside the repository: a known gap
+  // until it links docs/ instead.
   const intoShared = broken.filter(({ link }) => link.startsWith('../shared/'))
   t.same(broken.filter((b) => !intoShared.includes(b)), [], 'README.md')
   t.test('README.md links nothing outside the repository', { todo: intoShared.length > 0 ? 'README.md still links to ../shared/' : false }, async (t) => {
@@ -105,7 +106,9 @@ t.test('the link check catches what it should', async (t) => {
   t.same([...anchorsOf('# The contract, v1\n## Statuses & shapes\n## Statuses & shapes\n')], ['the-contract-v1', 'statuses--shapes', 'statuses--shapes-1'])
 })
 
-/** Every decision a file cites: numbers ("DECISIONS 24", "DECISIONS 11-12", "DECISIONS 10, 14-16 and 19") and titles ("DECISIONS \"The upstream contract\""). */
+/** Every decision a file cites: numbers ("DECISIONS 24", "DECISIONS 11-12", "DECISIONS 10, 14-16 and 19") and titles
+ * ("DECISIONS \"The upstream contract\"").
+ */
 export function citations (text: string): { numbers: number[], titles: string[] } {
   const numbers: number[] = []
   for (const [, list] of text.matchAll(/DECISIONS ((?:\d+(?:\s*[-–]\s*\d+)?)(?:(?:\s*,\s*|\s+and\s+)\d+(?:\s*[-–]\s*\d+)?)*)/g)) {

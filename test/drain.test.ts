@@ -14,14 +14,17 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { SECRET } from './helpers/app.js'
 import { ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess } from './helpers/processes.js'
 
-// Real gateway processes drained one after another, each with its notice: 39 s on a busy 2-core machine, too near tap's 60 s default.
+// Real gateway processes drained one after another, each with its notice: 39 s on a busy 2-core machine, too near tap's
+// 60 s default.
 t.setTimeout(120_000)
 
 t.before(ensureBuilt)
 
 interface Tally { answered: number, refused: number, resetAtTheDoor: number, lost: string[] }
 
-/** One GET on a kept-alive agent: its status or the error code that ended it, and whether it went on a reused socket. */
+/** One GET on a kept-alive agent: its status or the error code that ended it, and whether it went on a reused socket.
+ *
+ */
 function get (url: string, agent: Agent): Promise<{ result: number | string, reused: boolean }> {
   return new Promise((resolve) => {
     const req = httpRequest(url, { agent }, (res) => {
@@ -39,8 +42,15 @@ t.test('nothing sent on an open connection is lost during the drain', async (t) 
   t.teardown(stub.close)
   const port = await freePort()
   const gateway = await startProcess(t, GATEWAY_SCRIPT, {
-    NODE_ENV: 'production', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0',
-    JWT_SECRET: SECRET, UPSTREAM_URL: stub.url, SHED_EVENT_LOOP_DELAY_MS: '0', RATE_LIMIT_PER_MINUTE: '0'
+    NODE_ENV: 'production',
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    METRICS_PORT: '0',
+    JWT_SECRET: SECRET,
+    UPSTREAM_URL: stub.url,
+    SHED_EVENT_LOOP_DELAY_MS: '0',
+    RATE_LIMIT_PER_MINUTE: '0'
   }, port, /gateway ready/)
   const exited = once(gateway.proc, 'exit')
 

@@ -18,7 +18,8 @@ import { fetch, FormData } from 'undici'
 import { hs256, SECRET } from './helpers/app.js'
 import { ensureBuilt, freePort, GATEWAY_SCRIPT, startProcess } from './helpers/processes.js'
 
-// 160 uploads and 80 curl processes: more than tap's 60 s on a loaded runner would be a fault of the runner, not of this.
+// 160 uploads and 80 curl processes: more than tap's 60 s on a loaded runner would be a fault of the runner, not of
+// this.
 t.setTimeout(180_000)
 
 const run = promisify(execFile)

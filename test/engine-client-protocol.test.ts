@@ -19,27 +19,59 @@ t.test('a TLS engine that offers HTTP/2 is spoken to in HTTP/1.1, calls and heal
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const key = join(dir, 'key.pem')
   const cert = join(dir, 'cert.pem')
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', key, '-out', cert], { stdio: 'ignore' })
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=127.0.0.1',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+      '-keyout',
+      key,
+      '-out',
+      cert
+    ],
+    { stdio: 'ignore' }
+  )
   const seen: string[] = []
-  const engine = createSecureServer({ key: readFileSync(key), cert: readFileSync(cert), allowHTTP1: true }, (req, res) => {
-    seen.push(`${req.httpVersion} ${req.url}`)
-    const body = req.url === '/health' ? '{"status":"ok"}' : 'pong'
-    res.writeHead(200, { 'content-type': req.url === '/health' ? 'application/json' : 'text/plain; charset=utf-8' })
-    res.end(body)
-  })
+  const engine = createSecureServer(
+    { key: readFileSync(key), cert: readFileSync(cert), allowHTTP1: true },
+    (req, res) => {
+      seen.push(`${req.httpVersion} ${req.url}`)
+      const body = req.url === '/health' ? '{"status":"ok"}' : 'pong'
+      res.writeHead(200, { 'content-type': req.url === '/health' ? 'application/json' : 'text/plain; charset=utf-8' })
+      res.end(body)
+    }
+  )
   engine.listen(0, '127.0.0.1')
   await once(engine, 'listening')
-  t.teardown(() => { engine.close() })
+  t.teardown(() => {
+    engine.close()
+  })
   const port = await freePort()
-  await startProcess(t, GATEWAY_SCRIPT, {
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    METRICS_PORT: '0',
-    JWT_SECRET: SECRET,
-    UPSTREAM_URL: `https://127.0.0.1:${(engine.address() as AddressInfo).port}`,
-    NODE_EXTRA_CA_CERTS: cert
-  }, port, /gateway ready/)
+  await startProcess(
+    t,
+    GATEWAY_SCRIPT,
+    {
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      METRICS_PORT: '0',
+      JWT_SECRET: SECRET,
+      UPSTREAM_URL: `https://127.0.0.1:${(engine.address() as AddressInfo).port}`,
+      NODE_EXTRA_CA_CERTS: cert
+    },
+    port,
+    /gateway ready/
+  )
   for (let i = 0; i < 3; i++) {
     const res = await request(`http://127.0.0.1:${port}/api/portfolio/ping`, { headers: bearer() })
     t.equal(res.statusCode, 200)
@@ -47,5 +79,9 @@ t.test('a TLS engine that offers HTTP/2 is spoken to in HTTP/1.1, calls and heal
   }
   const pings = seen.filter((line) => line.endsWith(' /api/portfolio/ping'))
   t.same(pings, ['1.1 /api/portfolio/ping', '1.1 /api/portfolio/ping', '1.1 /api/portfolio/ping'])
-  t.same(seen.filter((line) => !line.startsWith('1.1 ')), [], 'no request of any kind over HTTP/2')
+  t.same(
+    seen.filter((line) => !line.startsWith('1.1 ')),
+    [],
+    'no request of any kind over HTTP/2'
+  )
 })

@@ -16,7 +16,8 @@ t.test('a queued call times out at its own deadline, counted from the ask, while
   const started = Date.now()
   const outcome = async (requestId: string, ahead = false): Promise<{ code: string, ms: number }> => {
     try {
-      // The call ahead holds the only connection for 2 s: the queued ones can reach the engine only if their 300 ms ran from when a connection came free.
+      // The call ahead holds the only connection for 2 s: the queued ones can reach the engine only if their 300 ms ran
+      // from when a connection came free.
       await engine.call({ method: 'GET', path: '/api/portfolio/ping', requestId, ...(ahead ? { responseTimeoutMs: 2_000, headersTimeoutMs: 2_000 } : {}) })
       return { code: 'none', ms: Date.now() - started }
     } catch (err) {

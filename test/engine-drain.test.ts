@@ -54,7 +54,6 @@ function slowCreate () {
   return { body: Readable.from(chunks()), length: body.length, contentType, release }
 }
 
-
 /** A create the engine has begun to receive, whose upload waits for `slow.release()`. */
 async function createInFlight (t: Test, engine: { url: string, waitFor: (pattern: RegExp) => Promise<unknown> }): Promise<{ slow: ReturnType<typeof slowCreate>, created: ReturnType<Client['request']> }> {
   const slow = slowCreate()

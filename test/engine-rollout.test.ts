@@ -21,9 +21,23 @@ ensureBuilt()
 
 t.test('both engines replaced through DNS under load: no client request fails', async (t) => {
   if (!requireRedis(t)) return
-  const result = await rollout(t, { healthMs: 200, noticeMs: 600, workers: 4, pauseMs: 40, surgeMs: 300, afterMs: 1000 })
+  const result = await rollout(t, {
+    healthMs: 200,
+    noticeMs: 600,
+    workers: 4,
+    pauseMs: 40,
+    surgeMs: 300,
+    afterMs: 1000
+  })
   const { outcomes, failures, exits } = result
-  t.same(exits, [[0, null], [0, null]], 'each old engine drained and exited 0 (SIGTERM, nothing killed in flight)')
+  t.same(
+    exits,
+    [
+      [0, null],
+      [0, null]
+    ],
+    'each old engine drained and exited 0 (SIGTERM, nothing killed in flight)'
+  )
   t.ok(outcomes.length >= 100, `hundreds of requests (fewer on a loaded machine): ${outcomes.length}`)
   t.same(new Set(outcomes.map((o) => o.kind)), new Set(['ping', 'update']))
   t.same(failures, [], `0 failed of ${outcomes.length} requests`)

@@ -16,7 +16,9 @@ import { SERVER_LIMITS } from '../src/http/limits.js'
 
 async function update (url: string, key: string, token = hs256()) {
   const res = await request(`${url}/api/portfolio/update`, {
-    method: 'POST', body: JSON.stringify(validUpdate()), headers: { ...bearer(token), 'content-type': 'application/json', 'idempotency-key': key }
+    method: 'POST',
+    body: JSON.stringify(validUpdate()),
+    headers: { ...bearer(token), 'content-type': 'application/json', 'idempotency-key': key }
   })
   const raw = Buffer.from(await res.body.arrayBuffer())
   return { status: res.statusCode, headers: res.headers, raw }
@@ -33,11 +35,16 @@ async function connected (url: string): Promise<void> {
 }
 
 /** Hold the engine's answer to the next request until `release()`. */
-function holdNext (stub: StubUpstream): { arrived: Promise<void>, release: () => void } {
+function holdNext (stub: StubUpstream): { arrived: Promise<void>; release: () => void } {
   let release!: () => void
-  const held = new Promise<void>((resolve) => { release = resolve })
+  const held = new Promise<void>((resolve) => {
+    release = resolve
+  })
   const arrived = new Promise<void>((resolve) => {
-    stub.handle(((req, res, body) => { resolve(); void held.then(() => contractHandler(req, res, body)) }) as StubHandler)
+    stub.handle(((req, res, body) => {
+      resolve()
+      void held.then(() => contractHandler(req, res, body))
+    }) as StubHandler)
   })
   return { arrived, release }
 }
@@ -46,7 +53,10 @@ type Store = 'memory' | 'redis'
 
 async function gateway (t: Test, store: Store, stub: StubUpstream, env: Record<string, string> = {}) {
   const redis = store === 'redis' ? await startRedis(t) : undefined
-  const built = await build(t, { upstreamUrl: stub.url, env: { UPSTREAM_TIMEOUT_MS: '5000', ...(redis === undefined ? {} : { REDIS_URL: redis.url }), ...env } })
+  const built = await build(t, {
+    upstreamUrl: stub.url,
+    env: { UPSTREAM_TIMEOUT_MS: '5000', ...(redis === undefined ? {} : { REDIS_URL: redis.url }), ...env }
+  })
   if (redis !== undefined) await connected(built.url)
   return { ...built, redis }
 }
@@ -54,26 +64,38 @@ async function gateway (t: Test, store: Store, stub: StubUpstream, env: Record<s
 for (const store of ['memory', 'redis'] as const) {
   const skip = store === 'redis' && !redisAvailable() && process.env['CI'] !== 'true' ? REDIS_MISSING : false
 
-  t.test(`${store}: a replay's content-type is the first answer's, byte for byte, whatever the engine wrote`, { skip }, async (t) => {
-    const stub = await startStubUpstream()
-    t.teardown(() => stub.close())
-    const { url } = await gateway(t, store, stub)
-    const before = stub.requests.length // the warm-up's
-    for (const [i, engineType] of ['application/json', 'application/json;charset=UTF-8', 'application/json; charset=utf-8'].entries()) {
-      stub.handle((_req, res) => {
-        const text = JSON.stringify({ success: true, message: 'Target positions updated' })
-        res.writeHead(200, { 'content-type': engineType, 'content-length': Buffer.byteLength(text) }).end(text)
-      })
-      const key = `type-${i}`
-      const first = await update(url, key)
-      t.equal(first.status, 200, engineType)
-      const replay = await update(url, key)
-      t.equal(replay.headers['idempotent-replayed'], 'true')
-      t.equal(replay.headers['content-type'], first.headers['content-type'], `engine sent ${engineType}: the replay says ${String(first.headers['content-type'])} as the first answer did`)
-      t.same(replay.raw, first.raw)
+  t.test(
+    `${store}: a replay's content-type is the first answer's, byte for byte, whatever the engine wrote`,
+    { skip },
+    async (t) => {
+      const stub = await startStubUpstream()
+      t.teardown(() => stub.close())
+      const { url } = await gateway(t, store, stub)
+      const before = stub.requests.length // the warm-up's
+      for (const [i, engineType] of [
+        'application/json',
+        'application/json;charset=UTF-8',
+        'application/json; charset=utf-8'
+      ].entries()) {
+        stub.handle((_req, res) => {
+          const text = JSON.stringify({ success: true, message: 'Target positions updated' })
+          res.writeHead(200, { 'content-type': engineType, 'content-length': Buffer.byteLength(text) }).end(text)
+        })
+        const key = `type-${i}`
+        const first = await update(url, key)
+        t.equal(first.status, 200, engineType)
+        const replay = await update(url, key)
+        t.equal(replay.headers['idempotent-replayed'], 'true')
+        t.equal(
+          replay.headers['content-type'],
+          first.headers['content-type'],
+          `engine sent ${engineType}: the replay says ${String(first.headers['content-type'])} as the first answer did`
+        )
+        t.same(replay.raw, first.raw)
+      }
+      t.equal(stub.requests.length - before, 3, 'the replays never reached the engine')
     }
-    t.equal(stub.requests.length - before, 3, 'the replays never reached the engine')
-  })
+  )
 
   t.test(`${store}: with IDEMPOTENCY_TTL_S=1 a claim still holds while its request runs`, { skip }, async (t) => {
     const stub = await startStubUpstream()
@@ -87,7 +109,10 @@ for (const store of ['memory', 'redis'] as const) {
       const probe = new Redis(redis.url)
       t.teardown(() => probe.disconnect())
       const ttl = await probe.pttl(recordKey('alice', 'slow'))
-      t.ok(ttl > SERVER_LIMITS.requestTimeoutMs + 5_000, `the pending claim lives past the longest request (pttl ${ttl} ms)`)
+      t.ok(
+        ttl > SERVER_LIMITS.requestTimeoutMs + 5_000,
+        `the pending claim lives past the longest request (pttl ${ttl} ms)`
+      )
     }
     // Past the record TTL (1 s), while the engine still works on the first request.
     await new Promise((resolve) => setTimeout(resolve, 1_500))

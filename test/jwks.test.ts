@@ -13,7 +13,8 @@ import { startStubUpstream } from '../fixtures/stub-upstream.js'
 import { maxAgeMs } from '../src/auth/key-set.js'
 import { TokenCache } from '../src/auth/token-cache.js'
 
-// 18 key-set scenarios, several waiting out a fetch timeout or a cooldown: this file reached tap's 60 s default on a busy 2-core machine.
+// 18 key-set scenarios, several waiting out a fetch timeout or a cooldown: this file reached tap's 60 s default on a
+// busy 2-core machine.
 t.setTimeout(120_000)
 
 const ISS = 'https://id.example/'

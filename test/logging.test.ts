@@ -1,4 +1,6 @@
-/** Logs at 3 a.m.: one line per request with its id, the reason for a rejection, a 5xx with its cause, never a token. */
+/** Logs at 3 a.m.: one line per request with its id, the reason for a rejection, a 5xx with its cause, never a token.
+ *
+ */
 import { Writable } from 'node:stream'
 import t from 'tap'
 import { refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'

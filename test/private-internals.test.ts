@@ -15,14 +15,19 @@ import { ROOT } from './helpers/processes.js'
 
 type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
 
-async function server (t: Test, hold: boolean): Promise<{ url: string, connections: () => number, held: ServerResponse[] }> {
+async function server (
+  t: Test,
+  hold: boolean
+): Promise<{ url: string; connections: () => number; held: ServerResponse[] }> {
   let connections = 0
   const held: ServerResponse[] = []
   const s = createServer((_req, res) => {
     if (hold) held.push(res)
     else res.end('ok')
   })
-  s.on('connection', () => { connections++ })
+  s.on('connection', () => {
+    connections++
+  })
   s.listen(0, '127.0.0.1')
   await once(s, 'listening')
   t.teardown(async () => {
@@ -39,16 +44,24 @@ class Recorder implements Dispatcher.DispatchHandler {
   readonly done: Promise<void>
   #resolve!: () => void
   constructor (readonly throwOnStart?: Error) {
-    this.done = new Promise((resolve) => { this.#resolve = resolve })
+    this.done = new Promise((resolve) => {
+      this.#resolve = resolve
+    })
   }
 
   onRequestStart (_c: Controller): void {
     if (this.throwOnStart !== undefined) throw this.throwOnStart
   }
 
-  onResponseStart (_c: Controller, status: number): void { this.status = status }
+  onResponseStart (_c: Controller, status: number): void {
+    this.status = status
+  }
+
   onResponseData (): void {}
-  onResponseEnd (): void { this.#resolve() }
+  onResponseEnd (): void {
+    this.#resolve()
+  }
+
   onResponseError (_c: Controller, err: Error): void {
     this.error = err
     this.#resolve()
@@ -69,7 +82,8 @@ t.test('undici: a Pool keeps its count of queued requests under an own symbol de
   t.equal(count(), 2, 'one on the socket, two queued')
 })
 
-t.test('undici: a handler that throws from onRequestStart fails its request, and the socket stays (writeH1\'s catch)',
+t.test(
+  "undici: a handler that throws from onRequestStart fails its request, and the socket stays (writeH1's catch)",
   async (t) => {
     const { url, connections } = await server(t, false)
     const pool = new Pool(url, { connections: 1 })
@@ -88,9 +102,10 @@ t.test('undici: a handler that throws from onRequestStart fails its request, and
     await next.done
     t.equal(next.status, 200)
     t.equal(connections(), 1, 'the next request reuses the socket: none was destroyed')
-  })
+  }
+)
 
-t.test('node: a server socket\'s _httpMessage is the response being written on it', async (t) => {
+t.test("node: a server socket's _httpMessage is the response being written on it", async (t) => {
   let seen: unknown
   const s = createServer((req, res) => {
     seen = (req.socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage === res
@@ -122,15 +137,17 @@ t.test('node: an answer with connection: close ends its socket through socket.de
   const res = await fetch(`http://127.0.0.1:${(s.address() as AddressInfo).port}/`)
   t.equal(await res.text(), 'ok')
   t.equal(res.headers.get('connection'), 'close')
-  t.equal(called, 1, 'Node\'s resOnFinish called the socket\'s own destroySoon once')
+  t.equal(called, 1, "Node's resOnFinish called the socket's own destroySoon once")
 })
 
 // ioredis's: pinned by name in its built source, where their behaviour needs a Redis that stalls on cue
 // (the Redis tests exercise them: redis-hang, redis-store's queue checks).
-t.test('ioredis: socketTimeoutTimer, Command._commandTimeoutTimer and the "Stream isn\'t writeable" refusal still exist',
+t.test(
+  'ioredis: socketTimeoutTimer, Command._commandTimeoutTimer and the "Stream isn\'t writeable" refusal still exist',
   async (t) => {
     const built = join(ROOT, 'node_modules', 'ioredis', 'built')
     t.match(readFileSync(join(built, 'Redis.js'), 'utf8'), /this\.socketTimeoutTimer\b/)
     t.match(readFileSync(join(built, 'Command.js'), 'utf8'), /this\._commandTimeoutTimer\b/)
     t.match(readFileSync(join(built, 'Redis.js'), 'utf8'), /Stream isn't writeable/)
-  })
+  }
+)

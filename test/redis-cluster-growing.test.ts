@@ -45,7 +45,8 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       const client = await storeOn(t, cluster)
       const { key, slot, from } = await keyFor(cluster, 'moved')
       await client.zadd(key, Date.now() + 60_000, 'ended')
-      // The slot moves onto the empty node entirely: the client's slot map still names the old node, which answers MOVED.
+      // The slot moves onto the empty node entirely: the client's slot map still names the old node, which answers
+      // MOVED.
       await cluster.moveSlot(slot, empty)
       // Given back to its first node at the end, so the empty node holds no slot for the next test's client.
       t.teardown(async () => { await cluster.moveSlot(slot, from) })
@@ -89,7 +90,8 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       await within(Promise.all([count(), count(), count()]), 5_000, 'the first commands redirected by ASK')
       resumed()
       t.ok(answers.every((a) => a === 'zcard 1' || a.startsWith('failed: ')), `each command answered or failed cleanly: ${answers.join(', ')}`)
-      // The move completes (SETSLOT NODE everywhere): the store goes on, and finds the key on the new node through MOVED.
+      // The move completes (SETSLOT NODE everywhere): the store goes on, and finds the key on the new node through
+      // MOVED.
       for (const node of [empty, from, ...cluster.nodes.filter((n) => n !== from)]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', empty.id)
       t.teardown(async () => { await cluster.moveSlot(slot, from) })
       t.equal(await client.zcard(key), 1, 'the key answers from the new node')

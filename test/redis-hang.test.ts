@@ -113,7 +113,8 @@ if (requireRedis(t)) {
     // Normal from 5 s after SIGCONT on (the first recovery is usually far sooner, above).
     const after = outcomes.filter((o) => o.start > Math.max(back!, contAt + 5_000))
     t.ok(after.length > 0)
-    // A request that overlapped a stall of this whole process over 100 ms may have had its Redis command timed out by it.
+    // A request that overlapped a stall of this whole process over 100 ms may have had its Redis command timed out by
+    // it.
     const stalled = (o: Outcome): boolean => recovery.stalls.some(([from, to]) => from < o.end && to > o.start)
     const excused = after.filter((o) => (o.status !== 200 || (o.kind === 'ping' && !o.limited)) && stalled(o))
     if (excused.length > 0) t.comment(`excused for a stall of this process: ${JSON.stringify(excused.map((o) => [o.kind, Math.round(o.start - contAt), o.status, o.limited]))}; stalls ${JSON.stringify(recovery.stalls.map(([from, to]) => [Math.round(from - contAt), Math.round(to - from)]))}`)

@@ -24,7 +24,11 @@ if (requireTools(t, ['redis-server', 'openssl'], 'Redis TLS')) {
     const gateways: Gateway[] = []
 
     t.test('with the CA: limits counted in Redis, records stored and replayed', async (t) => {
-      const gw = await startGateway(t, engine.url, { REDIS_URL: redis.url, REDIS_TLS_CA: redis.files.caFile, RATE_LIMIT_PER_MINUTE: String(LIMIT) })
+      const gw = await startGateway(t, engine.url, {
+        REDIS_URL: redis.url,
+        REDIS_TLS_CA: redis.files.caFile,
+        RATE_LIMIT_PER_MINUTE: String(LIMIT)
+      })
       gateways.push(gw)
       const token = hs256({ sub: 'tls-user' })
       // Both of its connections (counters, records) are up: it says so once.
@@ -38,14 +42,25 @@ if (requireTools(t, ['redis-server', 'openssl'], 'Redis TLS')) {
       t.equal(replay.headers['idempotent-replayed'], 'true')
       t.equal(replay.text, first.text)
       const pings = [await ping(gw.url, token), await ping(gw.url, token)]
-      t.same(pings.map((p) => p.status), [200, 429], 'the third request of the minute is the last one allowed')
+      t.same(
+        pings.map((p) => p.status),
+        [200, 429],
+        'the third request of the minute is the last one allowed'
+      )
       t.match(pings[0]!.headers['ratelimit'], /^"default";r=0;t=\d+$/)
       // In Redis, under the user's hash tag: the record, and the counter at 4.
-      const keys = (await node.call('KEYS', '*{tls-user}*') as string[]).sort()
+      const keys = ((await node.call('KEYS', '*{tls-user}*')) as string[]).sort()
       t.equal(keys.length, 2, keys.join(' '))
       const counter = keys.find((k) => k.includes(':rl:'))
-      t.ok(keys.some((k) => k.includes(':idem:') && k.endsWith(':tls-1')), 'the record')
-      t.equal(counter === undefined ? undefined : await node.get(counter), '4', 'the counter: two creates and two pings')
+      t.ok(
+        keys.some((k) => k.includes(':idem:') && k.endsWith(':tls-1')),
+        'the record'
+      )
+      t.equal(
+        counter === undefined ? undefined : await node.get(counter),
+        '4',
+        'the counter: two creates and two pings'
+      )
       t.equal(valueOf((await scrape(gw.metricsUrl)).samples, 'gateway_redis_up'), 1, 'gateway_redis_up 1')
     })
 
@@ -55,8 +70,16 @@ if (requireTools(t, ['redis-server', 'openssl'], 'Redis TLS')) {
       await gw.waitFor(/redis unavailable/)
       const token = hs256({ sub: 'tls-user-2' })
       const pings = await Promise.all(Array.from({ length: LIMIT + 2 }, () => ping(gw.url, token)))
-      t.same(pings.map((p) => p.status), Array(LIMIT + 2).fill(200), 'past the limit and still 200: the limit fails open')
-      t.same(pings.map((p) => p.headers['ratelimit']), Array(LIMIT + 2).fill(undefined), 'not counted anywhere')
+      t.same(
+        pings.map((p) => p.status),
+        Array(LIMIT + 2).fill(200),
+        'past the limit and still 200: the limit fails open'
+      )
+      t.same(
+        pings.map((p) => p.headers['ratelimit']),
+        Array(LIMIT + 2).fill(undefined),
+        'not counted anywhere'
+      )
       const keyed = await create(gw.url, 'tls-2', token)
       t.equal(keyed.status, 503)
       t.same(keyed.json, { error: 'idempotency store unavailable, retry later' })

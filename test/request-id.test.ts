@@ -1,4 +1,6 @@
-/** Request ids (DECISIONS 10): a sane client id is kept; ours are random version-4 UUIDs, cheap to make, telling nothing of the traffic. */
+/** Request ids (DECISIONS 10): a sane client id is kept; ours are random version-4 UUIDs, cheap to make, telling
+ * nothing of the traffic.
+ */
 import type { IncomingMessage } from 'node:http'
 import t from 'tap'
 import { newRequestId, requestIdFrom } from '../src/http/request-id.js'

@@ -36,6 +36,7 @@ t.test('the image, the compose file and the manifests name the line CI runs', as
   const dockerfile = read('Dockerfile')
   t.match(dockerfile, new RegExp(`^ARG NODE_MAJOR=${SHIPPED_NODE_MAJOR}$`, 'm'))
   const froms = dockerfile.match(/^FROM .*$/gm) ?? []
+  // eslint-disable-next-line no-template-curly-in-string -- the Dockerfile's own ${NODE_MAJOR}, quoted
   t.same(froms, ['FROM node:${NODE_MAJOR}-bookworm-slim AS build', 'FROM node:${NODE_MAJOR}-bookworm-slim'])
   const compose = parseYaml(read('deploy/compose/compose.yaml')) as { 'x-gateway': { build: { args: Record<string, string> } } }
   t.same(compose['x-gateway'].build.args, { NODE_MAJOR: String(SHIPPED_NODE_MAJOR) })

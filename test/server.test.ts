@@ -45,7 +45,7 @@ t.test('a malformed PORT exits 1 with one line naming it', async (t) => {
 
 t.test('development with no key and no UPSTREAM_URL: embedded engine and a printed token', async (t) => {
   const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' })
-  const [, token] = await child.waitForOutput(/export TOKEN=(\S+)/) as [string, string]
+  const [, token] = (await child.waitForOutput(/export TOKEN=(\S+)/)) as [string, string]
   const url = await gatewayUrl(child)
   const dispatcher = client(t)
   const auth = bearer(token)
@@ -58,17 +58,31 @@ t.test('development with no key and no UPSTREAM_URL: embedded engine and a print
   t.equal(health.statusCode, 200)
   t.match(await health.body.json(), { status: 'ok', services: { database: 'connected', cache: 'connected' } })
 
-  const form = multipartBody([{ name: 'name', value: 'Process test' }, { name: 'type', value: 'PORTFOLIO' }])
-  const created = await request(`${url}/api/portfolio/create`, { dispatcher, method: 'POST', headers: { ...auth, 'content-type': form.contentType }, body: form.body })
+  const form = multipartBody([
+    { name: 'name', value: 'Process test' },
+    { name: 'type', value: 'PORTFOLIO' }
+  ])
+  const created = await request(`${url}/api/portfolio/create`, {
+    dispatcher,
+    method: 'POST',
+    headers: { ...auth, 'content-type': form.contentType },
+    body: form.body
+  })
   t.equal(created.statusCode, 200, 'create')
-  const { portfolio_id: id } = await created.body.json() as { portfolio_id: string }
+  const { portfolio_id: id } = (await created.body.json()) as { portfolio_id: string }
   t.type(id, 'string')
 
   const updated = await request(`${url}/api/portfolio/update`, {
     dispatcher,
     method: 'POST',
     headers: { ...auth, 'content-type': 'application/json' },
-    body: JSON.stringify({ portfolio_id: id, target_positions: [{ mint: MINTS[0], allocation: 0.25 }, { mint: MINTS[1], allocation: 0.75 }] })
+    body: JSON.stringify({
+      portfolio_id: id,
+      target_positions: [
+        { mint: MINTS[0], allocation: 0.25 },
+        { mint: MINTS[1], allocation: 0.75 }
+      ]
+    })
   })
   t.equal(updated.statusCode, 200, 'update of the portfolio just created')
   t.same(await updated.body.json(), { success: true, message: 'Target positions updated' })
@@ -85,7 +99,13 @@ t.test('SIGTERM with a request in flight: it is answered, then exit 0, and no to
   })
   t.teardown(stub.close)
   // trace: the most the gateway ever logs, so the leak check covers every line.
-  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'trace', JWT_SECRET: SECRET, UPSTREAM_URL: stub.url })
+  const child = start(t, SERVER, {
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'trace',
+    JWT_SECRET: SECRET,
+    UPSTREAM_URL: stub.url
+  })
   await child.waitForOutput(/gateway ready/)
   const url = await gatewayUrl(child)
   const token = bearer().authorization!.slice('Bearer '.length)
@@ -118,10 +138,14 @@ t.test('token CLI: prints a JWT the gateway accepts', async (t) => {
   const token = printed[0]!
   const [header, payload, signature] = token.split('.') as [string, string, string]
   t.match(JSON.parse(Buffer.from(header, 'base64url').toString()), { alg: 'HS256' })
-  const claims = JSON.parse(Buffer.from(payload, 'base64url').toString()) as { sub: string, exp: number, iat: number }
+  const claims = JSON.parse(Buffer.from(payload, 'base64url').toString()) as { sub: string; exp: number; iat: number }
   t.equal(claims.sub, 'alice')
   t.equal(claims.exp - claims.iat, 3600, 'expires in one hour by default')
-  t.equal(signature, createHmac('sha256', SECRET).update(`${header}.${payload}`).digest('base64url'), 'signed with JWT_SECRET')
+  t.equal(
+    signature,
+    createHmac('sha256', SECRET).update(`${header}.${payload}`).digest('base64url'),
+    'signed with JWT_SECRET'
+  )
 
   const stub = await startStubUpstream()
   t.teardown(stub.close)
@@ -142,7 +166,8 @@ t.test('token CLI without a key exits 1 with one line', async (t) => {
 })
 
 t.test('token CLI refuses a sub the gateway would refuse, with one line', async (t) => {
-  const message = 'token: --sub must be 1-256 visible ASCII characters (no spaces or control characters), the rule the gateway applies to sub'
+  const message =
+    'token: --sub must be 1-256 visible ASCII characters (no spaces or control characters), the rule the gateway applies to sub'
   for (const sub of ['a b', '', 'x'.repeat(257), 'caf\u00e9']) {
     const child = start(t, TOKEN_CLI, { JWT_SECRET: SECRET }, ['--sub', sub])
     t.same(await exitOf(child), { code: 1, signal: null }, JSON.stringify(sub))
@@ -155,7 +180,10 @@ t.test('token CLI refuses a sub the gateway would refuse, with one line', async 
 })
 
 t.test('token CLI in key-set mode exits 1 with one line: tokens come from the identity provider', async (t) => {
-  const child = start(t, TOKEN_CLI, { JWT_JWKS_URL: 'https://id.example/jwks', JWT_ISSUER: 'https://id.example/' }, ['--sub', 'alice'])
+  const child = start(t, TOKEN_CLI, { JWT_JWKS_URL: 'https://id.example/jwks', JWT_ISSUER: 'https://id.example/' }, [
+    '--sub',
+    'alice'
+  ])
   t.same(await exitOf(child), { code: 1, signal: null })
   t.same(lines(child.err()), [
     'token: JWT_JWKS_URL is set: tokens come from your identity provider, not from this tool (unset JWT_JWKS_URL to mint test tokens)'

@@ -1,5 +1,6 @@
 /**
- * The one map from engine-call failures to what the client gets: only what the engine did is a 502/504; undici's gateway-side codes
+ * The one map from engine-call failures to what the client gets: only what the engine did is a 502/504; undici's
+ * gateway-side codes
  * are the gateway's own 500. Real undici error classes, matched on `code`.
  */
 import t from 'tap'

@@ -53,8 +53,14 @@ async function startWorkers (t: Test, stub: StubUpstream, metricsPort = 0): Prom
   const redis = await startRedis(t)
   const port = await freePort()
   const child = start(t, SERVER, {
-    GATEWAY_WORKERS: '2', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET,
-    UPSTREAM_URL: stub.url, REDIS_URL: redis.url, METRICS_PORT: String(metricsPort),
+    GATEWAY_WORKERS: '2',
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    JWT_SECRET: SECRET,
+    UPSTREAM_URL: stub.url,
+    REDIS_URL: redis.url,
+    METRICS_PORT: String(metricsPort),
     // Not under test, and a busy machine's event loop delay would shed some of the requests these tests count.
     SHED_EVENT_LOOP_DELAY_MS: '0'
   })
@@ -74,7 +80,10 @@ async function startWorkers (t: Test, stub: StubUpstream, metricsPort = 0): Prom
 t.test('more than one worker without Redis is refused at start with one line', async (t) => {
   const port = String(await freePort())
   const env = {
-    GATEWAY_WORKERS: '2', PORT: port, HOST: '127.0.0.1', JWT_SECRET: SECRET,
+    GATEWAY_WORKERS: '2',
+    PORT: port,
+    HOST: '127.0.0.1',
+    JWT_SECRET: SECRET,
     UPSTREAM_URL: 'http://127.0.0.1:9'
   }
   const child = start(t, SERVER, env)

@@ -7,7 +7,7 @@ const top = Number(process.argv[3] ?? 30)
 const file = readdirSync(dir).find(f => f.endsWith('.cpuprofile'))
 const p = JSON.parse(readFileSync(`${dir}/${file}`))
 const byId = new Map(p.nodes.map(n => [n.id, n]))
-const self = new Map(); const pkg = new Map(); let total = 0, idle = 0
+const self = new Map(); const pkg = new Map(); let total = 0; let idle = 0
 const where = (url) => url === '' ? '(native)' : url.startsWith('node:') ? 'node' : /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? url.replace(/.*\/dist\//, 'gateway:').replace(/\/[^/]*$/, '')
 for (let i = 0; i < p.samples.length; i++) {
   const d = p.timeDeltas[i] ?? 0; total += d

@@ -83,7 +83,9 @@ export async function httpText (url: string, timeoutMs = 5_000): Promise<{ statu
 /** Ports this process has handed out: the kernel may give a port just closed again at once. */
 const handedOut = new Set<number>()
 
-/** A port free on 127.0.0.1 now and never handed out before by this process, so parts chosen together never share one. */
+/** A port free on 127.0.0.1 now and never handed out before by this process, so parts chosen together never share one.
+ *
+ */
 export async function freePort (): Promise<number> {
   for (;;) {
     const server = createServer()

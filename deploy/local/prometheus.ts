@@ -49,16 +49,29 @@ export function prometheusSpec (runDir: string, repoRoot: string, targets: Scrap
   return {
     name: 'prometheus',
     command: 'prometheus',
-    args: [`--config.file=${configFile}`, `--storage.tsdb.path=${data}`, `--web.listen-address=${targets.self}`, '--storage.tsdb.retention.time=1d', '--log.level=warn'],
+    args: [
+      `--config.file=${configFile}`,
+      `--storage.tsdb.path=${data}`,
+      `--web.listen-address=${targets.self}`,
+      '--storage.tsdb.retention.time=1d',
+      '--log.level=warn'
+    ],
     env: {},
-    ready: async () => await waitUntil('prometheus /-/ready', async () => await httpStatus(`http://${targets.self}/-/ready`) === 200, 30_000)
+    ready: async () =>
+      await waitUntil(
+        'prometheus /-/ready',
+        async () => (await httpStatus(`http://${targets.self}/-/ready`)) === 200,
+        30_000
+      )
   }
 }
 
 /** `up` for every target Prometheus scrapes, by job and instance. */
-export async function upByTarget (address: string): Promise<Array<{ job: string, instance: string, up: number }>> {
+export async function upByTarget (address: string): Promise<Array<{ job: string; instance: string; up: number }>> {
   const { status, body } = await httpText(`http://${address}/api/v1/query?query=up`)
   if (status !== 200) throw new Error(`prometheus query up: ${status}`)
-  const parsed = JSON.parse(body) as { data: { result: Array<{ metric: { job: string, instance: string }, value: [number, string] }> } }
+  const parsed = JSON.parse(body) as {
+    data: { result: Array<{ metric: { job: string; instance: string }; value: [number, string] }> }
+  }
   return parsed.data.result.map((r) => ({ job: r.metric.job, instance: r.metric.instance, up: Number(r.value[1]) }))
 }

@@ -19,7 +19,9 @@ function openssl (args: string[], cwd: string): void {
   execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'], timeout: 30_000 })
 }
 
-/** Make the CA and the server certificate in `dir`, unless they are there already (a restart keeps what clients trust). */
+/** Make the CA and the server certificate in `dir`, unless they are there already (a restart keeps what clients trust).
+ *
+ */
 export function makeCertificates (dir: string): Certificates {
   const caFile = join(dir, 'ca.pem')
   const haproxyPem = join(dir, 'haproxy.pem')

@@ -33,7 +33,9 @@ import { makeCertificates } from './tls.js'
 export const GATEWAYS = ['gateway-1', 'gateway-2', 'gateway-3'] as const
 export const ENGINES = ['engine-1', 'engine-2'] as const
 export const SENTINELS = ['sentinel-1', 'sentinel-2', 'sentinel-3'] as const
-/** The engines' name with `enginesByName`: what the gateways' UPSTREAM_URL names and the topology's DNS server answers. */
+/** The engines' name with `enginesByName`: what the gateways' UPSTREAM_URL names and the topology's DNS server answers.
+ *
+ */
 export const ENGINE_NAME = 'engines.local'
 /**
  * How a stop goes: the balancer first, so nothing new arrives; then the
@@ -41,7 +43,12 @@ export const ENGINE_NAME = 'engines.local'
  * what a draining gateway still sends); the sentinels before the servers
  * they watch, so they start no failover; the stores last.
  */
-export const STOP_WAVES = [['haproxy'], [...GATEWAYS, ...ENGINES, 'prometheus'], [...SENTINELS], ['redis-replica', 'redis-primary', 'engine-redis']]
+export const STOP_WAVES = [
+  ['haproxy'],
+  [...GATEWAYS, ...ENGINES, 'prometheus'],
+  [...SENTINELS],
+  ['redis-replica', 'redis-primary', 'engine-redis']
+]
 
 export interface Ports {
   https: number
@@ -113,7 +120,9 @@ export interface Topology extends TopologyInfo {
   restart: (name: string) => Promise<void>
   /** The engines whose process is running, oldest first. */
   engines: () => EngineRef[]
-  /** `enginesByName` only: one more engine, on the next loopback address, serving (/health 200), not yet in the name. */
+  /** `enginesByName` only: one more engine, on the next loopback address, serving (/health 200), not yet in the name.
+   *
+   */
   startEngine: () => Promise<EngineRef>
   /** `enginesByName` only: the engines' name in the topology's DNS server. */
   engineName?: EngineNameRecords
@@ -138,10 +147,34 @@ export function allocatePorts (base: number): Ports {
 
 async function freePorts (): Promise<Ports> {
   const many = async (n: number): Promise<number[]> => await Promise.all(Array.from({ length: n }, freePort))
-  const [single, gateways, gatewayMetrics, engines, sentinels] = await Promise.all([many(6), many(3), many(3), many(2), many(3)])
-  const [https, haproxyAdmin, prometheus, redisPrimary, redisReplica, engineRedis] = single as [number, number, number, number, number, number]
+  const [single, gateways, gatewayMetrics, engines, sentinels] = await Promise.all([
+    many(6),
+    many(3),
+    many(3),
+    many(2),
+    many(3)
+  ])
+  const [https, haproxyAdmin, prometheus, redisPrimary, redisReplica, engineRedis] = single as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number
+  ]
   // freePort never hands out one port twice in a process: no two parts share one.
-  return { https, haproxyAdmin, prometheus, gateways, gatewayMetrics, engines, redisPrimary, redisReplica, sentinels, engineRedis }
+  return {
+    https,
+    haproxyAdmin,
+    prometheus,
+    gateways,
+    gatewayMetrics,
+    engines,
+    redisPrimary,
+    redisReplica,
+    sentinels,
+    engineRedis
+  }
 }
 
 /** An HS256 token (RFC 7519) for `sub`, signed with the gateways' secret. */
@@ -158,23 +191,25 @@ function healthSpec (name: string, script: string, env: Record<string, string>, 
     command: process.execPath,
     args: [script],
     env,
-    ready: async () => await waitUntil(`${name} /health`, async () => await httpStatus(health) === 200)
+    ready: async () => await waitUntil(`${name} /health`, async () => (await httpStatus(health)) === 200)
   }
 }
 
 export function readTopologyInfo (runDir: string): TopologyInfo | undefined {
   const file = join(runDir, 'topology.json')
-  return existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) as TopologyInfo : undefined
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as TopologyInfo) : undefined
 }
 
 export async function startTopology (opts: TopologyOptions): Promise<Topology> {
   const log = opts.log ?? (() => {})
   const { runDir, root } = opts
   const byName = opts.enginesByName === true
-  if (byName && opts.detached) throw new Error('enginesByName needs an attached topology: its DNS server lives in this process')
+  if (byName && opts.detached) { throw new Error('enginesByName needs an attached topology: its DNS server lives in this process') }
   mkdirSync(runDir, { recursive: true })
   const ports = opts.basePort === undefined ? await freePorts() : allocatePorts(opts.basePort)
-  const dns: DnsServer | undefined = byName ? await startDnsServer({ port: opts.basePort === undefined ? 0 : opts.basePort + 32 }) : undefined
+  const dns: DnsServer | undefined = byName
+    ? await startDnsServer({ port: opts.basePort === undefined ? 0 : opts.basePort + 32 })
+    : undefined
   if (dns !== undefined) {
     ports.dns = dns.port
     ports.engines = ports.engines.slice(0, 1)
@@ -190,7 +225,13 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
   const imageDir = join(runDir, 'images')
   mkdirSync(imageDir, { recursive: true })
 
-  const info: TopologyInfo = { runDir, url: `https://localhost:${ports.https}`, caFile: certs.caFile, ports, secretFile }
+  const info: TopologyInfo = {
+    runDir,
+    url: `https://localhost:${ports.https}`,
+    caFile: certs.caFile,
+    ports,
+    secretFile
+  }
   writeFileSync(join(runDir, 'topology.json'), JSON.stringify(info, null, 2) + '\n')
 
   const engineScript = join(root, 'dist', 'src', 'reference-engine', 'standalone.js')
@@ -198,33 +239,49 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
   /** Engine n (from 1): by name, on 127.0.0.(n+1) and the shared port; else on 127.0.0.1 and its own port. */
   const startEngine = async (): Promise<EngineRef> => {
     const n = engines.length + 1
-    if (!byName && n > ENGINES.length) throw new Error('more engines need enginesByName: the engines share one port on addresses of their own')
+    if (!byName && n > ENGINES.length) { throw new Error('more engines need enginesByName: the engines share one port on addresses of their own') }
     const address = byName ? `127.0.0.${n + 1}` : '127.0.0.1'
     const port = byName ? ports.engines[0]! : ports.engines[n - 1]!
     const ref = { part: `engine-${n}`, address, url: `http://${address}:${port}` }
     engines.push(ref)
-    await parts.start(healthSpec(ref.part, engineScript, {
-      NODE_ENV: 'production', // the 5 s drain notice: never shorter than the gateways' health-check interval (DECISIONS 25)
-      ENGINE_PORT: String(port),
-      ENGINE_HOST: address,
-      ENGINE_IMAGE_DIR: imageDir,
-      ENGINE_REDIS_URL: `redis://${host(ports.engineRedis)}`
-    }, `${ref.url}/health`))
+    await parts.start(
+      healthSpec(
+        ref.part,
+        engineScript,
+        {
+          NODE_ENV: 'production', // the 5 s drain notice: never shorter than the gateways' health-check interval (DECISIONS 25)
+          ENGINE_PORT: String(port),
+          ENGINE_HOST: address,
+          ENGINE_IMAGE_DIR: imageDir,
+          ENGINE_REDIS_URL: `redis://${host(ports.engineRedis)}`
+        },
+        `${ref.url}/health`
+      )
+    )
     return ref
   }
   const running = (ref: EngineRef): boolean => {
     const proc = parts.parts.get(ref.part)?.proc
     return proc !== undefined && proc.exitCode === null && proc.signalCode === null
   }
-  const engineName: EngineNameRecords | undefined = dns === undefined
-    ? undefined
-    : { name: ENGINE_NAME, addresses: () => dns.get(ENGINE_NAME) ?? [], set: (addresses) => { dns.set(ENGINE_NAME, addresses) } }
+  const engineName: EngineNameRecords | undefined =
+    dns === undefined
+      ? undefined
+      : {
+          name: ENGINE_NAME,
+          addresses: () => dns.get(ENGINE_NAME) ?? [],
+          set: (addresses) => {
+            dns.set(ENGINE_NAME, addresses)
+          }
+        }
 
   const topology: Topology = {
     ...info,
     parts,
     jwtSecret,
-    restart: async (name) => { await parts.restart(name) },
+    restart: async (name) => {
+      await parts.restart(name)
+    },
     engines: () => engines.filter(running),
     startEngine: async () => {
       if (!byName) throw new Error('startEngine needs enginesByName')
@@ -233,19 +290,27 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
     ...(engineName === undefined ? {} : { engineName }),
     stop: async () => {
       // Engines started after the first two drain with the gateways, as engine-1 and engine-2 do.
-      await parts.stopAll(STOP_WAVES.map((wave) => wave.includes(ENGINES[0]) ? [...wave, ...engines.map((e) => e.part).filter((p) => !wave.includes(p))] : wave))
+      await parts.stopAll(
+        STOP_WAVES.map((wave) =>
+          wave.includes(ENGINES[0]) ? [...wave, ...engines.map((e) => e.part).filter((p) => !wave.includes(p))] : wave
+        )
+      )
       await dns?.close()
     }
   }
   try {
-    log('redis: the engines\' store, the gateways\' primary and replica')
+    log("redis: the engines' store, the gateways' primary and replica")
     await Promise.all([
       parts.start(redisServerSpec('engine-redis', ports.engineRedis, runDir)),
       parts.start(redisServerSpec('redis-primary', ports.redisPrimary, runDir))
     ])
     await parts.start(redisServerSpec('redis-replica', ports.redisReplica, runDir, ports.redisPrimary))
     log('redis-sentinel x3')
-    await Promise.all(SENTINELS.map(async (name, i) => await parts.start(sentinelSpec(name, ports.sentinels[i]!, ports.redisPrimary, runDir))))
+    await Promise.all(
+      SENTINELS.map(
+        async (name, i) => await parts.start(sentinelSpec(name, ports.sentinels[i]!, ports.redisPrimary, runDir))
+      )
+    )
     await waitSentinelsFormed(ports.sentinels)
 
     log(byName ? `reference engines x2, on 127.0.0.2 and 127.0.0.3 behind ${ENGINE_NAME}` : 'reference engines x2')
@@ -254,22 +319,34 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
 
     log('gateways x3')
     const gatewayScript = join(root, 'dist', 'src', 'server.js')
-    await Promise.all(GATEWAYS.map(async (name, i) => await parts.start(healthSpec(name, gatewayScript, {
-      NODE_ENV: 'production',
-      PORT: String(ports.gateways[i]),
-      HOST: '127.0.0.1',
-      METRICS_PORT: String(ports.gatewayMetrics[i]),
-      JWT_SECRET: jwtSecret,
-      // By name: resolved at the topology's DNS server every 5 s (the default), as a headless Service is.
-      ...(dns === undefined
-        ? { UPSTREAM_URL: ports.engines.map((p) => `http://${host(p)}`).join(',') }
-        : { UPSTREAM_URL: `http://${ENGINE_NAME}:${ports.engines[0]!}`, UPSTREAM_DNS_SERVERS: dns.address }),
-      REDIS_SENTINELS: ports.sentinels.map(host).join(','),
-      REDIS_SENTINEL_NAME: SENTINEL_NAME,
-      // haproxy connects from loopback: its X-Forwarded-For is the one to believe (DECISIONS 27).
-      TRUST_PROXY: '127.0.0.1',
-      ...opts.gatewayEnv
-    }, `http://${host(ports.gateways[i]!)}/health`))))
+    await Promise.all(
+      GATEWAYS.map(
+        async (name, i) =>
+          await parts.start(
+            healthSpec(
+              name,
+              gatewayScript,
+              {
+                NODE_ENV: 'production',
+                PORT: String(ports.gateways[i]),
+                HOST: '127.0.0.1',
+                METRICS_PORT: String(ports.gatewayMetrics[i]),
+                JWT_SECRET: jwtSecret,
+                // By name: resolved at the topology's DNS server every 5 s (the default), as a headless Service is.
+                ...(dns === undefined
+                  ? { UPSTREAM_URL: ports.engines.map((p) => `http://${host(p)}`).join(',') }
+                  : { UPSTREAM_URL: `http://${ENGINE_NAME}:${ports.engines[0]!}`, UPSTREAM_DNS_SERVERS: dns.address }),
+                REDIS_SENTINELS: ports.sentinels.map(host).join(','),
+                REDIS_SENTINEL_NAME: SENTINEL_NAME,
+                // haproxy connects from loopback: its X-Forwarded-For is the one to believe (DECISIONS 27).
+                TRUST_PROXY: '127.0.0.1',
+                ...opts.gatewayEnv
+              },
+              `http://${host(ports.gateways[i]!)}/health`
+            )
+          )
+      )
+    )
 
     log('haproxy')
     const haproxyEnv: HaproxyEnv = {
@@ -284,11 +361,18 @@ export async function startTopology (opts: TopologyOptions): Promise<Topology> {
     await parts.start(haproxySpec(join(root, 'deploy', 'haproxy', 'haproxy.cfg'), haproxyEnv))
 
     log('prometheus')
-    await parts.start(prometheusSpec(runDir, root, {
-      gateways: ports.gatewayMetrics.map(host),
-      haproxy: host(ports.haproxyAdmin),
-      self: host(ports.prometheus)
-    }, opts.scrapeIntervalS ?? 5))
+    await parts.start(
+      prometheusSpec(
+        runDir,
+        root,
+        {
+          gateways: ports.gatewayMetrics.map(host),
+          haproxy: host(ports.haproxyAdmin),
+          self: host(ports.prometheus)
+        },
+        opts.scrapeIntervalS ?? 5
+      )
+    )
   } catch (err) {
     await topology.stop()
     throw err

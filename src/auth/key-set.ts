@@ -26,7 +26,19 @@ import type { KeySetMetrics } from '../observability/metrics.js'
 import type { KeySetStatus } from '../observability/status.js'
 
 /** Algorithms a key set may pin; HS* never (a JWK set of public keys has no shared secret). */
-const ASYMMETRIC = new Set(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'])
+const ASYMMETRIC = new Set([
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519'
+])
 
 /** One usable key and the one algorithm it verifies. */
 export interface SigningKey {
@@ -45,14 +57,19 @@ export interface KeySetOptions {
   maxBodyBytes?: number
   /** Lower bound on the provider's max-age (60 s; tests shorten it). */
   minMaxAgeMs?: number
-  log?: { warn: (obj: object, msg: string) => void, info: (obj: object, msg: string) => void }
+  log?: { warn: (obj: object, msg: string) => void; info: (obj: object, msg: string) => void }
   metrics?: KeySetMetrics
 }
 
 /** A key lookup ended without a key. `unavailable`: the provider could not be reached; else the kid is unknown. */
 export class KeyNotFound extends Error {
   override name = 'KeyNotFound'
-  constructor (message: string, readonly retryAfterS?: number) { super(message) }
+  constructor (
+    message: string,
+    readonly retryAfterS?: number
+  ) {
+    super(message)
+  }
 }
 
 const DEFAULT_MAX_AGE_MS = 10 * 60_000
@@ -104,7 +121,7 @@ export class KeySet {
   async keyFor (kid: string | undefined): Promise<SigningKey> {
     let found = this.lookup(kid)
     if (found !== undefined) return found
-    if (kid === undefined && this.keys.length > 1) throw new KeyNotFound('token has no kid and the key set holds several keys')
+    if (kid === undefined && this.keys.length > 1) { throw new KeyNotFound('token has no kid and the key set holds several keys') }
     if (this.inFlight !== undefined) await this.inFlight
     else if (Date.now() - this.lastAttemptAt >= this.opts.cooldownMs) await this.refresh()
     found = this.lookup(kid)
@@ -124,16 +141,21 @@ export class KeySet {
 
   /** Fetch the set now, unless a fetch is already in flight (then wait for that one). Never throws. */
   refresh (): Promise<void> {
-    this.inFlight ??= this.fetchOnce().finally(() => { this.inFlight = undefined })
+    this.inFlight ??= this.fetchOnce().finally(() => {
+      this.inFlight = undefined
+    })
     return this.inFlight
   }
 
   /** True once a fetch has succeeded and while the last one did (false during an outage). */
-  get ready (): boolean { return this.lastOk }
+  get ready (): boolean {
+    return this.lastOk
+  }
 
   /** For GET /status: the keys' ids and algorithms, never their material, nor the URL (it may carry a token). */
   get status (): KeySetStatus {
-    const iso = (ms: number | undefined): string | null => ms === undefined || !Number.isFinite(ms) ? null : new Date(ms).toISOString()
+    const iso = (ms: number | undefined): string | null =>
+      ms === undefined || !Number.isFinite(ms) ? null : new Date(ms).toISOString()
     return {
       mode: 'jwks',
       keys: this.keys.length,
@@ -171,17 +193,22 @@ export class KeySet {
     } catch (err) {
       this.lastOk = false
       const error = err instanceof Error ? err.message : String(err)
-      this.opts.log?.warn({ url: this.url, error, cachedKeys: this.keys.length }, 'key set fetch failed; cached keys still used')
+      this.opts.log?.warn(
+        { url: this.url, error, cachedKeys: this.keys.length },
+        'key set fetch failed; cached keys still used'
+      )
       this.opts.metrics?.keySetRefreshed(false)
     }
     if (!this.closed) {
       clearTimeout(this.timer)
-      this.timer = setTimeout(() => { void this.refresh() }, nextInMs).unref()
+      this.timer = setTimeout(() => {
+        void this.refresh()
+      }, nextInMs).unref()
       this.nextFetchAt = Date.now() + nextInMs
     }
   }
 
-  private async download (): Promise<{ keys: SigningKey[], maxAge: number }> {
+  private async download (): Promise<{ keys: SigningKey[]; maxAge: number }> {
     const signal = AbortSignal.timeout(this.opts.timeoutMs)
     const res = await request(this.url, { signal, headers: { accept: 'application/json' } })
     if (res.statusCode !== 200) {
@@ -217,7 +244,12 @@ export class KeySet {
       const alg = pinnedAlgorithm(jwk)
       if (alg === undefined) continue // `use: enc`, `oct`, unknown curves and HS* are ignored
       try {
-        keys.push({ kid: typeof jwk.kid === 'string' ? jwk.kid : undefined, alg, key: await importJWK(jwk, alg), jwk: JSON.stringify(jwk) })
+        keys.push({
+          kid: typeof jwk.kid === 'string' ? jwk.kid : undefined,
+          alg,
+          key: await importJWK(jwk, alg),
+          jwk: JSON.stringify(jwk)
+        })
       } catch {
         // A malformed key is skipped; the others still work.
       }

@@ -49,7 +49,8 @@ export class Balancer {
         if (!e.unreachable) reachable++
       }
     }
-    // In rotation but refusing: only when no reachable candidate is left (a refusal clears on the next connect or check).
+    // In rotation but refusing: only when no reachable candidate is left (a refusal clears on the next connect or
+    // check).
     if (reachable > 0 && reachable < candidates.length) {
       let k = 0
       for (let i = 0; i < candidates.length; i++) if (!candidates[i]!.unreachable) candidates[k++] = candidates[i]!

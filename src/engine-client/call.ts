@@ -51,7 +51,12 @@ export const NO_ENDPOINT = 'none'
  * error, or how the call failed. Only the status and type are looked at here;
  * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
  */
-function outcomeOf (err: GatewayError | undefined, status: number, contentType: string, clientAborted: boolean): EngineOutcome {
+function outcomeOf (
+  err: GatewayError | undefined,
+  status: number,
+  contentType: string,
+  clientAborted: boolean
+): EngineOutcome {
   if (clientAborted) return 'client_aborted'
   if (err === undefined) {
     if (status >= 200 && status < 300) return 'ok'
@@ -62,7 +67,9 @@ function outcomeOf (err: GatewayError | undefined, status: number, contentType: 
   return 'unavailable'
 }
 
-/** The engine took too long (the call's deadline, an upload's engine clock): the engine's doing, unlike every other reason to stop. */
+/** The engine took too long (the call's deadline, an upload's engine clock): the engine's doing, unlike every other
+ * reason to stop.
+ */
 function isTimeout (err: Error): boolean {
   return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
@@ -87,7 +94,9 @@ export class Call implements AttemptOwner {
   readonly name: EngineCallName
   readonly #headers: Record<string, string>
   readonly #startedAt: number
-  /** performance.now() by which the engine's headers must be in; 0: no deadline (a streamed upload keeps its own clock). */
+  /** performance.now() by which the engine's headers must be in; 0: no deadline (a streamed upload keeps its own
+   * clock).
+   */
   readonly #deadlineAt: number
   readonly #deadlineMs: number
   /** A GET with somewhere else to go: each try has its own, shorter clock. */
@@ -105,7 +114,12 @@ export class Call implements AttemptOwner {
   #lastAttempt: Attempt | undefined = undefined
   #settled = false
 
-  constructor (readonly ctx: ClusterContext, readonly req: EngineRequest, readonly resolve: (answer: EngineResponse) => void, readonly reject: (err: GatewayError) => void) {
+  constructor (
+    readonly ctx: ClusterContext,
+    readonly req: EngineRequest,
+    readonly resolve: (answer: EngineResponse) => void,
+    readonly reject: (err: GatewayError) => void
+  ) {
     this.name = CALL_NAMES[req.path] ?? 'other'
     const headers: Record<string, string> = { [REQUEST_ID_HEADER]: req.requestId }
     if (req.userId !== undefined) headers[USER_ID_HEADER] = req.userId
@@ -177,7 +191,13 @@ export class Call implements AttemptOwner {
     let headers = endpoint.hostHeader === undefined ? this.#headers : { ...this.#headers, host: endpoint.hostHeader }
     const tries = ctx.tries
     if (tries !== undefined) {
-      const span = tries.startTry({ call: this.name, request: req, endpoint: endpoint.key, attempt: this.#retries + 1, retryReason: this.#reason })
+      const span = tries.startTry({
+        call: this.name,
+        request: req,
+        endpoint: endpoint.key,
+        attempt: this.#retries + 1,
+        retryReason: this.#reason
+      })
       attempt.span = span
       if (span?.traceparent !== undefined) headers = { ...headers, traceparent: span.traceparent }
     }
@@ -186,7 +206,13 @@ export class Call implements AttemptOwner {
       // millisecond share one timer list and time out together (test/engine-client-timeout.test.ts).
       const remaining = this.#tried === undefined ? this.#deadlineMs : this.#deadlineAt - performance.now()
       const lastChance = !this.#perTry || remaining <= ctx.tryTimeoutMs
-      attempt.timer = setTimeout(attemptTimer, Math.max(1, lastChance ? remaining : ctx.tryTimeoutMs), this, attempt, lastChance)
+      attempt.timer = setTimeout(
+        attemptTimer,
+        Math.max(1, lastChance ? remaining : ctx.tryTimeoutMs),
+        this,
+        attempt,
+        lastChance
+      )
     }
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
@@ -198,7 +224,7 @@ export class Call implements AttemptOwner {
     }
     // A pool closed with the client fails the retry as it failed the try: no new socket after close().
     if (fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
-      const own = attempt.own = ctx.fresh(endpoint.origin)
+      const own = (attempt.own = ctx.fresh(endpoint.origin))
       own.dispatch(options, attempt)
       return
     }
@@ -242,10 +268,21 @@ export class Call implements AttemptOwner {
       if (isGatewayFailure(err, req.path, attempt.status, attempt.contentType)) ctx.health.failed(endpoint)
       else ctx.health.succeeded(endpoint)
     }
-    attempt.span?.end(outcomeOf(err, attempt.status, attempt.contentType, clientAborted), attempt.status === 0 ? undefined : attempt.status)
+    attempt.span?.end(
+      outcomeOf(err, attempt.status, attempt.contentType, clientAborted),
+      attempt.status === 0 ? undefined : attempt.status
+    )
     // A client gone while this try was being written takes no retry (abandonIfQueued).
     if (stopped === undefined && !clientAborted && req.abandonIfQueued?.aborted !== true) {
-      const reason = retryReason(req.method, attempt.sent, err, attempt.tryTimedOut, req.path, attempt.status, attempt.contentType)
+      const reason = retryReason(
+        req.method,
+        attempt.sent,
+        err,
+        attempt.tryTimedOut,
+        req.path,
+        attempt.status,
+        attempt.contentType
+      )
       if (reason !== undefined && this.#retry(reason, endpoint, err, attempt)) return
     }
     this.#finish(err, attempt, clientAborted)
@@ -256,10 +293,11 @@ export class Call implements AttemptOwner {
     const { ctx } = this
     const list = ctx.set.list
     const single = list.length === 1
-    // A single endpoint gets one retry, on a fresh connection: when the call never reached it, or a GET met a reset (a stale keep-alive socket).
-    if (single ? this.#retries >= 1 || (reason !== 'unreachable' && reason !== 'reset') : this.#retries >= MAX_RETRIES) return false
+    // A single endpoint gets one retry, on a fresh connection: when the call never reached it, or a GET met a reset (a
+    // stale keep-alive socket).
+    if (single ? this.#retries >= 1 || (reason !== 'unreachable' && reason !== 'reset') : this.#retries >= MAX_RETRIES) { return false }
     if (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt) return false
-    const tried = this.#tried ??= []
+    const tried = (this.#tried ??= [])
     tried.push(failed)
     if (!single && ctx.balancer.pick(list, tried) === undefined) return false
     // A try that could not connect put no load on any engine, and its retry goes to another endpoint:
@@ -310,7 +348,12 @@ export class Call implements AttemptOwner {
     req.abandonIfQueued?.removeEventListener('abort', this)
     const status = attempt?.status ?? 0
     const contentType = attempt?.contentType ?? ''
-    ctx.observer?.(this.name, outcomeOf(err, status, contentType, clientAborted), (performance.now() - this.#startedAt) / 1000, attempt?.endpoint.key ?? NO_ENDPOINT)
+    ctx.observer?.(
+      this.name,
+      outcomeOf(err, status, contentType, clientAborted),
+      (performance.now() - this.#startedAt) / 1000,
+      attempt?.endpoint.key ?? NO_ENDPOINT
+    )
     if (err !== undefined) this.reject(err)
     else {
       const { retryAfter } = attempt!

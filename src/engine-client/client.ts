@@ -19,9 +19,25 @@ import { RetryBudget } from './retry.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
 import type { EnginePoolState } from '../observability/metrics.js'
 import { abortError, Call, type ClusterContext } from './call.js'
-import type { ClusterObserver, EngineCallObserver, EngineClusterStatus, EngineRequest, EngineResponse, EngineTryObserver } from './types.js'
+import type {
+  ClusterObserver,
+  EngineCallObserver,
+  EngineClusterStatus,
+  EngineRequest,
+  EngineResponse,
+  EngineTryObserver
+} from './types.js'
 
-export type { ClusterObserver, EngineCallObserver, EngineClusterStatus, EngineRequest, EngineResponse, EngineTryInfo, EngineTryObserver, EngineTrySpan } from './types.js'
+export type {
+  ClusterObserver,
+  EngineCallObserver,
+  EngineClusterStatus,
+  EngineRequest,
+  EngineResponse,
+  EngineTryInfo,
+  EngineTryObserver,
+  EngineTrySpan
+} from './types.js'
 
 export interface EnginePoolOptions {
   /** One base URL or several (UPSTREAM_URL's list); a name may stand for several addresses. */
@@ -36,7 +52,9 @@ export interface EnginePoolOptions {
    * first answer still reaches the engine. Addresses need no lookup.
    */
   connectWithLookup?: boolean
-  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes unreachable or none is in rotation. */
+  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes
+   * unreachable or none is in rotation.
+   */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
   health?: HealthOptions
@@ -52,7 +70,9 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
-  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once (DECISIONS 15). */
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once
+   * (DECISIONS 15).
+   */
   maxQueue?: number
 }
 
@@ -60,7 +80,11 @@ export interface EnginePoolOptions {
  * Who is asking, as every engine call says it: the request id, the verified
  * subject (never a client header, DECISIONS 9) and the trace context.
  */
-export function callerOf (request: { id: string, userId: string, traceparent: string }): Pick<EngineRequest, 'requestId' | 'userId' | 'traceparent'> {
+export function callerOf (request: {
+  id: string
+  userId: string
+  traceparent: string
+}): Pick<EngineRequest, 'requestId' | 'userId' | 'traceparent'> {
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
@@ -82,12 +106,24 @@ function stateOf (e: Endpoint): EngineClusterStatus['endpoints'][number]['state'
 /** One observer that tells each of `all` (metrics and the log both hear the cluster). */
 function everyOf (all: readonly ClusterObserver[]): ClusterObserver {
   return {
-    ejected: (endpoint) => { for (const o of all) o.ejected?.(endpoint) },
-    retried: (call, reason) => { for (const o of all) o.retried?.(call, reason) },
-    budgetExhausted: () => { for (const o of all) o.budgetExhausted?.() },
-    rotation: (endpoint, state) => { for (const o of all) o.rotation?.(endpoint, state) },
-    membership: (endpoints) => { for (const o of all) o.membership?.(endpoints) },
-    lookup: (name, error) => { for (const o of all) o.lookup?.(name, error) }
+    ejected: (endpoint) => {
+      for (const o of all) o.ejected?.(endpoint)
+    },
+    retried: (call, reason) => {
+      for (const o of all) o.retried?.(call, reason)
+    },
+    budgetExhausted: () => {
+      for (const o of all) o.budgetExhausted?.()
+    },
+    rotation: (endpoint, state) => {
+      for (const o of all) o.rotation?.(endpoint, state)
+    },
+    membership: (endpoints) => {
+      for (const o of all) o.membership?.(endpoints)
+    },
+    lookup: (name, error) => {
+      for (const o of all) o.lookup?.(name, error)
+    }
   }
 }
 
@@ -120,7 +156,8 @@ export class EngineClient {
     const idleMs = opts.keepAliveTimeoutMs ?? 4_000
     // The bounds that exist for one engine hold per endpoint.
     // With UPSTREAM_DNS_SERVERS, connections to a name not yet resolved ask those servers too.
-    const viaLookup = opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
+    const viaLookup =
+      opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
     const connection = {
       // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
       // one connection, past the per-endpoint connection and queue bounds.
@@ -146,17 +183,23 @@ export class EngineClient {
         this.#health.membershipChanged()
         this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
       },
-      onRemoved: (e) => { this.#removed?.(e.key) },
+      onRemoved: (e) => {
+        this.#removed?.(e.key)
+      },
       onLookup: (name, error) => {
         if (error === undefined) this.#failedLookups.delete(name)
         else this.#failedLookups.set(name, error)
         this.#ctx?.cluster?.lookup?.(name, error)
       }
     })
-    this.#health = new HealthState(this.#set, { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) }, {
-      ejected: (e) => this.#ctx.cluster?.ejected?.(e.key),
-      rotation: (e) => this.#ctx.cluster?.rotation?.(e.key, stateOf(e))
-    })
+    this.#health = new HealthState(
+      this.#set,
+      { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) },
+      {
+        ejected: (e) => this.#ctx.cluster?.ejected?.(e.key),
+        rotation: (e) => this.#ctx.cluster?.rotation?.(e.key, stateOf(e))
+      }
+    )
     this.#ctx = {
       set: this.#set,
       health: this.#health,
@@ -178,9 +221,10 @@ export class EngineClient {
     // request. The queued count itself is one field of the pool: read that.
     // test/engine-client-queued.test.ts fails if undici renames it.
     const queued = queuedSymbolOf(this.#set.list[0]!.pool)
-    this.#queued = queued === undefined
-      ? (pool) => pool.stats.queued
-      : (pool) => (pool as unknown as Record<symbol, number>)[queued]!
+    this.#queued =
+      queued === undefined
+        ? (pool) => pool.stats.queued
+        : (pool) => (pool as unknown as Record<symbol, number>)[queued]!
   }
 
   /** Report every finished call to `observer` (one at a time: the last one set wins). */
@@ -198,7 +242,9 @@ export class EngineClient {
   observeCluster (observer: ClusterObserver): () => void {
     this.#setClusterObservers([...this.#clusterObservers, observer])
     for (const [name, error] of this.#failedLookups) observer.lookup?.(name, error)
-    return () => { this.#setClusterObservers(this.#clusterObservers.filter((o) => o !== observer)) }
+    return () => {
+      this.#setClusterObservers(this.#clusterObservers.filter((o) => o !== observer))
+    }
   }
 
   #setClusterObservers (all: readonly ClusterObserver[]): void {
@@ -247,7 +293,7 @@ export class EngineClient {
   }
 
   /** Each endpoint (host:port) and whether it is in rotation, for gateway_engine_endpoint_up. */
-  endpointStates (): Array<{ endpoint: string, up: boolean }> {
+  endpointStates (): Array<{ endpoint: string; up: boolean }> {
     return this.#set.list.map((e) => ({ endpoint: e.key, up: e.up }))
   }
 
@@ -285,7 +331,9 @@ export class EngineClient {
     return { connected, queued, running }
   }
 
-  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of undici's counters. */
+  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of
+   * undici's counters.
+   */
   queueFull (): boolean {
     const list = this.#set.list
     let queued = 0
@@ -313,5 +361,4 @@ export class EngineClient {
     this.#health.close()
     await this.#set.close()
   }
-
 }

@@ -19,7 +19,7 @@ import type { Client, Pool } from 'undici'
 
 /** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
 export interface Lookup {
-  (hostname: string): Promise<ReadonlyArray<{ address: string, family: number }>>
+  (hostname: string): Promise<ReadonlyArray<{ address: string; family: number }>>
   /**
    * Give up the lookups in flight (EndpointSet.close): a query waiting on a
    * silent server would otherwise keep the process alive for its tries.
@@ -52,7 +52,7 @@ export const RESOLVER_TRIES = 2
 export function serversLookup (servers: readonly string[]): Lookup {
   const resolver = new Resolver({ timeout: RESOLVER_TIMEOUT_MS, tries: RESOLVER_TRIES })
   resolver.setServers(servers)
-  const lookup = async (hostname: string): Promise<Array<{ address: string, family: number }>> => {
+  const lookup = async (hostname: string): Promise<Array<{ address: string; family: number }>> => {
     try {
       return (await resolver.resolve4(hostname)).map((address) => ({ address, family: 4 }))
     } catch (err) {
@@ -61,7 +61,11 @@ export function serversLookup (servers: readonly string[]): Lookup {
     return (await resolver.resolve6(hostname)).map((address) => ({ address, family: 6 }))
   }
   // Pending queries fail with ECANCELLED; the resolver stays usable.
-  return Object.assign(lookup, { cancel: () => { resolver.cancel() } })
+  return Object.assign(lookup, {
+    cancel: () => {
+      resolver.cancel()
+    }
+  })
 }
 
 /**
@@ -74,19 +78,28 @@ export function serversLookup (servers: readonly string[]): Lookup {
  */
 export function connectLookup (lookup: Lookup): LookupFunction {
   return (hostname, options, callback) => {
-    const family = options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
-    lookup(hostname).then((found) => {
-      const addresses = (preferredAddresses(found) ?? []).filter((a) => family === 0 || isIP(a) === family)
-      const first = addresses[0]
-      if (first === undefined) {
-        // getaddrinfo's code for a name without an address: the upstream error map and the checks know it.
-        callback(Object.assign(new Error(`lookup ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname }), '')
-      } else if (options.all === true) {
-        callback(null, addresses.map((address) => ({ address, family: isIP(address) })))
-      } else {
-        callback(null, first, isIP(first))
+    const family =
+      options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
+    lookup(hostname).then(
+      (found) => {
+        const addresses = (preferredAddresses(found) ?? []).filter((a) => family === 0 || isIP(a) === family)
+        const first = addresses[0]
+        if (first === undefined) {
+          // getaddrinfo's code for a name without an address: the upstream error map and the checks know it.
+          callback(Object.assign(new Error(`lookup ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname }), '')
+        } else if (options.all === true) {
+          callback(
+            null,
+            addresses.map((address) => ({ address, family: isIP(address) }))
+          )
+        } else {
+          callback(null, first, isIP(first))
+        }
+      },
+      (err: NodeJS.ErrnoException) => {
+        callback(err, '')
       }
-    }, (err: NodeJS.ErrnoException) => { callback(err, '') })
+    )
   }
 }
 
@@ -132,12 +145,19 @@ export class Endpoint {
   checking = false
   /** The health checks' own connection (health.ts makes it on the first check): never queued behind requests. */
   checker: Client | undefined = undefined
-  /** The last connection attempt, a check's or a call's, failed (refused, timeout, no route): in panic it is skipped, so an all-down cluster answers 502 at once. */
+  /** The last connection attempt, a check's or a call's, failed (refused, timeout, no route): in panic it is skipped,
+   * so an all-down cluster answers 502 at once.
+   */
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
 
-  constructor (readonly origin: string, readonly pool: Pool, readonly hostHeader: string | undefined, key: string) {
+  constructor (
+    readonly origin: string,
+    readonly pool: Pool,
+    readonly hostHeader: string | undefined,
+    key: string
+  ) {
     this.key = key
   }
 
@@ -167,7 +187,7 @@ function sourceOf (url: string): Source {
   return { protocol: u.protocol, hostname, port, host: u.host, named: isIP(hostname) === 0 }
 }
 
-const bracketed = (address: string): string => isIP(address) === 6 ? `[${address}]` : address
+const bracketed = (address: string): string => (isIP(address) === 6 ? `[${address}]` : address)
 
 export interface EndpointSetOptions {
   urls: readonly string[]
@@ -194,7 +214,7 @@ export interface EndpointSetOptions {
  * every call refused even though its IPv6 addresses would answer. Engines
  * behind a dual-stack name must listen on IPv4, or be named by an IPv6-only name.
  */
-export function preferredAddresses (found: ReadonlyArray<{ address: string, family: number }>): string[] | undefined {
+export function preferredAddresses (found: ReadonlyArray<{ address: string; family: number }>): string[] | undefined {
   const v4 = found.filter((a) => isIP(a.address) === 4)
   const use = v4.length > 0 ? v4 : found.filter((a) => isIP(a.address) === 6)
   return use.length === 0 ? undefined : [...new Set(use.map((a) => a.address))].sort()
@@ -231,7 +251,11 @@ export class EndpointSet {
     this.#lookupTimeoutMs = every > 0 ? Math.min(every, LOOKUP_TIMEOUT_MS) : LOOKUP_TIMEOUT_MS
     if (this.#named) {
       this.#resolving = this.#run()
-      if (every > 0) this.#timer = setInterval(() => { this.resolveSoon() }, every).unref()
+      if (every > 0) {
+        this.#timer = setInterval(() => {
+          this.resolveSoon()
+        }, every).unref()
+      }
     }
   }
 
@@ -274,29 +298,33 @@ export class EndpointSet {
    */
   async #run (): Promise<void> {
     try {
-      const answers = await Promise.all(this.#sources.map(async (s) => {
-        if (!s.named) return undefined
-        // A lookup that never settles (a stuck resolver, a full libuv thread
-        // pool) must not hold `#resolving` for good: that would stop every
-        // later resolution. Past its deadline it counts as failed.
-        let timer: NodeJS.Timeout | undefined
-        try {
-          const deadline = new Promise<never>((_resolve, reject) => {
-            // Unref'd: a lookup still pending at close must not hold the process for its deadline.
-            timer = setTimeout(() => { reject(new Error('DNS lookup timed out')) }, this.#lookupTimeoutMs).unref()
-          })
-          const addresses = preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
-          if (addresses === undefined) throw new Error('no IPv4 or IPv6 address')
-          if (!this.#closed) this.#onLookup?.(s.hostname, undefined)
-          return addresses
-        } catch (err) {
-          // A lookup cancelled by close() is not a DNS failure to report.
-          if (!this.#closed) this.#onLookup?.(s.hostname, err as Error)
-          return undefined
-        } finally {
-          clearTimeout(timer)
-        }
-      }))
+      const answers = await Promise.all(
+        this.#sources.map(async (s) => {
+          if (!s.named) return undefined
+          // A lookup that never settles (a stuck resolver, a full libuv thread
+          // pool) must not hold `#resolving` for good: that would stop every
+          // later resolution. Past its deadline it counts as failed.
+          let timer: NodeJS.Timeout | undefined
+          try {
+            const deadline = new Promise<never>((_resolve, reject) => {
+              // Unref'd: a lookup still pending at close must not hold the process for its deadline.
+              timer = setTimeout(() => {
+                reject(new Error('DNS lookup timed out'))
+              }, this.#lookupTimeoutMs).unref()
+            })
+            const addresses = preferredAddresses(await Promise.race([this.#lookup(s.hostname), deadline]))
+            if (addresses === undefined) throw new Error('no IPv4 or IPv6 address')
+            if (!this.#closed) this.#onLookup?.(s.hostname, undefined)
+            return addresses
+          } catch (err) {
+            // A lookup cancelled by close() is not a DNS failure to report.
+            if (!this.#closed) this.#onLookup?.(s.hostname, err as Error)
+            return undefined
+          } finally {
+            clearTimeout(timer)
+          }
+        })
+      )
       if (this.#closed) return
       const byOrigin = new Map(this.list.map((e) => [e.origin, e]))
       const next: Endpoint[] = []
@@ -305,7 +333,9 @@ export class EndpointSet {
         if (addresses === undefined) {
           // An IP literal, or a name whose lookup failed: keep its endpoints as they are.
           for (const e of this.list) if (this.#belongsTo(e, s) && !next.includes(e)) next.push(e)
-          if (!next.some((e) => this.#belongsTo(e, s))) next.push(byOrigin.get(this.#make0(s)) ?? this.#make(s, s.hostname))
+          if (!next.some((e) => this.#belongsTo(e, s))) {
+            next.push(byOrigin.get(this.#make0(s)) ?? this.#make(s, s.hostname))
+          }
           return
         }
         for (const address of addresses) {
@@ -328,10 +358,12 @@ export class EndpointSet {
 
   #retire (e: Endpoint): void {
     e.removed = true
-    e.retire().catch(() => {}).finally(() => {
-      // Back in the set by now (the address returned): its series stay with the new endpoint.
-      if (!this.#closed && !this.list.some((other) => other.key === e.key)) this.#onRemoved?.(e)
-    })
+    e.retire()
+      .catch(() => {})
+      .finally(() => {
+        // Back in the set by now (the address returned): its series stay with the new endpoint.
+        if (!this.#closed && !this.list.some((other) => other.key === e.key)) this.#onRemoved?.(e)
+      })
   }
 
   #make0 (s: Source): string {
@@ -347,6 +379,10 @@ export class EndpointSet {
     this.#closed = true
     clearInterval(this.#timer)
     this.#lookup.cancel?.()
-    await Promise.all(this.list.map(async (e) => { await e.retire() }))
+    await Promise.all(
+      this.list.map(async (e) => {
+        await e.retire()
+      })
+    )
   }
 }

@@ -36,7 +36,15 @@ const CHECK_KEEP_ALIVE_MAX_MS = 4_000
 const HEALTH_BODY_MAX_BYTES = 64 * 1024
 
 /** A check that failed with one of these never had a connection: the endpoint cannot be reached at all. */
-const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT'])
+const CONNECT_FAILURES = new Set([
+  'ECONNREFUSED',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT'
+])
 
 export interface HealthEvents {
   /** An endpoint was ejected (gateway_engine_ejections_total). */
@@ -52,16 +60,21 @@ export interface HealthOptions {
   timeoutMs?: number
   /** Base ejection time (30 s); tests shorten it. The longest ejection is ten times it. */
   ejectionBaseMs?: number
-  /** How the check connection resolves a name (the engine pools' own, with UPSTREAM_DNS_SERVERS); the system's by default. */
+  /** How the check connection resolves a name (the engine pools' own, with UPSTREAM_DNS_SERVERS); the system's by
+   * default.
+   */
   connectLookup?: LookupFunction
 }
 
 /** What one check found. */
 type Verdict = 'pass' | 'fail' | 'draining' | 'unreachable'
 
-const codeOf = (err: unknown): string => typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
+const codeOf = (err: unknown): string =>
+  typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
 
-/** A 200's body passes when it is the contract's health answer and every service it reports is connected (DECISIONS 24 v2). */
+/** A 200's body passes when it is the contract's health answer and every service it reports is connected (DECISIONS 24
+ * v2).
+ */
 function allConnected (text: string): boolean {
   let body: unknown
   try {
@@ -95,7 +108,7 @@ export class HealthState {
     this.#timeoutMs = opts.timeoutMs ?? 1_000
     this.#connectLookup = opts.connectLookup
     this.#ejectionBaseMs = opts.ejectionBaseMs ?? EJECTION_BASE_MS
-    this.#ejectionMaxMs = EJECTION_MAX_MS * this.#ejectionBaseMs / EJECTION_BASE_MS
+    this.#ejectionMaxMs = (EJECTION_MAX_MS * this.#ejectionBaseMs) / EJECTION_BASE_MS
     this.membershipChanged()
     this.#started = true
   }
@@ -111,12 +124,20 @@ export class HealthState {
     for (const e of list) {
       if (this.#known.has(e)) continue
       this.#known.add(e)
-      e.pool.on('connectionError', () => { this.#unreachable(e) })
-      e.pool.on('connect', () => { e.unreachable = false })
+      e.pool.on('connectionError', () => {
+        this.#unreachable(e)
+      })
+      e.pool.on('connect', () => {
+        e.unreachable = false
+      })
       if (this.#started && this.#intervalMs > 0) void this.check(e)
     }
     const wanted = this.#intervalMs > 0 && list.length >= 1
-    if (wanted && this.#timer === undefined) this.#timer = setInterval(() => { void this.checkAll() }, this.#intervalMs).unref()
+    if (wanted && this.#timer === undefined) {
+      this.#timer = setInterval(() => {
+        void this.checkAll()
+      }, this.#intervalMs).unref()
+    }
     if (!wanted && this.#timer !== undefined) {
       clearInterval(this.#timer)
       this.#timer = undefined
@@ -182,7 +203,9 @@ export class HealthState {
     e.ejected = true
     e.consecutiveFailures = 0
     this.#refresh(e)
-    e.ejectionTimer = setTimeout(() => { this.#unEject(e) }, ms).unref()
+    e.ejectionTimer = setTimeout(() => {
+      this.#unEject(e)
+    }, ms).unref()
     e.ejectedUntil = Date.now() + ms
     this.#events.ejected?.(e)
   }
@@ -198,7 +221,11 @@ export class HealthState {
 
   /** One round of active checks, every endpoint at once. */
   async checkAll (): Promise<void> {
-    await Promise.all(this.#set.list.map(async (e) => { await this.check(e) }))
+    await Promise.all(
+      this.#set.list.map(async (e) => {
+        await this.check(e)
+      })
+    )
     // DNS may lag behind a rollout: while nothing is in rotation, each round asks again.
     if (!this.#closed && this.#set.list.every((e) => !e.up)) this.#set.resolveSoon()
   }
@@ -241,11 +268,14 @@ export class HealthState {
    * makes a new one).
    */
   async #probe (e: Endpoint): Promise<Verdict> {
-    const checker = e.checker ??= new Client(e.origin, {
+    const checker = (e.checker ??= new Client(e.origin, {
       // The same protocol as the calls it vouches for (client.ts).
       allowH2: false,
       pipelining: 1,
-      connect: { timeout: this.#timeoutMs, ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup }) },
+      connect: {
+        timeout: this.#timeoutMs,
+        ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup })
+      },
       headersTimeout: this.#timeoutMs,
       bodyTimeout: this.#timeoutMs,
       // Kept for the next check unless the engine says shorter (its Keep-Alive hint), and never
@@ -253,13 +283,19 @@ export class HealthState {
       // without saying so would otherwise race the next check, and its reset fail that check.
       keepAliveTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS),
       keepAliveMaxTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
-    })
+    }))
     let connected = checker.stats.connected
-    const onConnect = (): void => { connected = true }
+    const onConnect = (): void => {
+      connected = true
+    }
     checker.on('connect', onConnect)
     const deadline = new AbortController()
     let timer: NodeJS.Timeout | undefined
-    const timedOut = new Promise<'timeout'>((resolve) => { timer = setTimeout(() => { resolve('timeout') }, this.#timeoutMs) })
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => {
+        resolve('timeout')
+      }, this.#timeoutMs)
+    })
     const asked = (async (): Promise<Verdict> => {
       const res = await checker.request({
         method: 'GET',

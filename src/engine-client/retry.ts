@@ -42,7 +42,12 @@ export function outsideContract (path: string, status: number, contentType: stri
  * a failure of the gateway's call, an answer outside the contract, or a 503
  * of any shape; never the engine's own structured 4xx or 500.
  */
-export function isGatewayFailure (err: GatewayError | undefined, path: string, status: number, contentType: string): boolean {
+export function isGatewayFailure (
+  err: GatewayError | undefined,
+  path: string,
+  status: number,
+  contentType: string
+): boolean {
   return err !== undefined || status === 503 || outsideContract(path, status, contentType)
 }
 
@@ -51,7 +56,15 @@ export function isGatewayFailure (err: GatewayError | undefined, path: string, s
  * (bytes may have reached the engine). `tryTimedOut`: this try's own clock ran
  * out, not the call's.
  */
-export function retryReason (method: string, sent: boolean, err: GatewayError | undefined, tryTimedOut: boolean, path: string, status: number, contentType: string): RetryReason | undefined {
+export function retryReason (
+  method: string,
+  sent: boolean,
+  err: GatewayError | undefined,
+  tryTimedOut: boolean,
+  path: string,
+  status: number,
+  contentType: string
+): RetryReason | undefined {
   if (err !== undefined) {
     if (!sent && err.code === 'UPSTREAM_UNAVAILABLE') return 'unreachable'
     if (method !== 'GET') return undefined

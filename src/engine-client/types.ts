@@ -35,7 +35,9 @@ export interface EngineRequest {
    * update replaces positions whole), and costs the socket.
    */
   abandonIfQueued?: Abandonment
-  /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed uploads keep their own clock). */
+  /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed
+   * uploads keep their own clock).
+   */
   responseTimeoutMs?: number
   /** Called once the engine's response headers are in (e.g. to stop an upload clock). */
   onResponseStart?: () => void

@@ -34,17 +34,21 @@ const MALFORMED: readonly [number, string] = [400, 'malformed HTTP request']
 const kDeferred = Symbol('gateway.clientErrorDeferred')
 type DeferringSocket = Socket & { [kDeferred]?: boolean }
 
-const answerTo = (code: string | undefined): readonly [number, string] => (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
+const answerTo = (code: string | undefined): readonly [number, string] =>
+  (code === undefined ? undefined : ANSWERS[code]) ?? MALFORMED
 
 /** The raw HTTP answer for a parser error: simple shape, an id, and the socket's end said out loud. */
 export function clientErrorAnswer (code: string | undefined, requestId: string = newRequestId()): string {
   const [status, message] = answerTo(code)
   const body = JSON.stringify({ error: message })
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status]!}\r\n` +
+  return (
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]!}\r\n` +
     'content-type: application/json; charset=utf-8\r\n' +
     `content-length: ${Buffer.byteLength(body)}\r\n` +
     `${REQUEST_ID_HEADER}: ${requestId}\r\n` +
-    'connection: close\r\n\r\n' + body
+    'connection: close\r\n\r\n' +
+    body
+  )
 }
 
 /**
@@ -55,7 +59,11 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
 export type ParserRefused = (status: number, code: string | undefined, requestId: string) => void
 
 /** The raw answer, told to `refused` (the log line these answers get, since no access line is written for them). */
-function rawAnswer (code: string | undefined, refused: ParserRefused | undefined, requestId: string = newRequestId()): string {
+function rawAnswer (
+  code: string | undefined,
+  refused: ParserRefused | undefined,
+  requestId: string = newRequestId()
+): string {
   refused?.(answerTo(code)[0], code, requestId)
   return clientErrorAnswer(code, requestId)
 }
@@ -89,9 +97,11 @@ export function clientErrorAnswerer (
     if ((socket as DeferringSocket)[kDeferred] === true) return
     const owed = lastOwedResponse(socket)
     if (owed !== undefined && owed.req.complete) {
-      (socket as DeferringSocket)[kDeferred] = true
+      ;(socket as DeferringSocket)[kDeferred] = true
       owed.shouldKeepAlive = false
-      owed.once('prefinish', () => { if (socket.writable) socket.write(rawAnswer(err.code, refused)) })
+      owed.once('prefinish', () => {
+        if (socket.writable) socket.write(rawAnswer(err.code, refused))
+      })
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.
@@ -101,7 +111,9 @@ export function clientErrorAnswerer (
       // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
       // that half-closed: the answer it cannot take shows which it was (the write fails before the
       // socket closes), and that client left after all.
-      socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => { if (writeErr != null) cutByServer(inFlight, undefined) })
+      socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => {
+        if (writeErr != null) cutByServer(inFlight, undefined)
+      })
     }
     lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
   }

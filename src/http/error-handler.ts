@@ -41,7 +41,10 @@ export function installErrorHandling (app: FastifyInstance): void {
     } else {
       request.log.info({ code: failure.code, reason: failure.message }, 'request rejected')
     }
-    return reply.code(failure.statusCode).headers(failure.headers).send(wireBody(failure, request.routeOptions.config.handler))
+    return reply
+      .code(failure.statusCode)
+      .headers(failure.headers)
+      .send(wireBody(failure, request.routeOptions.config.handler))
   })
 
   // Each path's methods, as routes are added: a known path asked with another method is 405 (RFC 9110 15.5.6).

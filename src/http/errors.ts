@@ -25,15 +25,27 @@ export const CATALOGUE = {
   UPSTREAM_TIMEOUT: { status: 504, shape: 'simple', message: 'portfolio engine timed out' },
   RATE_LIMITED: { status: 429, shape: 'simple', message: 'rate limit exceeded' },
   OVERLOADED: { status: 503, shape: 'simple', message: 'gateway is overloaded, retry later' },
-  IDEMPOTENCY_STORE_UNAVAILABLE: { status: 503, shape: 'simple', message: 'idempotency store unavailable, retry later' },
-  IDEMPOTENCY_KEY_IN_USE: { status: 409, shape: 'structured', message: 'a request with this Idempotency-Key is still in progress' },
-  IDEMPOTENCY_KEY_REUSED: { status: 422, shape: 'structured', message: 'this Idempotency-Key was used for a different request' },
+  IDEMPOTENCY_STORE_UNAVAILABLE: {
+    status: 503,
+    shape: 'simple',
+    message: 'idempotency store unavailable, retry later'
+  },
+  IDEMPOTENCY_KEY_IN_USE: {
+    status: 409,
+    shape: 'structured',
+    message: 'a request with this Idempotency-Key is still in progress'
+  },
+  IDEMPOTENCY_KEY_REUSED: {
+    status: 422,
+    shape: 'structured',
+    message: 'this Idempotency-Key was used for a different request'
+  },
   TOO_MANY_UPLOADS: { status: 429, shape: 'simple', message: 'too many uploads at once' },
   UPLOADS_BUSY: { status: 503, shape: 'simple', message: 'too many uploads in progress, retry later' },
   UPLOAD_TIMEOUT: { status: 408, shape: 'simple', message: 'upload too slow' },
   METHOD_NOT_ALLOWED: { status: 405, shape: 'simple', message: 'method not allowed' },
   UPSTREAM_RETRY_LATER: { status: 503, shape: 'simple', message: 'portfolio engine unavailable, retry later' }
-} as const satisfies Record<string, { status: number, shape: Shape, message: string }>
+} as const satisfies Record<string, { status: number; shape: Shape; message: string }>
 
 export type ErrorCode = keyof typeof CATALOGUE
 
@@ -44,7 +56,11 @@ export class GatewayError extends Error {
   /** Response headers that belong to this error (Retry-After, RateLimit). */
   readonly headers: Readonly<Record<string, string>>
 
-  constructor (code: ErrorCode, message: string = CATALOGUE[code].message, options?: { cause?: unknown, headers?: Record<string, string> }) {
+  constructor (
+    code: ErrorCode,
+    message: string = CATALOGUE[code].message,
+    options?: { cause?: unknown; headers?: Record<string, string> }
+  ) {
     super(message, options)
     this.code = code
     this.statusCode = CATALOGUE[code].status
@@ -70,7 +86,10 @@ export const unauthorized = (message: string, challenge: string = INVALID_TOKEN_
  */
 export function wireBody (err: GatewayError, handler: string | undefined): SimpleError | StructuredError {
   if (CATALOGUE[err.code].shape === 'structured' && handler !== undefined) {
-    return { success: false, error: { source: GATEWAY_SOURCE, code: err.code, message: err.message, function: handler } }
+    return {
+      success: false,
+      error: { source: GATEWAY_SOURCE, code: err.code, message: err.message, function: handler }
+    }
   }
   return { error: err.message }
 }
@@ -80,8 +99,18 @@ export function wireBody (err: GatewayError, handler: string | undefined): Simpl
  * (DECISIONS 8). undici's advice: match on `err.code`, never on the class or message.
  */
 const UNREACHABLE = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT',
-  'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'UND_ERR_DESTROYED'
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+  'UND_ERR_DESTROYED'
 ])
 const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 
@@ -93,7 +122,10 @@ const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
  * Own doing: a 500, not the engine's fault.
  */
 const BAD_RESPONSE = new Set([
-  'UND_ERR_HEADERS_OVERFLOW', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH', 'UND_ERR_RES_EXCEEDED_MAX_SIZE', 'UND_ERR_INFO'
+  'UND_ERR_HEADERS_OVERFLOW',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+  'UND_ERR_RES_EXCEEDED_MAX_SIZE',
+  'UND_ERR_INFO'
 ])
 
 /** Map any failure of an engine call to the error the client gets; the original stays as `cause`. */

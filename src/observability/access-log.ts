@@ -33,9 +33,15 @@ export const CLIENT_CLOSED_REQUEST = 499
  * says so with `"clientLeft":true`) or the status the server cut it off with.
  * Told, not read from the status: an engine may answer 499 itself.
  */
-export type AccessLog = (request: FastifyRequest, reply: FastifyReply, ended?: { status: number, clientLeft: boolean }) => void
+export type AccessLog = (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  ended?: { status: number; clientLeft: boolean }
+) => void
 
-interface Destination { write: (line: string) => unknown }
+interface Destination {
+  write: (line: string) => unknown
+}
 
 const quote = JSON.stringify
 
@@ -55,9 +61,11 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
     // traceId is our own hex (or a client's, checked to be hex); the rest is quoted. A client that
     // reset its connection before the answer ended leaves no address (request.ip undefined): null, so
     // the line stays JSON (JSON.stringify(undefined) is no JSON at all).
-    stream.write(`${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
-      `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${status}` +
-      `,"ms":${Math.round(reply.elapsedTime)}${ended?.clientLeft === true ? left : tail}`)
+    stream.write(
+      `${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
+        `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${status}` +
+        `,"ms":${Math.round(reply.elapsedTime)}${ended?.clientLeft === true ? left : tail}`
+    )
   }
 }
 
@@ -99,6 +107,9 @@ export class AccessLines extends LogController {
    */
   readonly #closed = (reply: FastifyReply, finished: boolean, cutStatus: number | undefined): void => {
     const clientLeft = cutStatus === undefined && !finished
-    this.#write?.(reply.request, reply, { status: cutStatus ?? (clientLeft ? CLIENT_CLOSED_REQUEST : reply.statusCode), clientLeft })
+    this.#write?.(reply.request, reply, {
+      status: cutStatus ?? (clientLeft ? CLIENT_CLOSED_REQUEST : reply.statusCode),
+      clientLeft
+    })
   }
 }

@@ -27,7 +27,8 @@ export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
  * slow: DECISIONS 23 v2), nothing the engine did; the rest: the call failed (DECISIONS 8).
  */
 export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response' | 'client_aborted'
-export type RejectionReason = 'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
+export type RejectionReason =
+  'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
 export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
 
 /** Pool counters read at scrape time (undici Pool `stats`). */
@@ -38,7 +39,12 @@ export interface EnginePoolState {
 }
 
 /** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
-export type EngineCallObserver = (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint: string) => void
+export type EngineCallObserver = (
+  call: EngineCallName,
+  outcome: EngineOutcome,
+  seconds: number,
+  endpoint: string
+) => void
 
 /** The cluster's rarer events, for their counters (gateway_engine_*). */
 export interface ClusterObserver {
@@ -60,7 +66,7 @@ export interface ClusterObserver {
  */
 export interface EngineMetricsSource {
   poolState: () => EnginePoolState
-  endpointStates: () => Array<{ endpoint: string, up: boolean }>
+  endpointStates: () => Array<{ endpoint: string; up: boolean }>
   observe: (observer: EngineCallObserver) => void
   observeCluster: (observer: ClusterObserver) => () => void
   observeRemovals: (observer: (endpoint: string) => void) => void
@@ -70,7 +76,7 @@ export interface MetricsOptions {
   /** Read at each scrape; absent when there is no engine pool to watch. */
   enginePool?: () => EnginePoolState
   /** Each engine endpoint (host:port) and whether it is in rotation, read at each scrape (DECISIONS 24). */
-  engineEndpoints?: () => ReadonlyArray<{ endpoint: string, up: boolean }>
+  engineEndpoints?: () => ReadonlyArray<{ endpoint: string; up: boolean }>
   /** Process metrics (CPU, memory, event loop, GC); on by default. */
   processMetrics?: boolean
 }
@@ -83,12 +89,17 @@ export class GatewayMetrics {
   readonly requests = new CounterFamily(
     'gateway_requests_total',
     'Answered requests by route template, method and status class',
-    ['route', 'method', 'status_class'], this.registry)
+    ['route', 'method', 'status_class'],
+    this.registry
+  )
 
   readonly requestDuration = new HistogramFamily(
     'gateway_request_duration_seconds',
     'Time from the request arriving to the answer being sent, by route template, method and status class',
-    ['route', 'method', 'status_class'], LATENCY_BUCKETS_S, this.registry)
+    ['route', 'method', 'status_class'],
+    LATENCY_BUCKETS_S,
+    this.registry
+  )
 
   /** Requests received and not yet answered: a plain count, read at scrape time. */
   inFlight = 0
@@ -102,13 +113,18 @@ export class GatewayMetrics {
 
   readonly engineCalls = new CounterFamily(
     'gateway_engine_calls_total',
-    'Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response, client_aborted: given up for the client, not the engine\'s doing) and the endpoint (host:port) of their last try',
-    ['call', 'outcome', 'endpoint'], this.registry)
+    "Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response, client_aborted: given up for the client, not the engine's doing) and the endpoint (host:port) of their last try",
+    ['call', 'outcome', 'endpoint'],
+    this.registry
+  )
 
   readonly engineCallDuration = new HistogramFamily(
     'gateway_engine_call_duration_seconds',
     'Time from asking the engine (pool queue included) to its full answer or the failure, by call',
-    ['call'], LATENCY_BUCKETS_S, this.registry)
+    ['call'],
+    LATENCY_BUCKETS_S,
+    this.registry
+  )
 
   readonly keySetRefreshes = new Counter({
     name: 'gateway_jwks_refreshes_total',
@@ -230,8 +246,17 @@ export class GatewayMetrics {
     }
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry })
     // Series that exist from the start, so rate() and alerts see zeros instead of nothing.
-    for (const reason of ['auth', 'validation', 'rate_limit', 'shed', 'body_too_large', 'upload_cap', 'upload_busy', 'upload_slow'] as const) this.rejections.inc({ reason }, 0)
-    for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) this.idempotency.inc({ outcome }, 0)
+    for (const reason of [
+      'auth',
+      'validation',
+      'rate_limit',
+      'shed',
+      'body_too_large',
+      'upload_cap',
+      'upload_busy',
+      'upload_slow'
+    ] as const) { this.rejections.inc({ reason }, 0) }
+    for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) { this.idempotency.inc({ outcome }, 0) }
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
     for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
     this.engineRetryBudgetExhausted.inc(0)
@@ -239,13 +264,24 @@ export class GatewayMetrics {
   }
 
   /** Per endpoint (host:port), per call, per outcome: one Map read and two property reads per call. */
-  readonly #engineSeries = new Map<string, Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries, duration: HistogramSeries }>>>>()
+  readonly #engineSeries = new Map<
+    string,
+    Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries; duration: HistogramSeries }>>>
+  >()
 
-  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per endpoint, call and outcome. */
+  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per endpoint, call and
+   * outcome.
+   */
   engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint = 'none'): void {
     let byCall = this.#engineSeries.get(endpoint)
-    if (byCall === undefined) this.#engineSeries.set(endpoint, byCall = { ping: {}, create: {}, update: {}, health: {}, other: {} })
-    const series = byCall[call][outcome] ??= { count: this.engineCalls.series({ call, outcome, endpoint }), duration: this.engineCallDuration.series({ call }) }
+    if (byCall === undefined) {
+      byCall = { ping: {}, create: {}, update: {}, health: {}, other: {} }
+      this.#engineSeries.set(endpoint, byCall)
+    }
+    const series = (byCall[call][outcome] ??= {
+      count: this.engineCalls.series({ call, outcome, endpoint }),
+      duration: this.engineCallDuration.series({ call })
+    })
     series.count.inc()
     series.duration.observe(seconds)
   }
@@ -339,7 +375,7 @@ export class GatewayMetrics {
   }
 
   /** The Prometheus text exposition of every metric. */
-  async scrape (): Promise<{ contentType: string, body: string }> {
+  async scrape (): Promise<{ contentType: string; body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() }
   }
 }

@@ -38,7 +38,10 @@ function isPlainFields (value: unknown): value is Record<string, unknown> {
   const proto = Object.getPrototypeOf(value) as unknown
   if (proto !== Object.prototype && proto !== null) return false
   const fields = value as Record<string, unknown>
-  return !((fields['method'] !== undefined && fields['headers'] !== undefined && fields['socket'] !== undefined) || typeof fields['setHeader'] === 'function')
+  return !(
+    (fields['method'] !== undefined && fields['headers'] !== undefined && fields['socket'] !== undefined) ||
+    typeof fields['setHeader'] === 'function'
+  )
 }
 
 class RequestLogger {
@@ -60,7 +63,7 @@ class RequestLogger {
 
   #write (level: Level, args: unknown[]): void {
     if (this.#child !== undefined) {
-      (this.#child[level] as (...a: unknown[]) => void)(...args)
+      ;(this.#child[level] as (...a: unknown[]) => void)(...args)
       return
     }
     // Below the level: nothing at all is built.
@@ -74,7 +77,7 @@ class RequestLogger {
       this.#parent[level]({ ...this.#bindings, traceId: traceIdOf(this.#raw), ...first }, message)
       return
     }
-    (this.#real()[level] as (...a: unknown[]) => void)(...args)
+    ;(this.#real()[level] as (...a: unknown[]) => void)(...args)
   }
 
   get level (): string {
@@ -101,12 +104,30 @@ class RequestLogger {
     this.#parent.flush(cb)
   }
 
-  trace (...args: unknown[]): void { this.#write('trace', args) }
-  debug (...args: unknown[]): void { this.#write('debug', args) }
-  info (...args: unknown[]): void { this.#write('info', args) }
-  warn (...args: unknown[]): void { this.#write('warn', args) }
-  error (...args: unknown[]): void { this.#write('error', args) }
-  fatal (...args: unknown[]): void { this.#write('fatal', args) }
+  trace (...args: unknown[]): void {
+    this.#write('trace', args)
+  }
+
+  debug (...args: unknown[]): void {
+    this.#write('debug', args)
+  }
+
+  info (...args: unknown[]): void {
+    this.#write('info', args)
+  }
+
+  warn (...args: unknown[]): void {
+    this.#write('warn', args)
+  }
+
+  error (...args: unknown[]): void {
+    this.#write('error', args)
+  }
+
+  fatal (...args: unknown[]): void {
+    this.#write('fatal', args)
+  }
+
   silent (): void {}
 
   child (bindings: Bindings, options?: object): FastifyBaseLogger {
@@ -118,7 +139,14 @@ class RequestLogger {
  * Fastify's `childLoggerFactory`. A route with its own log level or
  * serializers gets pino's child at once (none has one today).
  */
-export const requestLoggerFactory: NonNullable<FastifyServerOptions['childLoggerFactory']> = function (logger, bindings, opts, raw) {
-  if (opts.level !== undefined || opts.serializers !== undefined) return logger.child({ ...bindings, traceId: traceIdOf(raw) }, opts)
+export const requestLoggerFactory: NonNullable<FastifyServerOptions['childLoggerFactory']> = function (
+  logger,
+  bindings,
+  opts,
+  raw
+) {
+  if (opts.level !== undefined || opts.serializers !== undefined) {
+    return logger.child({ ...bindings, traceId: traceIdOf(raw) }, opts)
+  }
   return new RequestLogger(logger as Logger, bindings, raw) as unknown as FastifyBaseLogger
 }

@@ -20,11 +20,16 @@ interface Collected {
 }
 
 abstract class Family<L extends string, S> {
-  readonly #series = new Map<string, { labels: Labels<L>, series: S }>()
+  readonly #series = new Map<string, { labels: Labels<L>; series: S }>()
   readonly aggregator = 'sum'
   abstract readonly type: 'counter' | 'histogram'
 
-  constructor (readonly name: string, readonly help: string, readonly labelNames: readonly L[], registry: Registry) {
+  constructor (
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly L[],
+    registry: Registry
+  ) {
     // prom-client registers any object with a name and get(); its typings list only its own classes.
     registry.registerMetric(this as unknown as Metric)
   }
@@ -33,7 +38,7 @@ abstract class Family<L extends string, S> {
   series (labels: Labels<L>): S {
     const key = this.labelNames.map((name) => labels[name]).join('\u0000')
     let entry = this.#series.get(key)
-    if (entry === undefined) this.#series.set(key, entry = { labels: { ...labels }, series: this.create() })
+    if (entry === undefined) this.#series.set(key, (entry = { labels: { ...labels }, series: this.create() }))
     return entry.series
   }
 
@@ -50,14 +55,24 @@ abstract class Family<L extends string, S> {
   }
 
   protected abstract create (): S
-  /** A series is written from its first count on, as prom-client's bound children are: resolving one adds nothing to the scrape. */
+  /** A series is written from its first count on, as prom-client's bound children are: resolving one adds nothing to
+   * the scrape.
+   */
   protected abstract used (series: S): boolean
   protected abstract values (labels: Labels<L>, series: S): Collected[]
 
   async get (): Promise<MetricObjectWithValues<MetricValueWithName<string>>> {
     const values: Collected[] = []
-    for (const { labels, series } of this.#series.values()) if (this.used(series)) values.push(...this.values(labels, series))
-    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values } as unknown as MetricObjectWithValues<MetricValueWithName<string>>
+    for (const { labels, series } of this.#series.values()) {
+      if (this.used(series)) values.push(...this.values(labels, series))
+    }
+    return {
+      name: this.name,
+      help: this.help,
+      type: this.type,
+      aggregator: this.aggregator,
+      values
+    } as unknown as MetricObjectWithValues<MetricValueWithName<string>>
   }
 
   /** prom-client's Registry.resetMetrics() calls this on every metric. */
@@ -111,7 +126,13 @@ export class HistogramSeries {
 
 export class HistogramFamily<L extends string> extends Family<L, HistogramSeries> {
   readonly type = 'histogram'
-  constructor (name: string, help: string, labelNames: readonly L[], readonly buckets: readonly number[], registry: Registry) {
+  constructor (
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    readonly buckets: readonly number[],
+    registry: Registry
+  ) {
     super(name, help, labelNames, registry)
   }
 

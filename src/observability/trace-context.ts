@@ -93,7 +93,7 @@ function newTrace (raw: IncomingMessage): Trace {
  * asks first.
  */
 function traceOf (raw: IncomingMessage): Trace {
-  return (raw as TracedRequest)[kTrace] ??= newTrace(raw)
+  return ((raw as TracedRequest)[kTrace] ??= newTrace(raw))
 }
 
 /**
@@ -131,13 +131,16 @@ export function installTraceContext (app: FastifyInstance, trustProxy: readonly 
       const trace = traceOf(this.raw)
       if (trace.traceparent !== undefined) return trace.traceparent
       const client = trace.client
-      const sampled = client !== undefined && (parseInt(client.flags, 16) & 0x01) === 1 && trusted(this.raw.socket.remoteAddress)
+      const sampled =
+        client !== undefined && (parseInt(client.flags, 16) & 0x01) === 1 && trusted(this.raw.socket.remoteAddress)
       return (trace.traceparent = formatTraceParent(trace.traceId, newSpanId(), sampled ? '01' : '00'))
     }
   })
 }
 
-/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6 peers match IPv4 entries. */
+/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6
+ * peers match IPv4 entries.
+ */
 export function trustedPeers (entries: readonly string[] | undefined): (address: string | undefined) => boolean {
   if (entries === undefined || entries.length === 0) return () => false
   const list = new BlockList()
@@ -146,7 +149,8 @@ export function trustedPeers (entries: readonly string[] | undefined): (address:
     const type = isIP(address) === 6 ? 'ipv6' : 'ipv4'
     list.addSubnet(address, bits === undefined ? (type === 'ipv6' ? 128 : 32) : Number(bits), type)
   }
-  return (address) => address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
+  return (address) =>
+    address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
 }
 
 /**
@@ -161,7 +165,9 @@ export function clientAddressOf (
     const peer = socket.remoteAddress ?? ''
     if (!trusted(peer)) return peer
     const forwarded = raw?.headers['x-forwarded-for']
-    const hops = (Array.isArray(forwarded) ? forwarded.join(',') : forwarded ?? '').split(',').map((hop) => hop.trim())
+    const hops = (Array.isArray(forwarded) ? forwarded.join(',') : (forwarded ?? ''))
+      .split(',')
+      .map((hop) => hop.trim())
     for (let i = hops.length - 1; i >= 0; i--) if (hops[i] !== '' && !trusted(hops[i])) return hops[i]!
     return peer
   }

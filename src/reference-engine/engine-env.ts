@@ -47,9 +47,13 @@ export interface EngineSettings {
   readonly metricsPort?: number
   readonly host: string
   readonly imageDir: string
-  /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes. */
+  /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes.
+   *
+   */
   readonly drainNoticeMs: number
-  /** DECISIONS 16 v3: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives. */
+  /** DECISIONS 16 v3: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives.
+   *
+   */
   readonly idempotencyTtlS: number
   /** Set: portfolios and the create deduplication live in this Redis; unset: in memory. */
   readonly redisUrl?: string

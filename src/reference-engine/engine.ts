@@ -38,7 +38,9 @@ export interface EngineOptions {
    * the gateway the engine never drains on its own, so this is left out.
    */
   lifecycle?: EngineLifecycle
-  /** Count requests, store state and drain state here (the standalone engine's ENGINE_METRICS_PORT); unset: no metrics. */
+  /** Count requests, store state and drain state here (the standalone engine's ENGINE_METRICS_PORT); unset: no metrics.
+   *
+   */
   metrics?: EngineMetrics
   /** A server span per request, under the caller's traceparent (DECISIONS 29); unset: no tracing hooks at all. */
   tracer?: Tracer
@@ -97,9 +99,9 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   })
 
   const keyTtl = opts.idempotencyTtlMs === undefined ? {} : { keyTtlMs: opts.idempotencyTtlMs }
+  // ioredis loads only for an engine that keeps its portfolios in Redis.
   const store: PortfolioStore = opts.redisUrl === undefined
     ? new MemoryPortfolioStore(keyTtl)
-    // ioredis loads only for an engine that keeps its portfolios in Redis.
     : new (await import('./redis-store.js')).RedisPortfolioStore({ url: opts.redisUrl, log: app.log, ...keyTtl })
   app.decorate('portfolioStore', store)
   app.decorate('portfolios', {
@@ -110,22 +112,31 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   })
   // The store's connection goes with the engine: onClose runs after the HTTP
   // server has closed and its last request has finished (test/engine-redis.test.ts).
-  app.addHook('onClose', async () => { await store.close() })
+  app.addHook('onClose', async () => {
+    await store.close()
+  })
 
   // The gateway's limits, so a form the gateway accepts is one the engine
   // accepts; every one set, since busboy's defaults (Infinity for most) are not a policy.
-  // Text parts declared as JSON are read as text streams, so busboy counts them as files; the image is still taken once, by name.
+  // Text parts declared as JSON are read as text streams, so busboy counts them as files; the image is still taken
+  // once, by name.
   await app.register(multipart, { limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts }, isPartAFile })
 
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)
     // An outage of the store is the store's (logged once by it), not a failure of this request's code.
-    if (engineError.code === 'SERVICE_UNAVAILABLE') request.log.warn({ code: engineError.code, reason: (engineError.cause as Error).message }, 'engine request refused: store unavailable')
-    else if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
+    if (engineError.code === 'SERVICE_UNAVAILABLE') {
+      request.log.warn(
+        { code: engineError.code, reason: (engineError.cause as Error).message },
+        'engine request refused: store unavailable'
+      )
+    } else if (engineError.statusCode >= 500) request.log.error({ err }, 'engine request failed')
     else request.log.info({ code: engineError.code, message: engineError.message }, 'engine request refused')
     const fn = request.routeOptions.config.handler ?? 'engine'
     if (engineError.code === 'SERVICE_UNAVAILABLE') void reply.header('retry-after', String(STORE_RETRY_AFTER_S))
-    return reply.code(engineError.statusCode).send(structuredError(serviceName, fn, engineError.code, engineError.message))
+    return reply
+      .code(engineError.statusCode)
+      .send(structuredError(serviceName, fn, engineError.code, engineError.message))
   })
 
   app.setNotFoundHandler(function notFound (request, reply) {
@@ -145,7 +156,9 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     done(null, payload)
   })
 
-  app.get('/health', { config: { handler: 'health' } }, async function health (_request, reply): Promise<EngineHealth | HealthError> {
+  app.get('/health', { config: { handler: 'health' } }, async function health (_request, reply): Promise<
+    EngineHealth | HealthError
+  > {
     // A 500 takes this engine out of the gateways' rotation at their next check (DECISIONS 24).
     if (lifecycle.draining) {
       reply.code(500)

@@ -15,7 +15,9 @@ export const ENGINE_ERRORS = Object.freeze({
   /** DECISIONS 16 v3: this owner's Idempotency-Key created a portfolio from a different form. */
   IDEMPOTENCY_KEY_REUSED: 422,
   INTERNAL_ERROR: 500,
-  /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create a second portfolio. */
+  /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create
+   * a second portfolio.
+   */
   SERVICE_UNAVAILABLE: 503
 })
 export type EngineErrorCode = keyof typeof ENGINE_ERRORS
@@ -35,7 +37,9 @@ export const STORE_RETRY_AFTER_S = 1
  */
 export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError'
-  /** False when the command never left this process; true when it may have run (a timeout, a connection lost mid-command). */
+  /** False when the command never left this process; true when it may have run (a timeout, a connection lost
+   * mid-command).
+   */
   readonly maybeWritten: boolean
 
   constructor (message: string, maybeWritten: boolean, options?: ErrorOptions) {

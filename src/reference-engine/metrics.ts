@@ -54,28 +54,38 @@ export class EngineMetrics {
     collectDefaultMetrics({ register: this.registry, prefix: 'portfolio_engine_' })
   }
 
-  /** Counts every answer of `app` and watches its store and drain state; buildEngine calls it before any route is added. */
+  /** Counts every answer of `app` and watches its store and drain state; buildEngine calls it before any route is
+   * added.
+   */
   instrument (app: FastifyInstance, { store, storeKind, lifecycle }: EngineMetricsSubject): void {
     // Asked at each scrape, as GET /health asks it: a Redis PING, never a remembered value.
     new Gauge({
       name: 'portfolio_engine_store_up',
-      help: 'Whether the engine\'s store reports each service connected (1) or not (0), by service and store kind (memory, redis)',
+      help: "Whether the engine's store reports each service connected (1) or not (0), by service and store kind (memory, redis)",
       labelNames: ['service', 'store'] as const,
       registers: [this.registry],
       async collect () {
         const state = await store.state()
-        for (const service of SERVICES) this.set({ service, store: storeKind }, state[service] === SERVICE_CONNECTED ? 1 : 0)
+        for (const service of SERVICES) {
+          this.set({ service, store: storeKind }, state[service] === SERVICE_CONNECTED ? 1 : 0)
+        }
       }
     })
     new Gauge({
       name: 'portfolio_engine_draining',
       help: 'Whether the engine is draining for shutdown (1: /health answers 500 and every answer closes its connection)',
       registers: [this.registry],
-      collect () { this.set(lifecycle.draining ? 1 : 0) }
+      collect () {
+        this.set(lifecycle.draining ? 1 : 0)
+      }
     })
     app.addHook('onResponse', (request, reply, done) => {
       const route = request.is404 ? UNMATCHED_ROUTE : (request.routeOptions.url ?? UNMATCHED_ROUTE)
-      const labels = { route, method: KNOWN_METHODS.has(request.method) ? request.method : 'other', status_class: `${Math.floor(reply.statusCode / 100)}xx` }
+      const labels = {
+        route,
+        method: KNOWN_METHODS.has(request.method) ? request.method : 'other',
+        status_class: `${Math.floor(reply.statusCode / 100)}xx`
+      }
       this.requests.inc(labels)
       this.requestDuration.observe(labels, reply.elapsedTime / 1000)
       done()
@@ -89,17 +99,29 @@ export class EngineMetrics {
   async listen (host: string, port: number): Promise<Server> {
     const server = createServer((req, res) => {
       if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'not found: the engine serves only GET /metrics here' }))
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: 'not found: the engine serves only GET /metrics here' }))
         return
       }
-      this.registry.metrics().then((body) => {
-        res.writeHead(200, { 'content-type': this.registry.contentType }).end(body)
-      }, (err: Error) => {
-        res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `metrics unavailable: ${err.message}` }))
-      })
+      this.registry.metrics().then(
+        (body) => {
+          res.writeHead(200, { 'content-type': this.registry.contentType }).end(body)
+        },
+        (err: Error) => {
+          res
+            .writeHead(500, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ error: `metrics unavailable: ${err.message}` }))
+        }
+      )
     })
     server.listen(port, host)
-    await Promise.race([once(server, 'listening'), once(server, 'error').then(([err]) => { throw err })])
+    await Promise.race([
+      once(server, 'listening'),
+      once(server, 'error').then(([err]) => {
+        throw err
+      })
+    ])
     return server
   }
 }

@@ -6,10 +6,22 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { CREATE_FORM_LIMITS, IMAGE_FIELD, type CreatePortfolioResponse, type UpdatePortfolioResponse } from '../../schemas/portfolio.js'
+import {
+  CREATE_FORM_LIMITS,
+  IMAGE_FIELD,
+  type CreatePortfolioResponse,
+  type UpdatePortfolioResponse
+} from '../../schemas/portfolio.js'
 import { USER_ID_HEADER } from '../../schemas/upstream.js'
 import { EngineError, KEY_REUSED_MESSAGE, StoreUnavailableError, validationError } from './errors.js'
-import { discardFile, NO_IMAGE_SHA256, receiveImage, storeImage, type ReceivedImage, type StoredImage } from './images.js'
+import {
+  discardFile,
+  NO_IMAGE_SHA256,
+  receiveImage,
+  storeImage,
+  type ReceivedImage,
+  type StoredImage
+} from './images.js'
 import { isMalformedMultipart } from '../shared/multipart-errors.js'
 import { shownName } from '../shared/validation-messages.js'
 import { PART_WITHOUT_NAME, readTextPart } from '../shared/form-parts.js'
@@ -41,123 +53,143 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
   const { store, imageDir } = opts
 
   // onRequest, not preHandler: an unauthenticated upload is refused before its body is read.
-  app.addHook('onRequest', async (request) => { requireUserId(request) })
-
-  app.get('/api/portfolio/ping', { config: { handler: 'pingPortfolio' } }, async function pingPortfolio (_request, reply) {
-    return reply.type('text/plain; charset=utf-8').send('pong')
+  app.addHook('onRequest', async (request) => {
+    requireUserId(request)
   })
 
-  app.post('/api/portfolio/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request): Promise<CreatePortfolioResponse> {
-    const owner = requireUserId(request)
-    const key = idempotencyKey(request)
-    const fields = new Map<string, string>()
-    // Files to delete if anything fails; emptied once the portfolio is recorded.
-    const leftovers: string[] = []
-    try {
-      let received: ReceivedImage | undefined
-      for await (const part of request.parts()) {
-        if (part.fieldname === undefined || part.fieldname === '') {
-          if (part.type === 'file') part.file.resume()
-          throw validationError(PART_WITHOUT_NAME)
-        }
-        if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
-          // A text part declared as JSON, read as the text it is (shared/form-parts.ts).
-          const text = await readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize)
-          if (text.truncated) throw validationError(`${part.fieldname} is too long`)
-          if (fields.has(part.fieldname)) throw validationError(`${part.fieldname} must appear only once`)
-          fields.set(part.fieldname, text.value)
-          continue
-        }
-        if (part.type === 'file') {
-          if (part.fieldname !== IMAGE_FIELD) {
-            part.file.resume()
-            throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
-          }
-          if (received !== undefined) {
-            part.file.resume()
-            throw validationError(`${IMAGE_FIELD} must be given once`)
-          }
-          received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
-          leftovers.push(received.tempPath)
-          continue
-        }
-        const name = part.fieldname
-        if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
-        if (part.valueTruncated) throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`)
-        if (typeof part.value !== 'string') throw validationError(`${shownName(name)} must be a plain text field`)
-        if (fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
-        fields.set(name, part.value)
-      }
-      // The loop ends only once busboy has seen the end of the HTTP body, so the
-      // request is complete here; a client that hangs up earlier makes the loop
-      // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
-      const valid = parseCreateFields(request, Object.fromEntries(fields))
+  app.get(
+    '/api/portfolio/ping',
+    { config: { handler: 'pingPortfolio' } },
+    async function pingPortfolio (_request, reply) {
+      return reply.type('text/plain; charset=utf-8').send('pong')
+    }
+  )
 
-      // DECISIONS 16 v3: a repeated key with the same form answers the portfolio
-      // it created, and the new upload goes; with another form it is a 422.
-      const fingerprint = key === undefined ? '' : fingerprintOf('create', formContent(fields, received?.sha256 ?? NO_IMAGE_SHA256))
-      const prior = key === undefined ? undefined : await store.createdWithKey(owner, key)
-      if (prior !== undefined) {
-        await Promise.all(leftovers.map(discardFile))
-        return repeated(request, prior, fingerprint)
-      }
-      const id = randomUUID()
-      let image: StoredImage | undefined
-      if (received !== undefined) {
-        image = await storeImage(received, imageDir, id)
-        leftovers.push(image.path)
-      }
-      const portfolio = {
-        id,
-        owner,
-        name: valid.name,
-        type: valid.type,
-        ...(valid.beneficiary_wallet === undefined ? {} : { beneficiary_wallet: valid.beneficiary_wallet }),
-        ...(valid.description === undefined ? {} : { description: valid.description }),
-        ...(image === undefined ? {} : { image }),
-        status: 'DRAFT',
-        positions: [],
-        target_positions: []
-      } as const
-      // Another create with this key may have finished while this image was stored.
-      let stored: KeyRecord | undefined
+  app.post(
+    '/api/portfolio/create',
+    { config: { handler: 'createPortfolio' } },
+    async function createPortfolio (request): Promise<CreatePortfolioResponse> {
+      const owner = requireUserId(request)
+      const key = idempotencyKey(request)
+      const fields = new Map<string, string>()
+      // Files to delete if anything fails; emptied once the portfolio is recorded.
+      const leftovers: string[] = []
       try {
-        if (key === undefined) await store.insert(portfolio)
-        else stored = await store.insertOnce(portfolio, key, fingerprint)
-      } catch (err) {
-        // A store that timed out may still have written the record, which names
-        // the image: keep the image (an orphan file is harmless, a record without its image is not).
-        if (err instanceof StoreUnavailableError && err.maybeWritten && image !== undefined) leftovers.splice(leftovers.indexOf(image.path), 1)
-        throw err
-      }
-      if (stored !== undefined && stored.portfolioId !== id) {
-        await Promise.all(leftovers.map(discardFile))
-        return repeated(request, stored, fingerprint)
-      }
-      leftovers.length = 0
-      request.log.info({ portfolioId: id, image: image?.bytes }, 'portfolio created')
-      return { portfolio_id: id }
-    } catch (err) {
-      await Promise.all(leftovers.map(discardFile))
-      throw malformedMultipart(err)
-    }
-  })
+        let received: ReceivedImage | undefined
+        for await (const part of request.parts()) {
+          if (part.fieldname === undefined || part.fieldname === '') {
+            if (part.type === 'file') part.file.resume()
+            throw validationError(PART_WITHOUT_NAME)
+          }
+          if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
+            // A text part declared as JSON, read as the text it is (shared/form-parts.ts).
+            const text = await readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize)
+            if (text.truncated) throw validationError(`${part.fieldname} is too long`)
+            if (fields.has(part.fieldname)) throw validationError(`${part.fieldname} must appear only once`)
+            fields.set(part.fieldname, text.value)
+            continue
+          }
+          if (part.type === 'file') {
+            if (part.fieldname !== IMAGE_FIELD) {
+              part.file.resume()
+              throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
+            }
+            if (received !== undefined) {
+              part.file.resume()
+              throw validationError(`${IMAGE_FIELD} must be given once`)
+            }
+            received = await receiveImage(part, imageDir, CREATE_FORM_LIMITS.fileSize)
+            leftovers.push(received.tempPath)
+            continue
+          }
+          const name = part.fieldname
+          if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
+          if (part.valueTruncated) { throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`) }
+          if (typeof part.value !== 'string') throw validationError(`${shownName(name)} must be a plain text field`)
+          if (fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
+          fields.set(name, part.value)
+        }
+        // The loop ends only once busboy has seen the end of the HTTP body, so the
+        // request is complete here; a client that hangs up earlier makes the loop
+        // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
+        const valid = parseCreateFields(request, Object.fromEntries(fields))
 
-  app.post('/api/portfolio/update', { config: { handler: 'updatePortfolio' } }, async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
-    const owner = requireUserId(request)
-    const body = parseUpdateBody(request)
-    if (!await store.replaceTargets(body.portfolio_id, owner, body.target_positions)) {
-      // DECISIONS 1: unknown and foreign ids answer the same, so ids cannot be probed.
-      throw new EngineError('NOT_FOUND', 'portfolio_id does not name a portfolio of this user')
+        // DECISIONS 16 v3: a repeated key with the same form answers the portfolio
+        // it created, and the new upload goes; with another form it is a 422.
+        const fingerprint =
+          key === undefined ? '' : fingerprintOf('create', formContent(fields, received?.sha256 ?? NO_IMAGE_SHA256))
+        const prior = key === undefined ? undefined : await store.createdWithKey(owner, key)
+        if (prior !== undefined) {
+          await Promise.all(leftovers.map(discardFile))
+          return repeated(request, prior, fingerprint)
+        }
+        const id = randomUUID()
+        let image: StoredImage | undefined
+        if (received !== undefined) {
+          image = await storeImage(received, imageDir, id)
+          leftovers.push(image.path)
+        }
+        const portfolio = {
+          id,
+          owner,
+          name: valid.name,
+          type: valid.type,
+          ...(valid.beneficiary_wallet === undefined ? {} : { beneficiary_wallet: valid.beneficiary_wallet }),
+          ...(valid.description === undefined ? {} : { description: valid.description }),
+          ...(image === undefined ? {} : { image }),
+          status: 'DRAFT',
+          positions: [],
+          target_positions: []
+        } as const
+        // Another create with this key may have finished while this image was stored.
+        let stored: KeyRecord | undefined
+        try {
+          if (key === undefined) await store.insert(portfolio)
+          else stored = await store.insertOnce(portfolio, key, fingerprint)
+        } catch (err) {
+          // A store that timed out may still have written the record, which names
+          // the image: keep the image (an orphan file is harmless, a record without its image is not).
+          if (err instanceof StoreUnavailableError && err.maybeWritten && image !== undefined) {
+            leftovers.splice(leftovers.indexOf(image.path), 1)
+          }
+          throw err
+        }
+        if (stored !== undefined && stored.portfolioId !== id) {
+          await Promise.all(leftovers.map(discardFile))
+          return repeated(request, stored, fingerprint)
+        }
+        leftovers.length = 0
+        request.log.info({ portfolioId: id, image: image?.bytes }, 'portfolio created')
+        return { portfolio_id: id }
+      } catch (err) {
+        await Promise.all(leftovers.map(discardFile))
+        throw malformedMultipart(err)
+      }
     }
-    return { success: true, message: 'Target positions updated' }
-  })
+  )
+
+  app.post(
+    '/api/portfolio/update',
+    { config: { handler: 'updatePortfolio' } },
+    async function updatePortfolio (request): Promise<UpdatePortfolioResponse> {
+      const owner = requireUserId(request)
+      const body = parseUpdateBody(request)
+      if (!(await store.replaceTargets(body.portfolio_id, owner, body.target_positions))) {
+        // DECISIONS 1: unknown and foreign ids answer the same, so ids cannot be probed.
+        throw new EngineError('NOT_FOUND', 'portfolio_id does not name a portfolio of this user')
+      }
+      return { success: true, message: 'Target positions updated' }
+    }
+  )
 }
 
 /** The answer to a create whose owner and key already made a portfolio: that one, if the form is the same. */
 function repeated (request: FastifyRequest, prior: KeyRecord, fingerprint: string): CreatePortfolioResponse {
   if (prior.fingerprint !== undefined && prior.fingerprint !== fingerprint) {
-    request.log.info({ portfolioId: prior.portfolioId }, 'portfolio create refused: idempotency key used for a different form')
+    request.log.info(
+      { portfolioId: prior.portfolioId },
+      'portfolio create refused: idempotency key used for a different form'
+    )
     throw new EngineError('IDEMPOTENCY_KEY_REUSED', KEY_REUSED_MESSAGE)
   }
   request.log.info({ portfolioId: prior.portfolioId }, 'portfolio create repeated with its idempotency key')

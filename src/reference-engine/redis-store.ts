@@ -29,7 +29,16 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { TargetPosition } from '../../schemas/portfolio.js'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import { StoreUnavailableError } from './errors.js'
-import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, SERVICE_DISCONNECTED, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
+import {
+  copyTargets,
+  DEFAULT_KEY_TTL_S,
+  freezePortfolio,
+  SERVICE_DISCONNECTED,
+  type KeyRecord,
+  type Portfolio,
+  type PortfolioStore,
+  type StoreState
+} from './store.js'
 
 const PREFIX = 'pe:'
 
@@ -76,7 +85,15 @@ const UNAVAILABLE_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NO
 
 type Scripts = Redis & {
   getKey: (keys: 1, keyKey: string, keyTtlMs: number) => Promise<string | null>
-  insertOnce: (keys: 2, keyKey: string, portfolioKey: string, keyRecord: string, record: string, targets: string, keyTtlMs: number) => Promise<string>
+  insertOnce: (
+    keys: 2,
+    keyKey: string,
+    portfolioKey: string,
+    keyRecord: string,
+    record: string,
+    targets: string,
+    keyTtlMs: number
+  ) => Promise<string>
   replaceTargets: (keys: 1, portfolioKey: string, targets: string) => Promise<number>
 }
 
@@ -118,18 +135,20 @@ export class RedisPortfolioStore implements PortfolioStore {
       this.#state = 'up'
     })
     const down = (reason: string): void => {
-      if (this.#state !== 'down') opts.log.warn({ reason }, 'portfolio store unavailable (redis): creates and updates answer 503; reconnecting')
+      if (this.#state !== 'down') { opts.log.warn({ reason }, 'portfolio store unavailable (redis): creates and updates answer 503; reconnecting') }
       this.#state = 'down'
     }
     this.#redis.on('error', (err: Error) => down(err.message))
-    this.#redis.on('close', () => { if (this.#state === 'up') down('connection closed') })
+    this.#redis.on('close', () => {
+      if (this.#state === 'up') down('connection closed')
+    })
   }
 
   async state (): Promise<StoreState> {
     let database = SERVICE_DISCONNECTED
     if (this.#redis.status === 'ready') {
       try {
-        if (await this.#redis.ping() === 'PONG') database = SERVICE_CONNECTED
+        if ((await this.#redis.ping()) === 'PONG') database = SERVICE_CONNECTED
       } catch {
         // Timed out or cut off: disconnected, which is what /health reports.
       }
@@ -138,7 +157,9 @@ export class RedisPortfolioStore implements PortfolioStore {
     return { database, cache: database }
   }
 
-  /** Resolves once the connection is ready (at once when it is): for tools and tests that must not start disconnected. */
+  /** Resolves once the connection is ready (at once when it is): for tools and tests that must not start disconnected.
+   *
+   */
   async connected (): Promise<void> {
     if (this.#redis.status !== 'ready') await once(this.#redis, 'ready')
   }
@@ -148,7 +169,10 @@ export class RedisPortfolioStore implements PortfolioStore {
     const { record, target_positions: targets } = fields
     if (record === undefined || targets === undefined) return undefined
     // Written only by this class, from a Portfolio.
-    return freezePortfolio({ ...(JSON.parse(record) as PortfolioRecord), target_positions: JSON.parse(targets) as TargetPosition[] })
+    return freezePortfolio({
+      ...(JSON.parse(record) as PortfolioRecord),
+      target_positions: JSON.parse(targets) as TargetPosition[]
+    })
   }
 
   async createdWithKey (owner: string, key: string): Promise<KeyRecord | undefined> {
@@ -158,17 +182,35 @@ export class RedisPortfolioStore implements PortfolioStore {
 
   async insert (portfolio: Portfolio): Promise<void> {
     const { record, targets } = serialize(portfolio)
-    await this.#run(() => this.#redis.hset(portfolioKey(portfolio.owner, portfolio.id), 'record', record, 'target_positions', targets))
+    await this.#run(() =>
+      this.#redis.hset(portfolioKey(portfolio.owner, portfolio.id), 'record', record, 'target_positions', targets)
+    )
   }
 
   async insertOnce (portfolio: Portfolio, key: string, fingerprint: string): Promise<KeyRecord> {
     const { record, targets } = serialize(portfolio)
     const keyRecord = JSON.stringify({ portfolio_id: portfolio.id, fingerprint })
-    return parseKeyRecord(await this.#run(() => this.#redis.insertOnce(2, keyKey(portfolio.owner, key), portfolioKey(portfolio.owner, portfolio.id), keyRecord, record, targets, this.#keyTtlMs)))
+    return parseKeyRecord(
+      await this.#run(() =>
+        this.#redis.insertOnce(
+          2,
+          keyKey(portfolio.owner, key),
+          portfolioKey(portfolio.owner, portfolio.id),
+          keyRecord,
+          record,
+          targets,
+          this.#keyTtlMs
+        )
+      )
+    )
   }
 
   async replaceTargets (id: string, owner: string, targets: readonly TargetPosition[]): Promise<boolean> {
-    return await this.#run(() => this.#redis.replaceTargets(1, portfolioKey(owner, id), JSON.stringify(copyTargets(targets)))) === 1
+    return (
+      (await this.#run(() =>
+        this.#redis.replaceTargets(1, portfolioKey(owner, id), JSON.stringify(copyTargets(targets)))
+      )) === 1
+    )
   }
 
   async close (): Promise<void> {
@@ -177,16 +219,18 @@ export class RedisPortfolioStore implements PortfolioStore {
   }
 
   /** One command: an outage (refused, timed out, no master) becomes StoreUnavailableError, answered 503. */
-  async #run<T> (command: () => Promise<T>): Promise<T> {
+  async #run<T>(command: () => Promise<T>): Promise<T> {
     // Not connected: refused here, so the caller knows nothing was written (no offline queue either).
-    if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`portfolio store unavailable: redis ${this.#redis.status}`, false)
+    if (this.#redis.status !== 'ready') { throw new StoreUnavailableError(`portfolio store unavailable: redis ${this.#redis.status}`, false) }
     try {
       return await command()
     } catch (err) {
       const e = err as Error
       if (e.name === 'ReplyError' && !UNAVAILABLE_REPLY.test(e.message)) throw err
       // A reply error was an answer: the command did not run. Anything else (a timeout, a lost connection) may have.
-      throw new StoreUnavailableError(`portfolio store unavailable: ${e.message}`, e.name !== 'ReplyError', { cause: err })
+      throw new StoreUnavailableError(`portfolio store unavailable: ${e.message}`, e.name !== 'ReplyError', {
+        cause: err
+      })
     }
   }
 }
@@ -195,7 +239,7 @@ const tag = (owner: string): string => `{${encodeURIComponent(owner)}}`
 const portfolioKey = (owner: string, id: string): string => `${PREFIX}portfolio:${tag(owner)}:${id}`
 const keyKey = (owner: string, key: string): string => `${PREFIX}key:${tag(owner)}:${key}`
 
-function serialize (portfolio: Portfolio): { record: string, targets: string } {
+function serialize (portfolio: Portfolio): { record: string; targets: string } {
   const { target_positions: targets, ...record } = portfolio
   return { record: JSON.stringify(record), targets: JSON.stringify(copyTargets(targets)) }
 }
@@ -208,6 +252,6 @@ function serialize (portfolio: Portfolio): { record: string, targets: string } {
 function parseKeyRecord (stored: string): KeyRecord {
   if (!stored.startsWith('{')) return { portfolioId: stored, fingerprint: undefined }
   // Written only by this class.
-  const parsed = JSON.parse(stored) as { portfolio_id: string, fingerprint: string }
+  const parsed = JSON.parse(stored) as { portfolio_id: string; fingerprint: string }
   return { portfolioId: parsed.portfolio_id, fingerprint: parsed.fingerprint }
 }

@@ -29,54 +29,66 @@ export interface PortfolioRouteOptions {
   engineTimeoutMs: number
 }
 
-export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, { engine, idempotency, engineTimeoutMs }) => {
+export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (
+  app,
+  { engine, idempotency, engineTimeoutMs }
+) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
   // A client that hangs up takes its call out of the queue for an engine connection; a call
   // already being written to the engine goes on (abandonIfQueued): an update's outcome stays known.
   app.get('/ping', async function pingPortfolio (request, reply) {
     const gone = watchClientGone(reply)
     try {
-      const answer = await engine.call({ method: 'GET', path: '/api/portfolio/ping', ...callerOf(request), abandonIfQueued: gone.signal })
+      const answer = await engine.call({
+        method: 'GET',
+        path: '/api/portfolio/ping',
+        ...callerOf(request),
+        abandonIfQueued: gone.signal
+      })
       return sendEnginePong(reply, answer)
     } finally {
       gone.done()
     }
   })
 
-  app.post<{ Body: UpdatePortfolioBody }>('/update', {
-    bodyLimit: LIMITS.updateBodyMaxBytes,
-    config: { handler: 'updatePortfolio' },
-    schema: { body: UpdatePortfolioBody }
-  }, async function updatePortfolio (request, reply) {
-    const problem = targetPositionsProblem(request.body.target_positions)
-    if (problem !== undefined) throw validationError(problem)
-    // Written from the validated value: the engine sees exactly what was checked.
-    const body = canonicalUpdate(request.body)
-    const key = idempotencyKeyOf(request)
-    // DECISIONS 16: with an Idempotency-Key, claimed before the engine is asked.
-    const answer = await idempotency.run(request, reply, key, {
-      fingerprint: () => fingerprintOf('update', body),
-      // The body is read: what is left is the engine call, within its deadline.
-      runsForMs: engineTimeoutMs,
-      call: async () => {
-        const gone = watchClientGone(reply)
-        try {
-          const answer = await engine.call({
-            method: 'POST',
-            path: '/api/portfolio/update',
-            ...callerOf(request),
-            contentType: 'application/json',
-            ...(key === undefined ? {} : { idempotencyKey: key }),
-            body,
-            abandonIfQueued: gone.signal
-          })
-          assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER, UPDATE_ENGINE_ERRORS)
-          return answer
-        } finally {
-          gone.done()
+  app.post<{ Body: UpdatePortfolioBody }>(
+    '/update',
+    {
+      bodyLimit: LIMITS.updateBodyMaxBytes,
+      config: { handler: 'updatePortfolio' },
+      schema: { body: UpdatePortfolioBody }
+    },
+    async function updatePortfolio (request, reply) {
+      const problem = targetPositionsProblem(request.body.target_positions)
+      if (problem !== undefined) throw validationError(problem)
+      // Written from the validated value: the engine sees exactly what was checked.
+      const body = canonicalUpdate(request.body)
+      const key = idempotencyKeyOf(request)
+      // DECISIONS 16: with an Idempotency-Key, claimed before the engine is asked.
+      const answer = await idempotency.run(request, reply, key, {
+        fingerprint: () => fingerprintOf('update', body),
+        // The body is read: what is left is the engine call, within its deadline.
+        runsForMs: engineTimeoutMs,
+        call: async () => {
+          const gone = watchClientGone(reply)
+          try {
+            const answer = await engine.call({
+              method: 'POST',
+              path: '/api/portfolio/update',
+              ...callerOf(request),
+              contentType: 'application/json',
+              ...(key === undefined ? {} : { idempotencyKey: key }),
+              body,
+              abandonIfQueued: gone.signal
+            })
+            assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER, UPDATE_ENGINE_ERRORS)
+            return answer
+          } finally {
+            gone.done()
+          }
         }
-      }
-    })
-    return answer === undefined ? reply : sendEngineJson(reply, answer)
-  })
+      })
+      return answer === undefined ? reply : sendEngineJson(reply, answer)
+    }
+  )
 }

@@ -15,7 +15,7 @@ export interface EnvIssue {
   readonly expected: string
 }
 
-export type EnvResult<T> = { readonly ok: true, readonly value: T } | ({ readonly ok: false } & EnvIssue)
+export type EnvResult<T> = { readonly ok: true; readonly value: T } | ({ readonly ok: false } & EnvIssue)
 
 const WHOLE_NUMBER = /^\d+$/
 
@@ -26,18 +26,26 @@ const WHOLE_NUMBER = /^\d+$/
  * '4e3' into 4. `env` is never changed: Convert and Default mutate, so they
  * work on a copy, and an issue quotes the text as given.
  */
-export function readEnv<T extends TObject> (schema: T, env: Readonly<Record<string, string | undefined>>): EnvResult<Static<T>> {
+export function readEnv<T extends TObject> (
+  schema: T,
+  env: Readonly<Record<string, string | undefined>>
+): EnvResult<Static<T>> {
   const properties = schema.properties as Record<string, TSchema>
   const raw: Record<string, string> = {}
   for (const name of Object.keys(properties)) {
     const value = env[name]
     if (value !== undefined && value !== '') raw[name] = value
   }
-  const issue = (name: string, problem: string): EnvResult<Static<T>> =>
-    ({ ok: false, name, given: raw[name] ?? '', problem, expected: String(properties[name]?.description ?? 'a valid value') })
+  const issue = (name: string, problem: string): EnvResult<Static<T>> => ({
+    ok: false,
+    name,
+    given: raw[name] ?? '',
+    problem,
+    expected: String(properties[name]?.description ?? 'a valid value')
+  })
 
   for (const [name, given] of Object.entries(raw)) {
-    if (properties[name]?.['type'] === 'integer' && !WHOLE_NUMBER.test(given)) return issue(name, 'must be a whole number')
+    if (properties[name]?.['type'] === 'integer' && !WHOLE_NUMBER.test(given)) { return issue(name, 'must be a whole number') }
   }
   const candidate: unknown = Value.Default(schema, Value.Convert(schema, { ...raw }))
   const first = Value.Errors(schema, candidate).First()
@@ -56,8 +64,11 @@ function problemOf (error: ValueError): string {
       const options = (s['anyOf'] as Array<{ const?: unknown }>).map((o) => o.const)
       return options.every((o) => typeof o === 'string') ? `must be one of ${options.join(', ')}` : error.message
     }
-    case ValueErrorType.StringMinLength: return `must be at least ${String(s['minLength'])} characters`
-    case ValueErrorType.StringPattern: return 'does not have the expected form'
-    default: return error.message
+    case ValueErrorType.StringMinLength:
+      return `must be at least ${String(s['minLength'])} characters`
+    case ValueErrorType.StringPattern:
+      return 'does not have the expected form'
+    default:
+      return error.message
   }
 }

@@ -14,13 +14,22 @@ import type { Readable } from 'node:stream'
 export const PART_WITHOUT_NAME = 'form part has no name'
 
 /** busboy's test, plus: a part declared as JSON is read as a stream of text, never parsed. */
-export function isPartAFile (_fieldName: string | undefined, contentType: string | undefined, fileName: string | undefined): boolean {
+export function isPartAFile (
+  _fieldName: string | undefined,
+  contentType: string | undefined,
+  fileName: string | undefined
+): boolean {
   const type = contentType?.toLowerCase() ?? ''
   return fileName !== undefined || type === 'application/octet-stream' || type.startsWith('application/json')
 }
 
-/** A text part that came as a stream: at most `maxBytes` of it, and whether there was more (then the rest is skipped). */
-export async function readTextPart (stream: Readable, maxBytes: number): Promise<{ value: string, truncated: boolean }> {
+/** A text part that came as a stream: at most `maxBytes` of it, and whether there was more (then the rest is skipped).
+ *
+ */
+export async function readTextPart (
+  stream: Readable,
+  maxBytes: number
+): Promise<{ value: string, truncated: boolean }> {
   const chunks: Buffer[] = []
   let size = 0
   let truncated = false

@@ -4,20 +4,23 @@
  */
 export type ImageMime = 'image/png' | 'image/jpeg'
 
-const SIGNATURES: ReadonlyArray<{ mime: ImageMime, name: string, ext: string, magic: Buffer }> = [
+const SIGNATURES: ReadonlyArray<{ mime: ImageMime; name: string; ext: string; magic: Buffer }> = [
   { mime: 'image/png', name: 'PNG', ext: 'png', magic: Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]) },
   { mime: 'image/jpeg', name: 'JPEG', ext: 'jpg', magic: Buffer.from([0xff, 0xd8, 0xff]) }
 ]
 const SNIFF_BYTES = Math.max(...SIGNATURES.map((s) => s.magic.length))
 
-/** The accepted types by name ("PNG or JPEG"), from the signatures the check uses: the refusal and the OpenAPI document say the same. */
+/** The accepted types by name ("PNG or JPEG"), from the signatures the check uses: the refusal and the OpenAPI document
+ * say the same.
+ */
 export const IMAGE_TYPE_NAMES = SIGNATURES.map((s) => s.name).join(' or ')
 
 export const NOT_AN_IMAGE = `image must be a ${IMAGE_TYPE_NAMES} file`
 
 /** The type the content says it is, or undefined when neither PNG nor JPEG. */
 export function sniffImage (head: Buffer): ImageMime | undefined {
-  return SIGNATURES.find(({ magic }) => head.length >= magic.length && head.subarray(0, magic.length).equals(magic))?.mime
+  return SIGNATURES.find(({ magic }) => head.length >= magic.length && head.subarray(0, magic.length).equals(magic))
+    ?.mime
 }
 
 /** True while `head` is too short to decide but still starts like a signature. */

@@ -16,12 +16,33 @@
  * counted (`onDropped`). A dead or hanging collector therefore costs a
  * request nothing but a counter increment, and memory stays bounded.
  */
-import { ROOT_CONTEXT, SpanKind, trace, type Attributes, type Context, type Link, type Tracer } from '@opentelemetry/api'
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  trace,
+  type Attributes,
+  type Context,
+  type Link,
+  type Tracer
+} from '@opentelemetry/api'
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, SamplingDecision, TraceIdRatioBasedSampler, TracerProvider,
-  type IdGenerator, type ReadableSpan, type Sampler, type SamplingResult, type SpanExporter, type SpanProcessor, type Span as SdkSpan
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  RandomIdGenerator,
+  SamplingDecision,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+  type IdGenerator,
+  type ReadableSpan,
+  type Sampler,
+  type SamplingResult,
+  type SpanExporter,
+  type SpanProcessor,
+  type Span as SdkSpan
 } from '@opentelemetry/sdk-trace'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
@@ -70,17 +91,24 @@ export interface TracingTuning {
 }
 
 /** The provider for `settings`: an exporter, a bounded batch processor, the sampler. */
-export function startTracing (settings: TracingSettings, tuning: TracingTuning = {}, opts: { followCaller?: boolean } = {}): Tracing {
+export function startTracing (
+  settings: TracingSettings,
+  tuning: TracingTuning = {},
+  opts: { followCaller?: boolean } = {}
+): Tracing {
   const queueMax = tuning.queueMax ?? QUEUE_MAX
   const exportTimeoutMs = tuning.exportTimeoutMs ?? EXPORT_TIMEOUT_MS
   const state = { pending: 0, onDropped: (_count: number): void => {} }
-  const exporter = new CountingExporter(new OTLPTraceExporter({
-    url: settings.url,
-    headers: { ...settings.headers },
-    timeoutMillis: exportTimeoutMs,
-    // One export at a time leaves the batch processor; the rest are retries and flushes.
-    concurrencyLimit: 4
-  }), state)
+  const exporter = new CountingExporter(
+    new OTLPTraceExporter({
+      url: settings.url,
+      headers: { ...settings.headers },
+      timeoutMillis: exportTimeoutMs,
+      // One export at a time leaves the batch processor; the rest are retries and flushes.
+      concurrencyLimit: 4
+    }),
+    state
+  )
   const batches = new BatchSpanProcessor({
     exporter,
     maxQueueSize: queueMax,
@@ -101,19 +129,38 @@ export function startTracing (settings: TracingSettings, tuning: TracingTuning =
   const tracer = provider.getTracer('portfolio-gateway')
   return {
     tracer,
-    get onDropped () { return state.onDropped },
-    set onDropped (fn) { state.onDropped = fn },
-    get nextTraceId () { return ids.next },
-    set nextTraceId (id) { ids.next = id },
+    get onDropped () {
+      return state.onDropped
+    },
+    set onDropped (fn) {
+      state.onDropped = fn
+    },
+    get nextTraceId () {
+      return ids.next
+    },
+    set nextTraceId (id) {
+      ids.next = id
+    },
     decide: (parent, ownTraceId) => {
       if (parent === ROOT_CONTEXT) return recordsNewTrace(ownTraceId) ? NEW_TRACE_RECORDED : undefined
-      const decided = sampler.shouldSample(parent, trace.getSpanContext(parent)?.traceId ?? '', '', SpanKind.SERVER, {}, [])
+      const decided = sampler.shouldSample(
+        parent,
+        trace.getSpanContext(parent)?.traceId ?? '',
+        '',
+        SpanKind.SERVER,
+        {},
+        []
+      )
       return decided.decision === SamplingDecision.NOT_RECORD ? undefined : parent.setValue(DECIDED, decided)
     },
-    get pending () { return state.pending },
+    get pending () {
+      return state.pending
+    },
     shutdown: async (timeoutMs) => {
       let timer: NodeJS.Timeout | undefined
-      const bound = new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs) })
+      const bound = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs)
+      })
       try {
         await Promise.race([provider.shutdown().catch(() => {}), bound])
       } finally {
@@ -142,11 +189,23 @@ class GivenTraceIds implements IdGenerator {
 class DecidedFirst implements Sampler {
   constructor (readonly inner: Sampler) {}
 
-  shouldSample (context: Context, traceId: string, name: string, kind: SpanKind, attributes: Attributes, links: Link[]): SamplingResult {
-    return (context.getValue(DECIDED) as SamplingResult | undefined) ?? this.inner.shouldSample(context, traceId, name, kind, attributes, links)
+  shouldSample (
+    context: Context,
+    traceId: string,
+    name: string,
+    kind: SpanKind,
+    attributes: Attributes,
+    links: Link[]
+  ): SamplingResult {
+    return (
+      (context.getValue(DECIDED) as SamplingResult | undefined) ??
+      this.inner.shouldSample(context, traceId, name, kind, attributes, links)
+    )
   }
 
-  toString (): string { return this.inner.toString() }
+  toString (): string {
+    return this.inner.toString()
+  }
 }
 
 /**
@@ -159,12 +218,18 @@ class DecidedFirst implements Sampler {
 function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
   switch (settings.sampler) {
-    case 'always_on': return new AlwaysOnSampler()
-    case 'always_off': return new AlwaysOffSampler()
-    case 'traceidratio': return followCaller ? new ParentBasedSampler({ root: ratio }) : ratio
-    case 'parentbased_always_on': return new ParentBasedSampler({ root: new AlwaysOnSampler() })
-    case 'parentbased_always_off': return new ParentBasedSampler({ root: new AlwaysOffSampler() })
-    case 'parentbased_traceidratio': return new ParentBasedSampler({ root: ratio })
+    case 'always_on':
+      return new AlwaysOnSampler()
+    case 'always_off':
+      return new AlwaysOffSampler()
+    case 'traceidratio':
+      return followCaller ? new ParentBasedSampler({ root: ratio }) : ratio
+    case 'parentbased_always_on':
+      return new ParentBasedSampler({ root: new AlwaysOnSampler() })
+    case 'parentbased_always_off':
+      return new ParentBasedSampler({ root: new AlwaysOffSampler() })
+    case 'parentbased_traceidratio':
+      return new ParentBasedSampler({ root: ratio })
   }
 }
 
@@ -181,25 +246,35 @@ function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
 function newTraceDecision (settings: TracingSettings): (ownTraceId: string | undefined) => boolean {
   switch (settings.sampler) {
     case 'always_on':
-    case 'parentbased_always_on': return () => true
+    case 'parentbased_always_on':
+      return () => true
     case 'always_off':
-    case 'parentbased_always_off': return () => false
+    case 'parentbased_always_off':
+      return () => false
     case 'traceidratio':
     case 'parentbased_traceidratio': {
       const ratio = settings.ratio
       const byId = new TraceIdRatioBasedSampler(ratio)
-      return (id) => id === undefined
-        ? Math.random() < ratio
-        : byId.shouldSample(ROOT_CONTEXT, id).decision !== SamplingDecision.NOT_RECORD
+      return (id) =>
+        id === undefined
+          ? Math.random() < ratio
+          : byId.shouldSample(ROOT_CONTEXT, id).decision !== SamplingDecision.NOT_RECORD
     }
   }
 }
 
-interface Pending { pending: number, onDropped: (count: number) => void }
+interface Pending {
+  pending: number
+  onDropped: (count: number) => void
+}
 
 /** The gate in front of the batch processor: past `max` spans held, a span is dropped and counted. */
 class BoundedSpanProcessor implements SpanProcessor {
-  constructor (readonly inner: SpanProcessor, readonly max: number, readonly state: Pending) {}
+  constructor (
+    readonly inner: SpanProcessor,
+    readonly max: number,
+    readonly state: Pending
+  ) {}
 
   onStart (_span: SdkSpan, _parent: Context): void {}
 
@@ -213,8 +288,13 @@ class BoundedSpanProcessor implements SpanProcessor {
     this.inner.onEnd(span)
   }
 
-  async forceFlush (): Promise<void> { await this.inner.forceFlush() }
-  async shutdown (): Promise<void> { await this.inner.shutdown() }
+  async forceFlush (): Promise<void> {
+    await this.inner.forceFlush()
+  }
+
+  async shutdown (): Promise<void> {
+    await this.inner.shutdown()
+  }
 }
 
 /** After a failed export, batches are dropped without an attempt for this long, doubling up to BACKOFF_MAX_MS. */
@@ -232,7 +312,10 @@ class CountingExporter implements SpanExporter {
   #backoffMs = 0
   #resumeAt = 0
 
-  constructor (readonly inner: SpanExporter, readonly state: Pending) {}
+  constructor (
+    readonly inner: SpanExporter,
+    readonly state: Pending
+  ) {}
 
   export (spans: ReadableSpan[], done: (result: ExportResult) => void): void {
     if (this.#backoffMs !== 0 && performance.now() < this.#resumeAt) {
@@ -264,5 +347,7 @@ class CountingExporter implements SpanExporter {
     await this.inner.shutdown()
   }
 
-  async forceFlush (): Promise<void> { await this.inner.forceFlush?.() }
+  async forceFlush (): Promise<void> {
+    await this.inner.forceFlush?.()
+  }
 }

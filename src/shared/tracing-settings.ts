@@ -5,7 +5,13 @@
  */
 import type { OtelEnv } from '../../schemas/env.js'
 
-export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio'
+export type SamplerName =
+  | 'always_on' |
+  'always_off' |
+  'traceidratio' |
+  'parentbased_always_on' |
+  'parentbased_always_off' |
+  'parentbased_traceidratio'
 
 export interface TracingSettings {
   /** The OTLP/HTTP traces URL (…/v1/traces). */
@@ -20,8 +26,7 @@ export interface TracingSettings {
 }
 
 export type TracingSettingsResult =
-  | { readonly ok: true, readonly value: TracingSettings | undefined }
-  | { readonly ok: false, readonly message: string }
+  { readonly ok: true; readonly value: TracingSettings | undefined } | { readonly ok: false; readonly message: string }
 
 /** DECISIONS 29: 1% of new traces; a parent's decision is followed. */
 export const DEFAULT_SAMPLING_RATIO = 0.01
@@ -30,7 +35,12 @@ export const DEFAULT_SAMPLING_RATIO = 0.01
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 
 /** The exporter's variables this process reads itself (OtelEnv); every other one that reaches traces is refused. */
-const SUPPORTED_OTLP = new Set(['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_EXPORTER_OTLP_HEADERS', 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'])
+const SUPPORTED_OTLP = new Set([
+  'OTEL_EXPORTER_OTLP_ENDPOINT',
+  'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
+  'OTEL_EXPORTER_OTLP_HEADERS',
+  'OTEL_EXPORTER_OTLP_TRACES_HEADERS'
+])
 /** Read by the OTLP exporter from process.env behind our back (the others' signals are not). */
 const READ_BY_EXPORTER = /^OTEL_EXPORTER_OTLP_(?!METRICS_|LOGS_)[A-Z_]+$/
 
@@ -42,16 +52,39 @@ const READ_BY_EXPORTER = /^OTEL_EXPORTER_OTLP_(?!METRICS_|LOGS_)[A-Z_]+$/
  * compression, timeout, certificates...): those are refused, since a value
  * the exporter cannot use would be dropped without a word.
  */
-export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string, raw: Readonly<Record<string, string | undefined>> = {}): TracingSettingsResult {
-  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined ? undefined : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`)
+export function tracingSettingsOf (
+  env: OtelEnv,
+  defaultServiceName: string,
+  raw: Readonly<Record<string, string | undefined>> = {}
+): TracingSettingsResult {
+  const url =
+    env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
+    (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined
+      ? undefined
+      : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`)
   if (url === undefined) return { ok: true, value: undefined }
-  const endpointName = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined ? 'OTEL_EXPORTER_OTLP_ENDPOINT' : 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'
-  if (!URL.canParse(url)) return { ok: false, message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318` }
+  const endpointName =
+    env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
+      ? 'OTEL_EXPORTER_OTLP_ENDPOINT'
+      : 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'
+  if (!URL.canParse(url)) {
+    return {
+      ok: false,
+      message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318`
+    }
+  }
 
-  const unsupported = Object.keys(raw).sort().find((name) => READ_BY_EXPORTER.test(name) && !SUPPORTED_OTLP.has(name) && raw[name] !== undefined && raw[name] !== '')
+  const unsupported = Object.keys(raw)
+    .sort()
+    .find(
+      (name) => READ_BY_EXPORTER.test(name) && !SUPPORTED_OTLP.has(name) && raw[name] !== undefined && raw[name] !== ''
+    )
   if (unsupported !== undefined) {
     // Named, never quoted: it may be a key or a header.
-    return { ok: false, message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)` }
+    return {
+      ok: false,
+      message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)`
+    }
   }
 
   const headers: Record<string, string> = {}
@@ -59,18 +92,27 @@ export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string, raw
     const list = keyValues(env[name])
     if (!list.ok) {
       // The values are credentials: the message names the entry by position only.
-      return { ok: false, message: `${name} is invalid: entry ${list.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+      return {
+        ok: false,
+        message: `${name} is invalid: entry ${list.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc`
+      }
     }
     const badHeader = Object.keys(list.value).findIndex((key) => !TOKEN.test(key))
     if (badHeader !== -1) {
-      return { ok: false, message: `${name} is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc` }
+      return {
+        ok: false,
+        message: `${name} is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc`
+      }
     }
     // The OpenTelemetry specification: the signal's own list wins, header by header.
     Object.assign(headers, list.value)
   }
   const resource = keyValues(env.OTEL_RESOURCE_ATTRIBUTES)
   if (!resource.ok) {
-    return { ok: false, message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production` }
+    return {
+      ok: false,
+      message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production`
+    }
   }
   const ratio = env.OTEL_TRACES_SAMPLER_ARG === undefined ? DEFAULT_SAMPLING_RATIO : Number(env.OTEL_TRACES_SAMPLER_ARG)
   // The OpenTelemetry specification: OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
@@ -89,7 +131,9 @@ export function tracingSettingsOf (env: OtelEnv, defaultServiceName: string, raw
 }
 
 /** The W3C Baggage-like list the OpenTelemetry specification uses for both variables. */
-function keyValues (text: string | undefined): { ok: true, value: Record<string, string> } | { ok: false, entry: number } {
+function keyValues (
+  text: string | undefined
+): { ok: true; value: Record<string, string> } | { ok: false; entry: number } {
   const value: Record<string, string> = {}
   if (text === undefined) return { ok: true, value }
   const entries = text.split(',')

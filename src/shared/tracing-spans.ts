@@ -3,10 +3,26 @@
  * and the reference engine: light enough to import when tracing is off (the
  * OpenTelemetry API and the W3C parser, never the SDK: see tracing-sdk.ts).
  */
-import { createContextKey, ROOT_CONTEXT, SamplingDecision, SpanKind, trace, type Attributes, type Context, type SamplingResult, type Span, type Tracer } from '@opentelemetry/api'
+import {
+  createContextKey,
+  ROOT_CONTEXT,
+  SamplingDecision,
+  SpanKind,
+  trace,
+  type Attributes,
+  type Context,
+  type SamplingResult,
+  type Span,
+  type Tracer
+} from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions'
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE
+} from '@opentelemetry/semantic-conventions'
 
 /**
  * The parent of a server span: the client's `traceparent` when valid
@@ -19,10 +35,20 @@ export function remoteParent (header: string | string[] | undefined): Context {
 }
 
 /** A server span as the HTTP semantic conventions name it: `{method} {route}`. */
-export function startServerSpan (tracer: Tracer, method: string, route: string | undefined, parent: Context, attributes: Attributes = {}): Span {
+export function startServerSpan (
+  tracer: Tracer,
+  method: string,
+  route: string | undefined,
+  parent: Context,
+  attributes: Attributes = {}
+): Span {
   attributes[ATTR_HTTP_REQUEST_METHOD] = method
   if (route !== undefined) attributes[ATTR_HTTP_ROUTE] = route
-  return tracer.startSpan(route === undefined ? method : `${method} ${route}`, { kind: SpanKind.SERVER, attributes }, parent)
+  return tracer.startSpan(
+    route === undefined ? method : `${method} ${route}`,
+    { kind: SpanKind.SERVER, attributes },
+    parent
+  )
 }
 
 /** The answer's status; a 5xx marks the span failed (a 4xx is the client's, per the conventions). */
@@ -48,7 +74,12 @@ type SpannedRequest = FastifyRequest & { [kSpan]?: Span }
  */
 export function traceRequests (app: FastifyInstance, tracer: Tracer): void {
   app.addHook('onRequest', (request, _reply, done) => {
-    (request as SpannedRequest)[kSpan] = startServerSpan(tracer, request.method, request.routeOptions.url, remoteParent(request.headers.traceparent))
+    ;(request as SpannedRequest)[kSpan] = startServerSpan(
+      tracer,
+      request.method,
+      request.routeOptions.url,
+      remoteParent(request.headers.traceparent)
+    )
     done()
   })
   app.addHook('onResponse', (request, reply, done) => {

@@ -22,7 +22,14 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
     machine: Record<string, unknown>
     options: Record<string, unknown>
     uploadTime: Array<Record<string, unknown>>
-    memory: { goal: unknown, gatewayGrowthMb: unknown, met: unknown, atReady?: { gatewayMb?: unknown, engineMb?: unknown }, gatewayHwmOverReadyMb: unknown, phases: Array<Record<string, unknown>> }
+    memory: {
+      goal: unknown
+      gatewayGrowthMb: unknown
+      met: unknown
+      atReady?: { gatewayMb?: unknown; engineMb?: unknown }
+      gatewayHwmOverReadyMb: unknown
+      phases: Array<Record<string, unknown>>
+    }
   }>(t, UPLOAD, ['--rounds', '1', '--uploads', '1', '--warmup', '0', '--concurrency', '2', '--waves', '1'], 110_000)
   t.equal(run.code, 0, run.code === 0 ? 'bench exits 0' : `bench exits 0, stderr:\n${run.stderr}`)
   const report = run.report!
@@ -30,15 +37,26 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
   t.ok(isCount(report.machine.cpus), 'machine.cpus')
   t.equal(typeof report.machine.node, 'string', 'machine.node')
   t.ok(!Number.isNaN(Date.parse(String(report.machine.date))), 'machine.date')
-  t.match(report.options, { rounds: 1, uploads: 1, warmup: 0, concurrency: 2, waves: 1 }, 'options echo the command line')
+  t.match(
+    report.options,
+    { rounds: 1, uploads: 1, warmup: 0, concurrency: 2, waves: 1 },
+    'options echo the command line'
+  )
 
-  t.same(report.uploadTime.map((s) => s.label), ['1 MiB', '10 MiB'], 'both sizes are timed')
+  t.same(
+    report.uploadTime.map((s) => s.label),
+    ['1 MiB', '10 MiB'],
+    'both sizes are timed'
+  )
   for (const size of report.uploadTime) {
     const label = String(size.label)
     t.ok(isCount(size.bytes), `${label}: bytes`)
     for (const target of NGINX ? ['direct', 'nginx', 'gateway'] : ['direct', 'gateway']) {
-      const side = size[target] as { medianMs: unknown, rounds: Array<Record<string, unknown>> }
-      t.ok(side !== undefined && Array.isArray(side.rounds) && side.rounds.length === 1, `${label} ${target}: one round`)
+      const side = size[target] as { medianMs: unknown; rounds: Array<Record<string, unknown>> }
+      t.ok(
+        side !== undefined && Array.isArray(side.rounds) && side.rounds.length === 1,
+        `${label} ${target}: one round`
+      )
       t.ok(side.medianMs === null || typeof side.medianMs === 'number', `${label} ${target}: medianMs`)
       t.ok(isCount(side.rounds[0]?.uploads) && isCount(side.rounds[0]?.failures), `${label} ${target}: round counts`)
     }
@@ -57,10 +75,20 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
 
   t.equal(typeof report.memory.goal, 'string', 'memory.goal')
   t.equal(typeof report.memory.met, 'boolean', 'memory.met')
-  t.ok(report.memory.gatewayGrowthMb === null || typeof report.memory.gatewayGrowthMb === 'number', 'memory.gatewayGrowthMb')
+  t.ok(
+    report.memory.gatewayGrowthMb === null || typeof report.memory.gatewayGrowthMb === 'number',
+    'memory.gatewayGrowthMb'
+  )
   t.ok(isNumber(report.memory.atReady?.gatewayMb) && isNumber(report.memory.atReady?.engineMb), 'memory.atReady')
-  t.ok(report.memory.gatewayHwmOverReadyMb === null || typeof report.memory.gatewayHwmOverReadyMb === 'number', 'memory.gatewayHwmOverReadyMb')
-  t.same(report.memory.phases.map((p) => p.via), ['gateway', 'direct'], 'memory phases: through the gateway, then straight to the engine')
+  t.ok(
+    report.memory.gatewayHwmOverReadyMb === null || typeof report.memory.gatewayHwmOverReadyMb === 'number',
+    'memory.gatewayHwmOverReadyMb'
+  )
+  t.same(
+    report.memory.phases.map((p) => p.via),
+    ['gateway', 'direct'],
+    'memory phases: through the gateway, then straight to the engine'
+  )
   for (const phase of report.memory.phases) {
     const via = String(phase.via)
     t.match(phase, { concurrency: 2, waves: 1 }, `${via}: phase options`)
@@ -68,7 +96,11 @@ t.test('upload bench: a minimal run writes a complete JSON report', { skip }, as
     t.equal(phase.failures, 0, `${via}: no failed upload`)
     t.ok(Array.isArray(phase.waveMs) && (phase.waveMs as unknown[]).length === 1, `${via}: one wave`)
     const processes = phase.processes as Array<Record<string, unknown>>
-    t.same(processes.map((p) => p.process), via === 'gateway' ? ['gateway', 'engine'] : ['engine'], `${via}: processes watched`)
+    t.same(
+      processes.map((p) => p.process),
+      via === 'gateway' ? ['gateway', 'engine'] : ['engine'],
+      `${via}: processes watched`
+    )
     for (const p of processes) {
       for (const field of ['baselineMb', 'peakMb', 'growthMb', 'hwmBeforeMb', 'hwmAfterMb']) {
         t.ok(p[field] === null || isNumber(p[field]), `${via} ${String(p.process)}.${field}`)

@@ -24,7 +24,12 @@ export const isCount = (v: unknown): boolean => typeof v === 'number' && Number.
 export const isFigure = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v) && v >= 0
 export const isNumber = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v)
 
-export interface BenchRun<T> { code: number | null, stdout: string, stderr: string, report: T | undefined }
+export interface BenchRun<T> {
+  code: number | null
+  stdout: string
+  stderr: string
+  report: T | undefined
+}
 
 /**
  * Run `script args... --json <tmp>` and parse the report. tap records
@@ -32,7 +37,12 @@ export interface BenchRun<T> { code: number | null, stdout: string, stderr: stri
  * and in every process the script starts (inherited, not overridden), so
  * tooling does not count against the thresholds.
  */
-export async function runBench<T> (t: { teardown: (fn: () => unknown) => void }, script: string, args: string[], timeoutMs: number): Promise<BenchRun<T>> {
+export async function runBench<T> (
+  t: { teardown: (fn: () => unknown) => void },
+  script: string,
+  args: string[],
+  timeoutMs: number
+): Promise<BenchRun<T>> {
   const dir = await mkdtemp(path.join(tmpdir(), 'bench-smoke-'))
   t.teardown(async () => await rm(dir, { recursive: true, force: true }))
   const out = path.join(dir, 'report.json')
@@ -40,10 +50,13 @@ export async function runBench<T> (t: { teardown: (fn: () => unknown) => void },
   // RATE_LIMIT_PER_MINUTE=0: the smoke runs send thousands of requests with one token.
   const env = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', METRICS_PORT: '0', RATE_LIMIT_PER_MINUTE: '0' }
   const run = await new Promise<Omit<BenchRun<T>, 'report'>>((resolve) => {
-    const child = execFile(process.execPath, [script, ...args, '--json', out],
+    const child = execFile(
+      process.execPath,
+      [script, ...args, '--json', out],
       { cwd: ROOT, env, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
-      (_err, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr }))
+      (_err, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr })
+    )
   })
   const text = await readFile(out, 'utf8').catch(() => undefined)
-  return { ...run, report: text === undefined ? undefined : JSON.parse(text) as T }
+  return { ...run, report: text === undefined ? undefined : (JSON.parse(text) as T) }
 }

@@ -26,7 +26,7 @@ export function requireTool (t: Test, command: string, debianPackage: string, ve
 }
 
 /** Run a tool; its status and combined output. */
-export function run (command: string, args: string[], cwd = ROOT): { status: number | null, output: string } {
+export function run (command: string, args: string[], cwd = ROOT): { status: number | null; output: string } {
   const result = spawnSync(command, args, { cwd, encoding: 'utf8', timeout: 60_000 })
   return { status: result.status, output: `${result.stdout}${result.stderr}` }
 }
@@ -56,17 +56,29 @@ export function alertRules (): AlertRule[] {
   return file.groups.flatMap((group) => group.rules)
 }
 
-interface DashboardPanel { title: string, type: string, targets?: Array<{ expr: string }>, panels?: DashboardPanel[] }
-export interface Dashboard { uid: string, title: string, panels: DashboardPanel[], templating: { list: Array<{ name: string, query?: unknown, definition?: string }> } }
+interface DashboardPanel {
+  title: string
+  type: string
+  targets?: Array<{ expr: string }>
+  panels?: DashboardPanel[]
+}
+export interface Dashboard {
+  uid: string
+  title: string
+  panels: DashboardPanel[]
+  templating: { list: Array<{ name: string; query?: unknown; definition?: string }> }
+}
 
 export function dashboard (): Dashboard {
   return JSON.parse(readFileSync(join(DEPLOY, 'grafana', 'portfolio-gateway.json'), 'utf8')) as Dashboard
 }
 
 /** Every panel's PromQL, with its panel's title. */
-export function dashboardQueries (): Array<{ title: string, expr: string }> {
+export function dashboardQueries (): Array<{ title: string; expr: string }> {
   const flat = (panels: DashboardPanel[]): DashboardPanel[] => panels.flatMap((p) => [p, ...flat(p.panels ?? [])])
-  return flat(dashboard().panels).flatMap((p) => (p.targets ?? []).map((target) => ({ title: p.title, expr: target.expr })))
+  return flat(dashboard().panels).flatMap((p) =>
+    (p.targets ?? []).map((target) => ({ title: p.title, expr: target.expr }))
+  )
 }
 
 /** Grafana's variables replaced by what Prometheus would get, so promtool can parse the query. */
@@ -76,7 +88,8 @@ export function withoutGrafanaVariables (expr: string): string {
 
 /**
  * The metric names a PromQL expression reads: identifiers of the gateway's own
- * families, the reference engine's (portfolio_engine_) and prom-client's process ones. Labels, functions and keywords never
+ * families, the reference engine's (portfolio_engine_) and prom-client's process ones. Labels, functions and keywords
+ * never
  * start with these prefixes. `up` is Prometheus's own (per target), never scraped.
  */
 export function metricNames (expr: string): string[] {

@@ -8,8 +8,8 @@ import { PNG_IMAGE } from '../../fixtures/images.js'
 
 /** `name` undefined: a part whose Content-Disposition has no name; a text part may declare a content type. */
 export type MultipartPart =
-  | { name: string | undefined, value: string, contentType?: string }
-  | { name: string | undefined, filename: string, contentType: string, data: Buffer }
+  | { name: string | undefined, value: string, contentType?: string } |
+  { name: string | undefined, filename: string, contentType: string, data: Buffer }
 
 const CRLF = '\r\n'
 

@@ -33,13 +33,24 @@ export function valueOf (samples: Sample[], name: string, labels: Record<string,
 }
 
 /** GET /metrics and parse it. */
-export async function scrape (metricsUrl: string): Promise<{ status: number, contentType: string, samples: Sample[], text: string }> {
+export async function scrape (
+  metricsUrl: string
+): Promise<{ status: number; contentType: string; samples: Sample[]; text: string }> {
   const res = await request(`${metricsUrl}/metrics`)
   const text = await res.body.text()
-  return { status: res.statusCode, contentType: String(res.headers['content-type']), samples: res.statusCode === 200 ? parseExposition(text) : [], text }
+  return {
+    status: res.statusCode,
+    contentType: String(res.headers['content-type']),
+    samples: res.statusCode === 200 ? parseExposition(text) : [],
+    text
+  }
 }
 
 /** One sample of an app's registry, read as a scrape would (no listener needed). */
-export async function metricOf (metrics: { scrape: () => Promise<{ body: string }> }, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
+export async function metricOf (
+  metrics: { scrape: () => Promise<{ body: string }> },
+  name: string,
+  labels: Record<string, string> = {}
+): Promise<number | undefined> {
   return valueOf(parseExposition((await metrics.scrape()).body), name, labels)
 }

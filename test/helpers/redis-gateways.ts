@@ -25,21 +25,38 @@ export interface Answer {
 // Short keep-alive, so teardown never waits on an idle socket.
 const dispatcher = new Agent({ keepAliveTimeout: 1_000, keepAliveMaxTimeout: 1_000 })
 
-export async function call (url: string, opts: { method?: 'GET' | 'POST', headers?: Record<string, string>, body?: string | Buffer } = {}): Promise<Answer> {
-  const res = await request(url, { dispatcher, method: opts.method ?? 'GET', headers: opts.headers ?? {}, body: opts.body ?? null })
+export async function call (
+  url: string,
+  opts: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string | Buffer } = {}
+): Promise<Answer> {
+  const res = await request(url, {
+    dispatcher,
+    method: opts.method ?? 'GET',
+    headers: opts.headers ?? {},
+    body: opts.body ?? null
+  })
   const text = await res.body.text()
   let json: unknown
-  try { json = JSON.parse(text) } catch { json = undefined }
+  try {
+    json = JSON.parse(text)
+  } catch {
+    json = undefined
+  }
   return { status: res.statusCode, headers: res.headers, text, json }
 }
 
-export const ping = (url: string, token = hs256()): Promise<Answer> => call(`${url}/api/portfolio/ping`, { headers: bearer(token) })
+export const ping = (url: string, token = hs256()): Promise<Answer> =>
+  call(`${url}/api/portfolio/ping`, { headers: bearer(token) })
 
-export function update (url: string, body: unknown, opts: { key?: string, token?: string } = {}): Promise<Answer> {
+export function update (url: string, body: unknown, opts: { key?: string; token?: string } = {}): Promise<Answer> {
   return call(`${url}/api/portfolio/update`, {
     method: 'POST',
     body: JSON.stringify(body),
-    headers: { ...bearer(opts.token ?? hs256()), 'content-type': 'application/json', ...(opts.key === undefined ? {} : { 'idempotency-key': opts.key }) }
+    headers: {
+      ...bearer(opts.token ?? hs256()),
+      'content-type': 'application/json',
+      ...(opts.key === undefined ? {} : { 'idempotency-key': opts.key })
+    }
   })
 }
 
@@ -47,12 +64,24 @@ const png = readFileSync(PNG_IMAGE)
 
 /** A create with a small PNG; `name` changes the request (a reused key with another name is a 422). */
 export function create (url: string, key: string, token = hs256(), name = 'Alpha'): Promise<Answer> {
-  const form = multipartBody([{ name: 'name', value: name }, { name: 'type', value: 'PORTFOLIO' }, { name: 'image', filename: 'a.png', contentType: 'image/png', data: png }])
-  return call(`${url}/api/portfolio/create`, { method: 'POST', body: form.body, headers: { ...bearer(token), 'content-type': form.contentType, 'idempotency-key': key } })
+  const form = multipartBody([
+    { name: 'name', value: name },
+    { name: 'type', value: 'PORTFOLIO' },
+    { name: 'image', filename: 'a.png', contentType: 'image/png', data: png }
+  ])
+  return call(`${url}/api/portfolio/create`, {
+    method: 'POST',
+    body: form.body,
+    headers: { ...bearer(token), 'content-type': form.contentType, 'idempotency-key': key }
+  })
 }
 
 /** Call until `done` holds (the gateway connects to Redis in the background), at most `ms`. */
-export async function until (attempt: () => Promise<Answer>, done: (a: Answer) => boolean, ms = 15_000): Promise<Answer> {
+export async function until (
+  attempt: () => Promise<Answer>,
+  done: (a: Answer) => boolean,
+  ms = 15_000
+): Promise<Answer> {
   const deadline = Date.now() + ms
   for (;;) {
     const answer = await attempt()
@@ -74,7 +103,12 @@ export async function waitUntil (what: string, check: () => boolean, ms = 20_000
 export async function within<T> (promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   try {
-    return await Promise.race([promise, new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms) })])
+    return await Promise.race([
+      promise,
+      new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
+      })
+    ])
   } finally {
     clearTimeout(timer)
   }
@@ -89,7 +123,13 @@ export async function startEngineProcess (t: Test): Promise<Proc> {
   const imageDir = mkdtempSync(join(tmpdir(), 'redis-topology-engine-'))
   t.teardown(() => rmSync(imageDir, { recursive: true, force: true }))
   const port = await freePort()
-  return await startProcess(t, ENGINE_SCRIPT, { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }, port, /portfolio engine ready/)
+  return await startProcess(
+    t,
+    ENGINE_SCRIPT,
+    { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir },
+    port,
+    /portfolio engine ready/
+  )
 }
 
 export interface Gateway extends Proc {
@@ -108,12 +148,23 @@ export async function startGateway (t: Test, engineUrl: string, env: Record<stri
     const port = await freePort()
     const metricsPort = await freePort()
     try {
-      const proc = await startProcess(t, GATEWAY_SCRIPT, {
-        PORT: String(port), HOST: '127.0.0.1', METRICS_PORT: String(metricsPort), JWT_SECRET: SECRET, UPSTREAM_URL: engineUrl, LOG_LEVEL: 'info',
-        // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
-        SHED_EVENT_LOOP_DELAY_MS: '0',
-        ...env
-      }, port, /gateway ready/)
+      const proc = await startProcess(
+        t,
+        GATEWAY_SCRIPT,
+        {
+          PORT: String(port),
+          HOST: '127.0.0.1',
+          METRICS_PORT: String(metricsPort),
+          JWT_SECRET: SECRET,
+          UPSTREAM_URL: engineUrl,
+          LOG_LEVEL: 'info',
+          // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
+          SHED_EVENT_LOOP_DELAY_MS: '0',
+          ...env
+        },
+        port,
+        /gateway ready/
+      )
       return Object.assign(proc, { metricsUrl: `http://127.0.0.1:${metricsPort}` })
     } catch (err) {
       if (attempt >= 3 || !/already in use|EADDRINUSE/.test(String((err as Error).message))) throw err
@@ -129,6 +180,9 @@ export async function startGateway (t: Test, engineUrl: string, env: Record<stri
 export async function untilStoring (gw: Gateway, token = hs256({ sub: 'readiness' })): Promise<void> {
   await gw.waitFor(/"msg":"redis connected"/)
   let n = 0
-  const answer = await until(() => update(gw.url, validUpdate(), { key: `ready-${n++}`, token }), (a) => a.status !== 503)
+  const answer = await until(
+    () => update(gw.url, validUpdate(), { key: `ready-${n++}`, token }),
+    (a) => a.status !== 503
+  )
   if (answer.status === 503) throw new Error(`gateway ${gw.url} never reached Redis:\n${gw.out()}`)
 }

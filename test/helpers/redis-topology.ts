@@ -21,12 +21,20 @@ const WAIT_MS = 20_000
 export type Tool = 'redis-server' | 'redis-sentinel' | 'redis-cli' | 'openssl'
 
 /** Which Debian package brings each tool. */
-const PACKAGE: Record<Tool, string> = { 'redis-server': 'redis-server', 'redis-sentinel': 'redis-sentinel', 'redis-cli': 'redis-tools', openssl: 'openssl' }
+const PACKAGE: Record<Tool, string> = {
+  'redis-server': 'redis-server',
+  'redis-sentinel': 'redis-sentinel',
+  'redis-cli': 'redis-tools',
+  openssl: 'openssl'
+}
 
 export function missingTools (tools: readonly Tool[]): Tool[] {
-  return tools.filter((tool) => spawnSync(tool, ['--version'], { stdio: 'ignore' }).status !== 0 &&
-    // openssl answers `version`, not `--version`.
-    !(tool === 'openssl' && spawnSync(tool, ['version'], { stdio: 'ignore' }).status === 0))
+  return tools.filter(
+    (tool) =>
+      spawnSync(tool, ['--version'], { stdio: 'ignore' }).status !== 0 &&
+      // openssl answers `version`, not `--version`.
+      !(tool === 'openssl' && spawnSync(tool, ['version'], { stdio: 'ignore' }).status === 0)
+  )
 }
 
 /**
@@ -61,7 +69,14 @@ export interface Daemon {
 }
 
 /** Start `command args` and resolve once its log says `ready`. It logs to stdout (Redis's default). */
-async function daemon (t: Test, name: string, command: string, args: string[], port: number, ready: RegExp): Promise<Daemon> {
+async function daemon (
+  t: Test,
+  name: string,
+  command: string,
+  args: string[],
+  port: number,
+  ready: RegExp
+): Promise<Daemon> {
   const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   const waiters = new Set<() => void>()
@@ -104,15 +119,27 @@ async function daemon (t: Test, name: string, command: string, args: string[], p
 }
 
 /** redis-server's common flags: loopback, nothing persisted, files in `dir`. */
-const serverArgs = (port: number, dir: string): string[] =>
-  ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir]
+const serverArgs = (port: number, dir: string): string[] => [
+  '--port',
+  String(port),
+  '--bind',
+  '127.0.0.1',
+  '--save',
+  '',
+  '--appendonly',
+  'no',
+  '--dir',
+  dir
+]
 
 const READY = /Ready to accept connections/
 
 /** A client for probing a node; disconnected in teardown. */
-export function probe (t: Test, port: number, opts: { ca?: string, password?: string } = {}): Redis {
+export function probe (t: Test, port: number, opts: { ca?: string; password?: string } = {}): Redis {
   const client = new Redis({
-    host: '127.0.0.1', port, maxRetriesPerRequest: 1,
+    host: '127.0.0.1',
+    port,
+    maxRetriesPerRequest: 1,
     ...(opts.ca === undefined ? {} : { tls: { ca: opts.ca } }),
     ...(opts.password === undefined ? {} : { password: opts.password })
   })
@@ -147,7 +174,7 @@ export interface SentinelSetup {
    * any sentinel publishes, and the new master's address. Subscribed at
    * setup, so an announcement is never missed.
    */
-  switched: Promise<{ at: number, address: string }>
+  switched: Promise<{ at: number; address: string }>
 }
 
 /**
@@ -160,37 +187,73 @@ export async function startSentinels (t: Test, opts: { password?: string } = {})
   const dir = tempDir(t, 'redis-sentinel-')
   const auth = opts.password === undefined ? [] : ['--requirepass', opts.password, '--masterauth', opts.password]
   const primaryPort = await freePort()
-  const primary = await daemon(t, 'primary', 'redis-server', [...serverArgs(primaryPort, dir), '--dbfilename', 'primary.rdb', ...auth], primaryPort, READY)
+  const primary = await daemon(
+    t,
+    'primary',
+    'redis-server',
+    [...serverArgs(primaryPort, dir), '--dbfilename', 'primary.rdb', ...auth],
+    primaryPort,
+    READY
+  )
   const replicaPort = await freePort()
-  const replica = await daemon(t, 'replica', 'redis-server', [...serverArgs(replicaPort, dir), '--dbfilename', 'replica.rdb', '--replicaof', '127.0.0.1', String(primaryPort), ...auth], replicaPort, READY)
+  const replica = await daemon(
+    t,
+    'replica',
+    'redis-server',
+    [
+      ...serverArgs(replicaPort, dir),
+      '--dbfilename',
+      'replica.rdb',
+      '--replicaof',
+      '127.0.0.1',
+      String(primaryPort),
+      ...auth
+    ],
+    replicaPort,
+    READY
+  )
   await replica.waitFor(/MASTER <-> REPLICA sync: Finished with success/)
 
   const ports = [await freePort(), await freePort(), await freePort()]
-  const sentinels = await Promise.all(ports.map(async (port, i) => {
-    // Sentinel rewrites its file: one each, writable.
-    const file = join(dir, `sentinel-${i}.conf`)
-    writeFileSync(file, [
-      `port ${port}`,
-      'bind 127.0.0.1',
-      `dir ${dir}`,
-      `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
-      `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
-      `sentinel failover-timeout ${MASTER_NAME} 5000`,
-      `sentinel parallel-syncs ${MASTER_NAME} 1`,
-      ...(opts.password === undefined ? [] : [`sentinel auth-pass ${MASTER_NAME} ${opts.password}`]),
-      ''
-    ].join('\n'))
-    return await daemon(t, `sentinel ${i}`, 'redis-sentinel', [file], port, new RegExp(`\\+monitor master ${MASTER_NAME} `))
-  }))
+  const sentinels = await Promise.all(
+    ports.map(async (port, i) => {
+      // Sentinel rewrites its file: one each, writable.
+      const file = join(dir, `sentinel-${i}.conf`)
+      writeFileSync(
+        file,
+        [
+          `port ${port}`,
+          'bind 127.0.0.1',
+          `dir ${dir}`,
+          `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
+          `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
+          `sentinel failover-timeout ${MASTER_NAME} 5000`,
+          `sentinel parallel-syncs ${MASTER_NAME} 1`,
+          ...(opts.password === undefined ? [] : [`sentinel auth-pass ${MASTER_NAME} ${opts.password}`]),
+          ''
+        ].join('\n')
+      )
+      return await daemon(
+        t,
+        `sentinel ${i}`,
+        'redis-sentinel',
+        [file],
+        port,
+        new RegExp(`\\+monitor master ${MASTER_NAME} `)
+      )
+    })
+  )
   // Each learns the replica from the primary's INFO and the others from hello messages.
-  await Promise.all(sentinels.map(async (s) => {
-    await s.waitFor(/\+slave slave 127\.0\.0\.1:/)
-    await s.waitFor(/\+sentinel sentinel /, 2)
-  }))
+  await Promise.all(
+    sentinels.map(async (s) => {
+      await s.waitFor(/\+slave slave 127\.0\.0\.1:/)
+      await s.waitFor(/\+sentinel sentinel /, 2)
+    })
+  )
 
   const clients = sentinels.map((s) => probe(t, s.port))
   const subscribers = sentinels.map((s) => probe(t, s.port))
-  const switched = new Promise<{ at: number, address: string }>((resolve) => {
+  const switched = new Promise<{ at: number; address: string }>((resolve) => {
     for (const sub of subscribers) {
       sub.on('message', (_channel: string, message: string) => {
         // "<name> <old-ip> <old-port> <new-ip> <new-port>"
@@ -207,7 +270,10 @@ export async function startSentinels (t: Test, opts: { password?: string } = {})
     sentinels,
     sentinelList: ports.map((p) => `127.0.0.1:${p}`).join(','),
     masterAddress: async (i = 0) => {
-      const [host, port] = await clients[i]!.call('SENTINEL', 'get-master-addr-by-name', MASTER_NAME) as [string, string]
+      const [host, port] = (await clients[i]!.call('SENTINEL', 'get-master-addr-by-name', MASTER_NAME)) as [
+        string,
+        string
+      ]
       return `${host}:${port}`
     },
     switched
@@ -260,41 +326,80 @@ export async function startCluster (t: Test, opts: { empty?: boolean } = {}): Pr
   while (ports.length < count * 2) ports.push(await freePort())
   const [clientPorts, busList] = [ports.slice(0, count), ports.slice(count)]
   const busPorts = new Map(clientPorts.map((port, i) => [port, busList[i]!]))
-  const started = await Promise.all(clientPorts.map(async (port, i) => {
-    const bus = busPorts.get(port)!
-    return await daemon(t, `cluster node ${i}`, 'redis-server', [
-      ...serverArgs(port, dir), '--dbfilename', `node-${i}.rdb`,
-      '--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${i}.conf`), '--cluster-port', String(bus),
-      '--cluster-node-timeout', '5000',
-      // The empty node stays a primary when a slot moved onto it is moved away again (Redis 7 would make it a replica).
-      ...(i === 3 ? ['--cluster-allow-replica-migration', 'no'] : [])
-    ], port, READY)
-  }))
-  const created = spawnSync('redis-cli', ['--cluster', 'create', ...started.slice(0, 3).map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { encoding: 'utf8', timeout: WAIT_MS })
-  if (created.status !== 0 || !created.stdout.includes('All 16384 slots covered')) throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`)
-  const all: ClusterNode[] = await Promise.all(started.map(async (n) => {
-    const client = probe(t, n.port)
-    return Object.assign(n, { client, id: await client.call('CLUSTER', 'MYID') as string })
-  }))
+  const started = await Promise.all(
+    clientPorts.map(async (port, i) => {
+      const bus = busPorts.get(port)!
+      return await daemon(
+        t,
+        `cluster node ${i}`,
+        'redis-server',
+        [
+          ...serverArgs(port, dir),
+          '--dbfilename',
+          `node-${i}.rdb`,
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          join(dir, `nodes-${i}.conf`),
+          '--cluster-port',
+          String(bus),
+          '--cluster-node-timeout',
+          '5000',
+          // The empty node stays a primary when a slot moved onto it is moved away again (Redis 7 would make it a
+          // replica).
+          ...(i === 3 ? ['--cluster-allow-replica-migration', 'no'] : [])
+        ],
+        port,
+        READY
+      )
+    })
+  )
+  const created = spawnSync(
+    'redis-cli',
+    ['--cluster', 'create', ...started.slice(0, 3).map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'],
+    { encoding: 'utf8', timeout: WAIT_MS }
+  )
+  if (created.status !== 0 || !created.stdout.includes('All 16384 slots covered')) { throw new Error(`redis-cli --cluster create failed:\n${created.stdout}\n${created.stderr}`) }
+  const all: ClusterNode[] = await Promise.all(
+    started.map(async (n) => {
+      const client = probe(t, n.port)
+      return Object.assign(n, { client, id: (await client.call('CLUSTER', 'MYID')) as string })
+    })
+  )
   const nodes = all.slice(0, 3)
   const empty = all[3]
   // The empty node meets the first on its bus port (the free one chosen above, not port + 10000).
-  if (empty !== undefined) await empty.client.call('CLUSTER', 'MEET', '127.0.0.1', nodes[0]!.port, busPorts.get(nodes[0]!.port)!)
-  await Promise.all(all.map((n) => until(`cluster node ${n.port} ok`, async () => {
-    const info = await n.client.call('CLUSTER', 'INFO') as string
-    return info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${all.length}`) && info.includes('cluster_slots_assigned:16384')
-  })))
+  if (empty !== undefined) { await empty.client.call('CLUSTER', 'MEET', '127.0.0.1', nodes[0]!.port, busPorts.get(nodes[0]!.port)!) }
+  await Promise.all(
+    all.map((n) =>
+      until(`cluster node ${n.port} ok`, async () => {
+        const info = (await n.client.call('CLUSTER', 'INFO')) as string
+        return (
+          info.includes('cluster_state:ok') &&
+          info.includes(`cluster_known_nodes:${all.length}`) &&
+          info.includes('cluster_slots_assigned:16384')
+        )
+      })
+    )
+  )
 
-  const slotOf = async (key: string): Promise<number> => await nodes[0]!.client.call('CLUSTER', 'KEYSLOT', key) as number
+  const slotOf = async (key: string): Promise<number> =>
+    (await nodes[0]!.client.call('CLUSTER', 'KEYSLOT', key)) as number
   async function ownerOf (slot: number): Promise<ClusterNode> {
     // CLUSTER SLOTS: [[start, end, [ip, port, id], ...], ...]
-    const ranges = await nodes[0]!.client.call('CLUSTER', 'SLOTS') as Array<[number, number, [string, number, string]]>
+    const ranges = (await nodes[0]!.client.call('CLUSTER', 'SLOTS')) as Array<
+      [number, number, [string, number, string]]
+    >
     const range = ranges.find(([start, end]) => start <= slot && slot <= end)
     const owner = all.find((n) => n.id === range?.[2][2])
     if (owner === undefined) throw new Error(`slot ${slot} has no owner`)
     return owner
   }
-  async function moveSlot (slot: number, to: ClusterNode, between: () => Promise<void> = async () => {}): Promise<{ keysMoved: number }> {
+  async function moveSlot (
+    slot: number,
+    to: ClusterNode,
+    between: () => Promise<void> = async () => {}
+  ): Promise<{ keysMoved: number }> {
     const from = await ownerOf(slot)
     if (from === to) throw new Error(`slot ${slot} is already on ${to.port}`)
     await to.client.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id)
@@ -302,17 +407,24 @@ export async function startCluster (t: Test, opts: { empty?: boolean } = {}): Pr
     await between()
     let keysMoved = 0
     for (;;) {
-      const keys = await from.client.call('CLUSTER', 'GETKEYSINSLOT', slot, 1) as string[]
+      const keys = (await from.client.call('CLUSTER', 'GETKEYSINSLOT', slot, 1)) as string[]
       if (keys.length === 0) break
       await from.client.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5000, 'KEYS', ...keys)
       keysMoved += keys.length
       await between()
     }
     // The target first, so it never refuses the slot's keys; then the others (redis-cli's order).
-    for (const node of [to, from, ...all.filter((n) => n !== to && n !== from)]) await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id)
+    for (const node of [to, from, ...all.filter((n) => n !== to && n !== from)]) { await node.client.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id) }
     return { keysMoved }
   }
-  return { nodes, ...(empty === undefined ? {} : { empty }), nodeList: nodes.map((n) => `127.0.0.1:${n.port}`).join(','), slotOf, ownerOf, moveSlot }
+  return {
+    nodes,
+    ...(empty === undefined ? {} : { empty }),
+    nodeList: nodes.map((n) => `127.0.0.1:${n.port}`).join(','),
+    slotOf,
+    ownerOf,
+    moveSlot
+  }
 }
 
 // ---------------------------------------------------------------- TLS
@@ -329,15 +441,54 @@ export interface TlsFiles {
 /** A CA and a server certificate for 127.0.0.1 and localhost, made with openssl (EC P-256: fast). */
 export function makeCertificates (t: Test): TlsFiles {
   const dir = tempDir(t, 'redis-tls-')
-  const run = (...args: string[]): void => { execFileSync('openssl', args, { cwd: dir, stdio: 'pipe', timeout: WAIT_MS }) }
+  const run = (...args: string[]): void => {
+    execFileSync('openssl', args, { cwd: dir, stdio: 'pipe', timeout: WAIT_MS })
+  }
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
-  run('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=gateway test CA',
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign')
+  run(
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=gateway test CA',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign'
+  )
   run('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost')
   writeFileSync(join(dir, 'server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n')
-  run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.crt', '-days', '2', '-extfile', 'server.ext')
+  run(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.crt',
+    '-days',
+    '2',
+    '-extfile',
+    'server.ext'
+  )
   const caFile = join(dir, 'ca.crt')
-  return { dir, caFile, ca: readFileSync(caFile, 'utf8'), certFile: join(dir, 'server.crt'), keyFile: join(dir, 'server.key') }
+  return {
+    dir,
+    caFile,
+    ca: readFileSync(caFile, 'utf8'),
+    certFile: join(dir, 'server.crt'),
+    keyFile: join(dir, 'server.key')
+  }
 }
 
 export interface TlsRedis extends Daemon {
@@ -350,11 +501,27 @@ export interface TlsRedis extends Daemon {
 export async function startTlsRedis (t: Test, opts: { password?: string } = {}): Promise<TlsRedis> {
   const files = makeCertificates(t)
   const port = await freePort()
-  const server = await daemon(t, 'tls redis', 'redis-server', [
-    ...serverArgs(0, files.dir), '--tls-port', String(port),
-    '--tls-cert-file', files.certFile, '--tls-key-file', files.keyFile, '--tls-ca-cert-file', files.caFile, '--tls-auth-clients', 'no',
-    ...(opts.password === undefined ? [] : ['--requirepass', opts.password])
-  ], port, READY)
+  const server = await daemon(
+    t,
+    'tls redis',
+    'redis-server',
+    [
+      ...serverArgs(0, files.dir),
+      '--tls-port',
+      String(port),
+      '--tls-cert-file',
+      files.certFile,
+      '--tls-key-file',
+      files.keyFile,
+      '--tls-ca-cert-file',
+      files.caFile,
+      '--tls-auth-clients',
+      'no',
+      ...(opts.password === undefined ? [] : ['--requirepass', opts.password])
+    ],
+    port,
+    READY
+  )
   const auth = opts.password === undefined ? '' : `:${encodeURIComponent(opts.password)}@`
   return Object.assign(server, { files, url: `rediss://${auth}127.0.0.1:${port}` })
 }

@@ -14,7 +14,8 @@ import type { Redis } from 'ioredis'
 import { freePort } from './processes.js'
 import { attemptUntil } from './until.js'
 
-export const REDIS_MISSING = 'redis-server not found: apt-get install redis-server (Debian/Ubuntu) to run the Redis tests'
+export const REDIS_MISSING =
+  'redis-server not found: apt-get install redis-server (Debian/Ubuntu) to run the Redis tests'
 
 export function redisAvailable (): boolean {
   return spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0
@@ -54,7 +55,23 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
   let proc: ChildProcess | undefined
 
   async function launch (): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...(opts.args ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--dir',
+        dir,
+        ...(opts.args ?? [])
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] }
+    )
     proc = child
     let out = ''
     await new Promise<void>((resolve, reject) => {
@@ -62,7 +79,9 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
         out += chunk
         if (out.includes('Ready to accept connections')) resolve()
       })
-      child.once('exit', (code) => reject(new Error(`redis-server exited (${String(code)}) before it was ready:\n${out}`)))
+      child.once('exit', (code) =>
+        reject(new Error(`redis-server exited (${String(code)}) before it was ready:\n${out}`))
+      )
     })
   }
 
@@ -80,8 +99,18 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
 
   await launch()
   // A stopped process ignores SIGKILL's exit until continued on some systems: continue it first.
-  t.teardown(async () => { signal('SIGCONT')(); await kill() })
-  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch, stop: signal('SIGSTOP'), cont: signal('SIGCONT') }
+  t.teardown(async () => {
+    signal('SIGCONT')()
+    await kill()
+  })
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    kill,
+    restart: launch,
+    stop: signal('SIGSTOP'),
+    cont: signal('SIGCONT')
+  }
 }
 
 /**
@@ -89,27 +118,36 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
  * lists the replica online; `probe` is a client of the primary, disconnected
  * in teardown. ioredis is loaded here, not by every user of this module.
  */
-export async function startReplicated (t: Test): Promise<{ primary: RedisServer, replica: RedisServer, probe: Redis }> {
+export async function startReplicated (t: Test): Promise<{ primary: RedisServer; replica: RedisServer; probe: Redis }> {
   const primary = await startRedis(t)
   const replica = await startRedis(t, { args: ['--replicaof', '127.0.0.1', String(primary.port)] })
   const { Redis: Client } = await import('ioredis')
   const probe = new Client(primary.url)
   t.teardown(() => probe.disconnect())
-  await attemptUntil(async () => await probe.info('replication'), (info) => /^slave0:.*state=online/m.test(info), 15_000)
+  await attemptUntil(
+    async () => await probe.info('replication'),
+    (info) => /^slave0:.*state=online/m.test(info),
+    15_000
+  )
   return { primary, replica, probe }
 }
 
 /** Commands Redis has run, by name (those a script runs included), read through `probe`; its own INFO left out. */
 export async function commandCounts (probe: Redis): Promise<Record<string, number>> {
-  return Object.fromEntries([...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
-    .filter(([, name]) => name !== 'info').map(([, name, calls]) => [name, Number(calls)]))
+  return Object.fromEntries(
+    [...(await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)]
+      .filter(([, name]) => name !== 'info')
+      .map(([, name, calls]) => [name, Number(calls)])
+  )
 }
 
 /**
  * Resolve once `store` answers: it connects in the background and, with no
  * offline queue, refuses commands until then. At most about 4 s.
  */
-export async function untilStoreAnswers (store: { release: (subject: string, key: string, owner: string) => Promise<unknown> }): Promise<void> {
+export async function untilStoreAnswers (store: {
+  release: (subject: string, key: string, owner: string) => Promise<unknown>
+}): Promise<void> {
   for (let i = 0; ; i++) {
     try {
       await store.release('warm', 'up', 'o')

@@ -6,7 +6,14 @@
  * (bench/refusals.ts), which runs them against any build of the gateway.
  */
 import { json, startStubUpstream, type StubUpstream } from '../../fixtures/stub-upstream.js'
-import { CREATE_FIELDS, createValidationError, imagePart, multipartBody, pngOfSize, type MultipartPart } from './multipart.js'
+import {
+  CREATE_FIELDS,
+  createValidationError,
+  imagePart,
+  multipartBody,
+  pngOfSize,
+  type MultipartPart
+} from './multipart.js'
 import { hs256 } from './app.js'
 import { slowCreate } from './slow-upload.js'
 import type { Client, ClientRequest, Outcome } from './write-first.js'
@@ -43,23 +50,49 @@ export interface Refusal {
 }
 
 const GIF = Buffer.from('GIF89a')
-const ENGINE_REFUSAL = { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'image refused by the engine', function: 'createPortfolio' } }
+const ENGINE_REFUSAL = {
+  success: false,
+  error: {
+    source: 'portfolio-engine',
+    code: 'VALIDATION_ERROR',
+    message: 'image refused by the engine',
+    function: 'createPortfolio'
+  }
+}
 
-const forms = new Map<string, { body: Buffer, contentType: string }>()
-/** One body per form and size, built once: the clients send the same bytes (and python and curl read them from one file). */
-function form (key: string, size: number, parts: (size: number) => MultipartPart[]): { body: Buffer, contentType: string } {
+const forms = new Map<string, { body: Buffer; contentType: string }>()
+/** One body per form and size, built once: the clients send the same bytes (and python and curl read them from one
+ * file).
+ */
+function form (
+  key: string,
+  size: number,
+  parts: (size: number) => MultipartPart[]
+): { body: Buffer; contentType: string } {
   const id = `${key}/${size}`
   let made = forms.get(id)
-  if (made === undefined) forms.set(id, made = multipartBody(parts(size), `----refusal-${key.replace(/\W/g, '')}-${size}`))
+  if (made === undefined) { forms.set(id, (made = multipartBody(parts(size), `----refusal-${key.replace(/\W/g, '')}-${size}`))) }
   return made
 }
 
-function create (sub: string, made: { body: Buffer, contentType: string }, headers: Record<string, string> = {}): ClientRequest {
-  return { path: '/api/portfolio/create', headers: { authorization: `Bearer ${hs256({ sub })}`, 'content-type': made.contentType, ...headers }, body: made.body }
+function create (
+  sub: string,
+  made: { body: Buffer; contentType: string },
+  headers: Record<string, string> = {}
+): ClientRequest {
+  return {
+    path: '/api/portfolio/create',
+    headers: { authorization: `Bearer ${hs256({ sub })}`, 'content-type': made.contentType, ...headers },
+    body: made.body
+  }
 }
 
 const valid = (size: number): MultipartPart[] => [...CREATE_FIELDS, imagePart(pngOfSize(size))]
-const gifOf = (size: number): Buffer => { const data = Buffer.alloc(size, 0x42); GIF.copy(data); return data }
+const gifOf = (size: number): Buffer => {
+  const data = Buffer.alloc(size, 0x42)
+  GIF.copy(data)
+  return data
+}
 
 export const HELD_USER = 'held-user'
 
@@ -67,7 +100,9 @@ export const HELD_USER = 'held-user'
 async function holdUploads (url: string, stub: StubUpstream, sub: string, count: number): Promise<() => void> {
   const held = Array.from({ length: count }, () => slowCreate(url, sub, { kind: 'hold' }, 64 * KiB))
   for (const h of held) h.answer.catch(() => {})
-  const release = (): void => { for (const h of held) h.stop() }
+  const release = (): void => {
+    for (const h of held) h.stop()
+  }
   try {
     await started(stub, count)
   } catch (err) {
@@ -81,7 +116,7 @@ async function holdUploads (url: string, stub: StubUpstream, sub: string, count:
 async function started (stub: StubUpstream, count: number): Promise<void> {
   const deadline = performance.now() + 10_000
   while (stub.stats.started < count) {
-    if (performance.now() > deadline) throw new Error(`the engine double saw ${stub.stats.started} of ${count} requests`)
+    if (performance.now() > deadline) { throw new Error(`the engine double saw ${stub.stats.started} of ${count} requests`) }
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
 }
@@ -89,32 +124,60 @@ async function started (stub: StubUpstream, count: number): Promise<void> {
 export const REFUSALS: readonly Refusal[] = [
   {
     name: 'bad field before the image',
-    request: (size, sub) => create(sub, form('name-first', size, (s) => [{ name: 'name', value: 'x'.repeat(40) }, { name: 'type', value: 'PORTFOLIO' }, imagePart(pngOfSize(s))])),
+    request: (size, sub) =>
+      create(
+        sub,
+        form('name-first', size, (s) => [
+          { name: 'name', value: 'x'.repeat(40) },
+          { name: 'type', value: 'PORTFOLIO' },
+          imagePart(pngOfSize(s))
+        ])
+      ),
     status: 400,
     body: createValidationError('name must be at most 30 characters')
   },
   {
     name: 'bad field after the image',
-    request: (size, sub) => create(sub, form('type-after', size, (s) => [{ name: 'name', value: 'Blue chips' }, imagePart(pngOfSize(s)), { name: 'type', value: 'NOPE' }])),
+    request: (size, sub) =>
+      create(
+        sub,
+        form('type-after', size, (s) => [
+          { name: 'name', value: 'Blue chips' },
+          imagePart(pngOfSize(s)),
+          { name: 'type', value: 'NOPE' }
+        ])
+      ),
     status: 400,
     body: createValidationError('type must be one of PORTFOLIO, INDEX_PORTFOLIO')
   },
   {
     name: 'not an image',
-    request: (size, sub) => create(sub, form('gif', size, (s) => [...CREATE_FIELDS, imagePart(gifOf(s), 'image/gif', 'a.gif')])),
+    request: (size, sub) =>
+      create(
+        sub,
+        form('gif', size, (s) => [...CREATE_FIELDS, imagePart(gifOf(s), 'image/gif', 'a.gif')])
+      ),
     status: 400,
     body: createValidationError('image must be a PNG or JPEG file')
   },
   {
     name: 'a second file',
-    request: (size, sub) => create(sub, form('two-files', size, (s) => [...valid(s), imagePart(pngOfSize(1 * KiB), 'image/png', 'b.png')])),
+    request: (size, sub) =>
+      create(
+        sub,
+        form('two-files', size, (s) => [...valid(s), imagePart(pngOfSize(1 * KiB), 'image/png', 'b.png')])
+      ),
     status: 400,
     body: createValidationError('image must be given once')
   },
   {
     name: 'over the size limit',
     // Past the limit whatever the column says: 10 MiB of image and the fields.
-    request: (_size, sub) => create(sub, form('too-large', 10 * MiB + 64 * KiB, (s) => [...CREATE_FIELDS, imagePart(pngOfSize(s))])),
+    request: (_size, sub) =>
+      create(
+        sub,
+        form('too-large', 10 * MiB + 64 * KiB, (s) => [...CREATE_FIELDS, imagePart(pngOfSize(s))])
+      ),
     status: 400,
     body: createValidationError(`body must be at most ${10 * MiB + 64 * KiB} bytes`)
   },
@@ -131,28 +194,44 @@ export const REFUSALS: readonly Refusal[] = [
     name: '503 uploads busy',
     gateway: { env: { UPLOAD_MAX_CONNECTIONS: '1' } },
     hold: async (url, stub) => await holdUploads(url, stub, 'holder', 1),
-    engine: (stub) => { stub.reading = true },
+    engine: (stub) => {
+      stub.reading = true
+    },
     request: (size, sub) => create(sub, form('valid', size, valid)),
     status: 503,
     body: { error: 'too many uploads in progress, retry later' }
   },
   {
     name: 'engine answers mid-upload',
-    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 400, ENGINE_REFUSAL) } },
+    engine: (stub) => {
+      stub.early = (req, res) => {
+        req.resume()
+        json(res, 400, ENGINE_REFUSAL)
+      }
+    },
     request: (size, sub) => create(sub, form('valid', size, valid)),
     status: 400,
     body: ENGINE_REFUSAL
   },
   {
     name: 'engine answers mid-upload, Idempotency-Key',
-    engine: (stub) => { stub.early = (req, res) => { req.resume(); json(res, 400, ENGINE_REFUSAL) } },
+    engine: (stub) => {
+      stub.early = (req, res) => {
+        req.resume()
+        json(res, 400, ENGINE_REFUSAL)
+      }
+    },
     request: (size, sub) => create(sub, form('valid', size, valid), { 'idempotency-key': `early-${sub}` }),
     status: 400,
     body: ENGINE_REFUSAL
   },
   {
     name: '502 engine reset mid-upload',
-    engine: (stub) => { stub.early = (req) => { req.socket.resetAndDestroy() } },
+    engine: (stub) => {
+      stub.early = (req) => {
+        req.socket.resetAndDestroy()
+      }
+    },
     request: (size, sub) => create(sub, form('valid', size, valid)),
     status: 502,
     body: { error: 'portfolio engine unavailable' }
@@ -160,19 +239,32 @@ export const REFUSALS: readonly Refusal[] = [
   {
     name: '504 engine stops reading mid-upload',
     gateway: { uploadStallTimeoutMs: 300 },
-    engine: (stub) => { stub.reading = false },
+    engine: (stub) => {
+      stub.reading = false
+    },
     request: (size, sub) => create(sub, form('valid', size, valid)),
     status: 504,
     body: { error: 'portfolio engine stopped reading the upload' },
     // A small form fits in the sockets' buffers: the engine's silence is then the answer's timeout.
-    bodyFor: (size) => size === 'small' ? { error: 'portfolio engine timed out' } : { error: 'portfolio engine stopped reading the upload' }
+    bodyFor: (size) =>
+      size === 'small'
+        ? { error: 'portfolio engine timed out' }
+        : { error: 'portfolio engine stopped reading the upload' }
   }
 ]
 
-/** The size limit met by a chunked body, which declares nothing (python's http.client and the raw socket send it chunked). */
+/** The size limit met by a chunked body, which declares nothing (python's http.client and the raw socket send it
+ * chunked).
+ */
 export const CHUNKED_TOO_LARGE: Refusal = {
   name: 'over the size limit, chunked',
-  request: (_size, sub) => ({ ...create(sub, form('too-large', 10 * MiB + 64 * KiB, (s) => [...CREATE_FIELDS, imagePart(pngOfSize(s))])), chunked: true }),
+  request: (_size, sub) => ({
+    ...create(
+      sub,
+      form('too-large', 10 * MiB + 64 * KiB, (s) => [...CREATE_FIELDS, imagePart(pngOfSize(s))])
+    ),
+    chunked: true
+  }),
   status: 400,
   // The image passes its own bound before the body passes the form's.
   body: createValidationError(`image must be at most ${10 * MiB} bytes`)
@@ -187,19 +279,42 @@ export const UPDATE_TOO_LARGE: Refusal = {
     body: updateBody(70 * KiB)
   }),
   status: 400,
-  body: { success: false, error: { source: 'portfolio-gateway', code: 'VALIDATION_ERROR', message: 'body must be at most 65536 bytes', function: 'updatePortfolio' } }
+  body: {
+    success: false,
+    error: {
+      source: 'portfolio-gateway',
+      code: 'VALIDATION_ERROR',
+      message: 'body must be at most 65536 bytes',
+      function: 'updatePortfolio'
+    }
+  }
 }
 
 let bigUpdate: Buffer | undefined
 function updateBody (size: number): Buffer {
-  const text = JSON.stringify({ portfolio_id: 'p-1', target_positions: [{ mint: 'So11111111111111111111111111111111111111112', allocation: 1 }], pad: '' })
+  const text = JSON.stringify({
+    portfolio_id: 'p-1',
+    target_positions: [{ mint: 'So11111111111111111111111111111111111111112', allocation: 1 }],
+    pad: ''
+  })
   return (bigUpdate ??= Buffer.from(text.replace('"pad":""', `"pad":"${'x'.repeat(size - text.length)}"`)))
 }
 
-/** A gateway for one refusal, in front of `upstreamUrl` (the tests' build(), or any build of the gateway for the table). */
-export type StartGateway = (upstreamUrl: string, setup: GatewaySetup) => Promise<{ url: string, close: () => Promise<void> }>
+/** A gateway for one refusal, in front of `upstreamUrl` (the tests' build(), or any build of the gateway for the
+ * table).
+ */
+export type StartGateway = (
+  upstreamUrl: string,
+  setup: GatewaySetup
+) => Promise<{ url: string; close: () => Promise<void> }>
 
-export interface Run { refusal: string, client: string, size: SizeName, outcome: Outcome, expected: { status: number, body: unknown } }
+export interface Run {
+  refusal: string
+  client: string
+  size: SizeName
+  outcome: Outcome
+  expected: { status: number; body: unknown }
+}
 
 /**
  * Send `refusal` from each client at each size, all at once, to a gateway of
@@ -207,7 +322,10 @@ export interface Run { refusal: string, client: string, size: SizeName, outcome:
  * `rate` (bytes/s), the clients that can pace their body do.
  */
 export async function runRefusal (
-  start: StartGateway, refusal: Refusal, clients: Readonly<Record<string, Client>>, sizes: readonly SizeName[],
+  start: StartGateway,
+  refusal: Refusal,
+  clients: Readonly<Record<string, Client>>,
+  sizes: readonly SizeName[],
   opts: { rate?: number } = {}
 ): Promise<Run[]> {
   const stub = await startStubUpstream()
@@ -218,14 +336,16 @@ export async function runRefusal (
       release = await refusal.hold?.(gw.url, stub)
       refusal.engine?.(stub)
       let n = 0
-      const runs = sizes.flatMap((size) => Object.entries(clients).map(([client, send]) => {
-        const sub = refusal.heldUser === true ? HELD_USER : `user-${n++}`
-        const expected = { status: refusal.status, body: refusal.bodyFor?.(size) ?? refusal.body }
-        return (async (): Promise<Run> => {
-          const outcome = await send(gw.url, { ...refusal.request(SIZES[size], sub), ...opts })
-          return { refusal: refusal.name, client, size, outcome, expected }
-        })()
-      }))
+      const runs = sizes.flatMap((size) =>
+        Object.entries(clients).map(([client, send]) => {
+          const sub = refusal.heldUser === true ? HELD_USER : `user-${n++}`
+          const expected = { status: refusal.status, body: refusal.bodyFor?.(size) ?? refusal.body }
+          return (async (): Promise<Run> => {
+            const outcome = await send(gw.url, { ...refusal.request(SIZES[size], sub), ...opts })
+            return { refusal: refusal.name, client, size, outcome, expected }
+          })()
+        })
+      )
       return await Promise.all(runs)
     } finally {
       release?.()

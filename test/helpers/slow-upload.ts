@@ -35,15 +35,21 @@ export interface SlowCreate {
 
 export type Pace =
   /** Send nothing more until finish(). */
-  | { kind: 'hold' }
+  | { kind: 'hold' } |
   /** `bytes` every `everyMs` until the form is sent or stop(). */
-  | { kind: 'trickle', bytes: number, everyMs: number }
+  { kind: 'trickle'; bytes: number; everyMs: number } |
   /** A steady `bytesPerS`, sent every `everyMs` on a schedule that does not drift. */
-  | { kind: 'steady', bytesPerS: number, everyMs: number }
+  { kind: 'steady'; bytesPerS: number; everyMs: number }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
 
-export function slowCreate (url: string, sub: string, pace: Pace, imageBytes = 1024 * 1024, headers: Record<string, string> = {}): SlowCreate {
+export function slowCreate (
+  url: string,
+  sub: string,
+  pace: Pace,
+  imageBytes = 1024 * 1024,
+  headers: Record<string, string> = {}
+): SlowCreate {
   const { body, contentType } = multipartBody([
     { name: 'name', value: 'Slow' },
     { name: 'type', value: 'PORTFOLIO' },
@@ -51,7 +57,9 @@ export function slowCreate (url: string, sub: string, pace: Pace, imageBytes = 1
   ])
   const headEnd = Math.min(body.length, body.indexOf(PNG.subarray(0, 8)) + 4096)
   let release!: () => void
-  const released = new Promise<void>((resolve) => { release = resolve })
+  const released = new Promise<void>((resolve) => {
+    release = resolve
+  })
   let stopped = false
   const abort = new AbortController()
   async function * form (): AsyncGenerator<Buffer> {
@@ -61,7 +69,9 @@ export function slowCreate (url: string, sub: string, pace: Pace, imageBytes = 1
       await released
     } else if (pace.kind === 'trickle') {
       let finishing = false
-      void released.then(() => { finishing = true })
+      void released.then(() => {
+        finishing = true
+      })
       while (!finishing && !stopped && sent < body.length) {
         await sleep(pace.everyMs)
         const next = Math.min(body.length, sent + pace.bytes)

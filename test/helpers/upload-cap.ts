@@ -12,8 +12,13 @@ export const TOO_MANY = { error: 'at most 2 uploads per user at once' }
 /** Stops every slow create a test opened, so no socket outlives it. */
 export function opened (t: Test): (c: SlowCreate) => SlowCreate {
   const list: SlowCreate[] = []
-  t.teardown(() => { for (const c of list) c.stop() })
-  return (c) => { list.push(c); return c }
+  t.teardown(() => {
+    for (const c of list) c.stop()
+  })
+  return (c) => {
+    list.push(c)
+    return c
+  }
 }
 
 /** A whole small create, sent at once: its answer. */
@@ -30,7 +35,10 @@ export const STEADY = { kind: 'steady', bytesPerS: 8 * 1024, everyMs: 200 } as c
  * A TCP path to Redis the test can cut: every connection through it is
  * destroyed and new ones refused, while Redis itself (and what it holds) stays.
  */
-export async function cuttablePath (t: Test, port: number): Promise<{ url: string, cut: () => void, restore: () => void }> {
+export async function cuttablePath (
+  t: Test,
+  port: number
+): Promise<{ url: string; cut: () => void; restore: () => void }> {
   let cut = false
   const sockets = new Set<Socket>()
   const server = createServer((client) => {
@@ -44,10 +52,18 @@ export async function cuttablePath (t: Test, port: number): Promise<{ url: strin
     client.pipe(upstream).pipe(client)
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
+  t.teardown(() => {
+    for (const s of sockets) s.destroy()
+    server.close()
+  })
   return {
     url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    cut: () => { cut = true; for (const s of sockets) s.destroy() },
-    restore: () => { cut = false }
+    cut: () => {
+      cut = true
+      for (const s of sockets) s.destroy()
+    },
+    restore: () => {
+      cut = false
+    }
   }
 }

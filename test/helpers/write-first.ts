@@ -40,7 +40,10 @@ export type Client = (url: string, req: ClientRequest) => Promise<Outcome>
 
 const here = dirname(fileURLToPath(import.meta.url))
 // Beside this file in the sources; from dist/test/helpers, in the sources' test/helpers.
-const PYTHON_CLIENT = [join(here, 'write-first-client.py'), join(here, '..', '..', '..', 'test', 'helpers', 'write-first-client.py')].find((file) => existsSync(file))!
+const PYTHON_CLIENT = [
+  join(here, 'write-first-client.py'),
+  join(here, '..', '..', '..', 'test', 'helpers', 'write-first-client.py')
+].find((file) => existsSync(file))!
 const CLIENT_TIMEOUT_MS = 40_000
 
 let dir: string | undefined
@@ -51,7 +54,7 @@ function fileOf (body: Buffer): string {
   let file = files.get(body)
   if (file !== undefined) return file
   if (dir === undefined) {
-    const made = dir = mkdtempSync(join(tmpdir(), 'write-first-'))
+    const made = (dir = mkdtempSync(join(tmpdir(), 'write-first-')))
     process.once('exit', () => rmSync(made, { recursive: true, force: true }))
   }
   file = join(dir, `body-${fileCount++}`)
@@ -62,7 +65,7 @@ function fileOf (body: Buffer): string {
 
 /** How long a client may take: the usual bound, plus the time its body takes at its rate. */
 export function timeoutFor (req: ClientRequest): number {
-  return CLIENT_TIMEOUT_MS + (req.rate === undefined ? 0 : Math.ceil(req.body.length / req.rate * 1000))
+  return CLIENT_TIMEOUT_MS + (req.rate === undefined ? 0 : Math.ceil((req.body.length / req.rate) * 1000))
 }
 
 /** One line for a table or an assertion message: `400 {"error":...}` or `EPIPE after 5060 ms`. */
@@ -72,8 +75,16 @@ export function describe (o: Outcome): string {
 
 /** python3's http.client: the whole body, then the answer. */
 export const viaPython: Client = async (url, req) => {
-  const args = [PYTHON_CLIENT, url, req.method ?? 'POST', req.path, JSON.stringify(req.headers), fileOf(req.body),
-    ...(req.chunked === true ? ['chunked'] : []), ...(req.rate === undefined ? [] : [`rate=${req.rate}`])]
+  const args = [
+    PYTHON_CLIENT,
+    url,
+    req.method ?? 'POST',
+    req.path,
+    JSON.stringify(req.headers),
+    fileOf(req.body),
+    ...(req.chunked === true ? ['chunked'] : []),
+    ...(req.rate === undefined ? [] : [`rate=${req.rate}`])
+  ]
   return await new Promise((resolve) => {
     execFile('python3', args, { timeout: timeoutFor(req) }, (err, stdout) => {
       if (err !== null && stdout === '') {
@@ -87,8 +98,15 @@ export const viaPython: Client = async (url, req) => {
 }
 
 function head (url: URL, req: ClientRequest, extra: Record<string, string> = {}): string {
-  const headers = { host: url.host, ...req.headers, ...extra, ...(req.chunked === true ? { 'transfer-encoding': 'chunked' } : { 'content-length': String(req.body.length) }) }
-  return `${req.method ?? 'POST'} ${req.path} HTTP/1.1\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`
+  const headers = {
+    host: url.host,
+    ...req.headers,
+    ...extra,
+    ...(req.chunked === true ? { 'transfer-encoding': 'chunked' } : { 'content-length': String(req.body.length) })
+  }
+  return `${req.method ?? 'POST'} ${req.path} HTTP/1.1\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('')}\r\n`
 }
 
 function framed (req: ClientRequest): Buffer {
@@ -103,7 +121,7 @@ function framed (req: ClientRequest): Buffer {
 }
 
 /** Parse what a raw socket read: interim 1xx answers, then one final answer (content-length framed). */
-function parseAnswers (bytes: Buffer): { continued: boolean, final?: Omit<Outcome, 'ms'> } {
+function parseAnswers (bytes: Buffer): { continued: boolean; final?: Omit<Outcome, 'ms'> } {
   let rest = bytes
   let continued = false
   for (;;) {
@@ -133,7 +151,11 @@ function parseAnswers (bytes: Buffer): { continued: boolean, final?: Omit<Outcom
  * With `expectContinue`, it sends `Expect: 100-continue` and the head only,
  * sends the body only after a `100 Continue`, and records which came first.
  */
-export async function rawSocket (url: string, req: ClientRequest, opts: { expectContinue?: boolean } = {}): Promise<Outcome> {
+export async function rawSocket (
+  url: string,
+  req: ClientRequest,
+  opts: { expectContinue?: boolean } = {}
+): Promise<Outcome> {
   const target = new URL(url)
   const start = performance.now()
   const ms = (): number => Math.round(performance.now() - start)
@@ -147,13 +169,26 @@ export async function rawSocket (url: string, req: ClientRequest, opts: { expect
       read = Buffer.concat([read, chunk])
       if (parseAnswers(read).final !== undefined) resolve()
     })
-    socket.on('error', (err: NodeJS.ErrnoException) => { failure ??= err.code ?? err.message; resolve() })
-    socket.on('close', () => { closed = true; resolve() })
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      failure ??= err.code ?? err.message
+      resolve()
+    })
+    socket.on('close', () => {
+      closed = true
+      resolve()
+    })
   })
-  const timer = setTimeout(() => { failure ??= 'client timeout'; socket.destroy() }, timeoutFor(req))
-  const write = async (data: Buffer | string): Promise<void> => await new Promise((resolve) => {
-    socket.write(data, (err) => { if (err != null) failure ??= (err as NodeJS.ErrnoException).code ?? err.message; resolve() })
-  })
+  const timer = setTimeout(() => {
+    failure ??= 'client timeout'
+    socket.destroy()
+  }, timeoutFor(req))
+  const write = async (data: Buffer | string): Promise<void> =>
+    await new Promise((resolve) => {
+      socket.write(data, (err) => {
+        if (err != null) failure ??= (err as NodeJS.ErrnoException).code ?? err.message
+        resolve()
+      })
+    })
   try {
     if (opts.expectContinue === true) {
       await write(head(target, req, { expect: '100-continue' }))
@@ -177,7 +212,7 @@ export async function rawSocket (url: string, req: ClientRequest, opts: { expect
         const from = performance.now()
         // 16 KiB writes, each once the rate allows it: the pace of a phone on a slow link.
         for (let at = 0; at < body.length && failure === undefined && !closed; at += 16 * 1024) {
-          const due = from + at / req.rate * 1000 - performance.now()
+          const due = from + (at / req.rate) * 1000 - performance.now()
           if (due > 0) await new Promise((resolve) => setTimeout(resolve, due))
           await write(body.subarray(at, at + 16 * 1024))
         }
@@ -200,11 +235,21 @@ export const viaRawSocket: Client = async (url, req) => await rawSocket(url, req
 export const viaFetch: Client = async (url, req) => {
   const start = performance.now()
   try {
-    const res = await fetch(new URL(req.path, url), { method: req.method ?? 'POST', headers: req.headers, body: req.body, signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS) })
+    const res = await fetch(new URL(req.path, url), {
+      method: req.method ?? 'POST',
+      headers: req.headers,
+      body: req.body,
+      signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS)
+    })
     const body = await res.text()
-    return { status: res.status, body, headers: Object.fromEntries(res.headers), ms: Math.round(performance.now() - start) }
+    return {
+      status: res.status,
+      body,
+      headers: Object.fromEntries(res.headers),
+      ms: Math.round(performance.now() - start)
+    }
   } catch (err) {
-    const cause = (err as { cause?: { code?: string, message?: string } }).cause
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause
     return { error: cause?.code ?? cause?.message ?? String(err), ms: Math.round(performance.now() - start) }
   }
 }
@@ -212,9 +257,18 @@ export const viaFetch: Client = async (url, req) => {
 /** curl with its defaults (Expect: 100-continue above 1 MiB). */
 export const viaCurl: Client = async (url, req) => {
   const start = performance.now()
-  const args = ['-sS', '-X', req.method ?? 'POST', ...Object.entries(req.headers).flatMap(([k, v]) => ['-H', `${k}: ${v}`]),
+  const args = [
+    '-sS',
+    '-X',
+    req.method ?? 'POST',
+    ...Object.entries(req.headers).flatMap(([k, v]) => ['-H', `${k}: ${v}`]),
     ...(req.rate === undefined ? [] : ['--limit-rate', String(req.rate)]),
-    '--data-binary', `@${fileOf(req.body)}`, '-w', '\n%{http_code}', new URL(req.path, url).href]
+    '--data-binary',
+    `@${fileOf(req.body)}`,
+    '-w',
+    '\n%{http_code}',
+    new URL(req.path, url).href
+  ]
   return await new Promise((resolve) => {
     execFile('curl', args, { timeout: timeoutFor(req), maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
       const ms = Math.round(performance.now() - start)
@@ -233,4 +287,9 @@ export const viaCurl: Client = async (url, req) => {
   })
 }
 
-export const CLIENTS: Readonly<Record<string, Client>> = { 'python http.client': viaPython, 'raw socket': viaRawSocket, 'undici fetch': viaFetch, curl: viaCurl }
+export const CLIENTS: Readonly<Record<string, Client>> = {
+  'python http.client': viaPython,
+  'raw socket': viaRawSocket,
+  'undici fetch': viaFetch,
+  curl: viaCurl
+}

@@ -32,9 +32,20 @@ export interface Outcome {
   body?: string
 }
 
-interface Request { method: 'GET' | 'POST', path: string, headers: Record<string, string>, body?: Buffer | string }
-interface Answer { status: number, body: string }
-interface Transport { send: (req: Request) => Promise<Answer>, close: () => Promise<void> }
+interface Request {
+  method: 'GET' | 'POST'
+  path: string
+  headers: Record<string, string>
+  body?: Buffer | string
+}
+interface Answer {
+  status: number
+  body: string
+}
+interface Transport {
+  send: (req: Request) => Promise<Answer>
+  close: () => Promise<void>
+}
 
 const TIMEOUT_MS = 20_000
 /** Between two requests of one worker: a steady load, not a saturating one, on a shared 2-core runner. */
@@ -42,10 +53,21 @@ const PACE_MS = 15
 const RETRYABLE = new Set<number | string>([409, 429, 502, 503, 504])
 
 function http1 (origin: string, ca: string): Transport {
-  const pool = new Pool(origin, { connections: 2, connect: { ca }, headersTimeout: TIMEOUT_MS, bodyTimeout: TIMEOUT_MS, keepAliveTimeout: 4_000 })
+  const pool = new Pool(origin, {
+    connections: 2,
+    connect: { ca },
+    headersTimeout: TIMEOUT_MS,
+    bodyTimeout: TIMEOUT_MS,
+    keepAliveTimeout: 4_000
+  })
   return {
     send: async (req) => {
-      const res = await pool.request({ method: req.method, path: req.path, headers: req.headers, body: req.body ?? null })
+      const res = await pool.request({
+        method: req.method,
+        path: req.path,
+        headers: req.headers,
+        body: req.body ?? null
+      })
       return { status: res.statusCode, body: await res.body.text() }
     },
     close: async () => await pool.close()
@@ -63,21 +85,32 @@ function http2 (origin: string, ca: string): Transport {
     return session
   }
   return {
-    send: async (req) => await new Promise<Answer>((resolve, reject) => {
-      // A length, as phones send with a known body; without it haproxy would forward the body chunked.
-      const length = req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }
-      const stream = open().request({ ':method': req.method, ':path': req.path, ...req.headers, ...length })
-      stream.setTimeout(TIMEOUT_MS, () => stream.close(constants.NGHTTP2_CANCEL))
-      let status = 0
-      let body = ''
-      stream.on('response', (headers) => { status = Number(headers[':status']) })
-      stream.setEncoding('utf8').on('data', (chunk: string) => { body += chunk })
-      stream.on('end', () => resolve({ status, body }))
-      stream.on('error', reject)
-      stream.on('close', () => { if (status === 0) reject(Object.assign(new Error('stream closed without an answer'), { code: `RST_${stream.rstCode}` })) })
-      stream.end(req.body)
-    }),
-    close: async () => await new Promise<void>((resolve) => { if (session === undefined || session.closed) resolve(); else session.close(() => resolve()) })
+    send: async (req) =>
+      await new Promise<Answer>((resolve, reject) => {
+        // A length, as phones send with a known body; without it haproxy would forward the body chunked.
+        const length = req.body === undefined ? {} : { 'content-length': String(Buffer.byteLength(req.body)) }
+        const stream = open().request({ ':method': req.method, ':path': req.path, ...req.headers, ...length })
+        stream.setTimeout(TIMEOUT_MS, () => stream.close(constants.NGHTTP2_CANCEL))
+        let status = 0
+        let body = ''
+        stream.on('response', (headers) => {
+          status = Number(headers[':status'])
+        })
+        stream.setEncoding('utf8').on('data', (chunk: string) => {
+          body += chunk
+        })
+        stream.on('end', () => resolve({ status, body }))
+        stream.on('error', reject)
+        stream.on('close', () => {
+          if (status === 0) { reject(Object.assign(new Error('stream closed without an answer'), { code: `RST_${stream.rstCode}` })) }
+        })
+        stream.end(req.body)
+      }),
+    close: async () =>
+      await new Promise<void>((resolve) => {
+        if (session === undefined || session.closed) resolve()
+        else session.close(() => resolve())
+      })
   }
 }
 
@@ -126,7 +159,14 @@ export class Load {
     return t
   }
 
-  private async attempt (t: Transport, proto: Proto, user: string, op: Op, req: Request, key?: string): Promise<Outcome> {
+  private async attempt (
+    t: Transport,
+    proto: Proto,
+    user: string,
+    op: Op,
+    req: Request,
+    key?: string
+  ): Promise<Outcome> {
     const start = performance.now()
     const mine = { start }
     this.pending.add(mine)
@@ -134,10 +174,17 @@ export class Load {
     try {
       const answer = await t.send(req)
       outcome = { op, proto, user, start, end: performance.now(), status: answer.status }
-      if (op === 'create' && answer.status === 200) outcome.portfolioId = (JSON.parse(answer.body) as { portfolio_id: string }).portfolio_id
+      if (op === 'create' && answer.status === 200) { outcome.portfolioId = (JSON.parse(answer.body) as { portfolio_id: string }).portfolio_id }
       if (answer.status !== 200) outcome.body = answer.body.slice(0, 160)
     } catch (err) {
-      outcome = { op, proto, user, start, end: performance.now(), status: (err as NodeJS.ErrnoException).code ?? 'error' }
+      outcome = {
+        op,
+        proto,
+        user,
+        start,
+        end: performance.now(),
+        status: (err as NodeJS.ErrnoException).code ?? 'error'
+      }
     }
     if (key !== undefined) outcome.key = key
     this.outcomes.push(outcome)
@@ -149,11 +196,25 @@ export class Load {
   /** A keyed create, sent again with the same key until it gets 200 (or the load gives up, long after it stopped). */
   async create (t: Transport, proto: Proto, user: string): Promise<string | undefined> {
     const key = `${user}-${++this.keys}`
-    const form = multipartBody([{ name: 'name', value: `chaos ${key}` }, { name: 'type', value: 'PORTFOLIO' },
-      { name: 'image', filename: 'tiny.png', contentType: 'image/png', data: this.image }])
-    const headers = { authorization: `Bearer ${this.opts.tokens.get(user)!}`, 'content-type': form.contentType, 'idempotency-key': key }
+    const form = multipartBody([
+      { name: 'name', value: `chaos ${key}` },
+      { name: 'type', value: 'PORTFOLIO' },
+      { name: 'image', filename: 'tiny.png', contentType: 'image/png', data: this.image }
+    ])
+    const headers = {
+      authorization: `Bearer ${this.opts.tokens.get(user)!}`,
+      'content-type': form.contentType,
+      'idempotency-key': key
+    }
     for (;;) {
-      const outcome = await this.attempt(t, proto, user, 'create', { method: 'POST', path: '/api/portfolio/create', headers, body: form.body }, key)
+      const outcome = await this.attempt(
+        t,
+        proto,
+        user,
+        'create',
+        { method: 'POST', path: '/api/portfolio/create', headers, body: form.body },
+        key
+      )
       if (outcome.status === 200) return outcome.portfolioId
       const retryable = typeof outcome.status === 'string' || RETRYABLE.has(outcome.status)
       if (!retryable || performance.now() > this.giveUpAt) return undefined
@@ -166,11 +227,18 @@ export class Load {
     const auth = { authorization: `Bearer ${this.opts.tokens.get(user)!}` }
     for (let i = 0; !this.stopping; i++) {
       const op: Op = (['ping', 'update', 'create'] as const)[i % 3]!
-      if (op === 'ping') await this.attempt(t, proto, user, op, { method: 'GET', path: '/api/portfolio/ping', headers: auth })
-      else if (op === 'create') await this.create(t, proto, user)
+      if (op === 'ping') { await this.attempt(t, proto, user, op, { method: 'GET', path: '/api/portfolio/ping', headers: auth }) } else if (op === 'create') await this.create(t, proto, user)
       else {
-        const body = JSON.stringify({ portfolio_id: this.portfolios.get(user), target_positions: [{ mint: MINTS[i % MINTS.length], allocation: 1 }] })
-        await this.attempt(t, proto, user, op, { method: 'POST', path: '/api/portfolio/update', headers: { ...auth, 'content-type': 'application/json' }, body })
+        const body = JSON.stringify({
+          portfolio_id: this.portfolios.get(user),
+          target_positions: [{ mint: MINTS[i % MINTS.length], allocation: 1 }]
+        })
+        await this.attempt(t, proto, user, op, {
+          method: 'POST',
+          path: '/api/portfolio/update',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body
+        })
       }
       await sleep(PACE_MS)
     }
