@@ -113,7 +113,11 @@ export function clientErrorAnswerer (
       // socket closes), and that client left after all.
       socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => {
         if (writeErr != null) cutByServer(inFlight, undefined)
+        // A body still arriving would go on to its handler (a create streaming to the engine, which would
+        // complete what the client was told failed): the connection ends with its answer, never lingers.
+        else if (!inFlight.req.complete) socket.destroy()
       })
+      if (!inFlight.req.complete) return
     }
     lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
   }
