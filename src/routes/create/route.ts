@@ -17,7 +17,7 @@ import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
 import { MIN_RATE, MinRate, type MinRateOptions } from './min-rate.js'
-import { UploadShare, type UploadShareOptions } from './upload-share.js'
+import { UploadShare, type UploadShareOptions } from '../../limits/upload-share.js'
 
 const CREATE_ANSWER = '200 { portfolio_id }'
 

@@ -19,8 +19,8 @@
  *   UPSTREAM_TIMEOUT_MS, then 503 `Retry-After: 1`.
  */
 import { randomBytes } from 'node:crypto'
-import { GatewayError } from '../../http/errors.js'
-import type { SharedUploadCount } from '../../limits/limits.js'
+import { GatewayError } from '../http/errors.js'
+import type { SharedUploadCount } from './limits.js'
 
 export interface UploadShareOptions {
   /** UPLOAD_MAX_PER_USER */
