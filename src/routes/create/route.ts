@@ -78,6 +78,9 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
       throw exchange.fail(form.upload?.refusal ?? err)
     } finally {
       exchange.dispose()
+      // An event out of order is a bug of ours that a client can only see as a 500: it is logged with the state.
+      for (const { state, event, message } of exchange.illegal) request.log.error({ state, event }, message)
+      request.log.debug({ endReason: exchange.endReason }, 'create exchange ended')
     }
   })
 }
