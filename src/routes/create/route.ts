@@ -7,14 +7,14 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { IncomingMessage } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
-import { CreateUpload } from './upload.js'
+import { CreateUpload, type SniffedImage } from './upload.js'
 import { callerOf, type EngineClient } from '../../engine-client/client.js'
 import { validationError } from '../../http/errors.js'
 import { awaitingContinue, writeContinue } from '../../http/front.js'
 import { watchClientGone, type Abandonment } from '../../http/client-gone.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { CreateExchange } from './exchange.js'
-import type { EngineResponse } from '../../engine-client/types.js'
+import type { EngineRequest, EngineResponse } from '../../engine-client/types.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
 import { MIN_RATE, MinRate, type MinRateOptions } from './min-rate.js'
@@ -131,53 +131,66 @@ interface CreateCall {
 }
 
 /** The engine call: streamed once the image is sniffed, or the whole small form at once. */
-async function callEngine (
-  { request, exchange, form, key, gone }: CreateCall, opts: CreatePortfolioOptions
-): Promise<EngineResponse> {
+async function callEngine (call: CreateCall, opts: CreatePortfolioOptions): Promise<EngineResponse> {
+  const { request, exchange, form } = call
   // A client that waits to be invited gets an upload connection before it sends a byte; any other, once its
   // image is sniffed.
   if (awaitingContinue(request.raw)) await exchange.invite()
   exchange.sniff()
   const image = await form.readUntilImage()
-  const engineRequest = {
-    method: 'POST' as const,
+  const answer = image === undefined ? await sendWhole(call, opts) : await sendStreamed(call, image, opts)
+  if (form.refusal !== undefined) throw form.refusal
+  assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+  return answer
+}
+
+/** What every engine create carries: the caller, the form's type, the key, the client's hang-up. */
+function engineRequestOf ({ request, form, key, gone }: CreateCall): EngineRequest {
+  return {
+    method: 'POST',
     path: '/api/portfolio/create',
     ...callerOf(request),
     contentType: form.writer.contentType,
     ...(key === undefined ? {} : { idempotencyKey: key }),
     abandonIfQueued: gone
   }
-  let answer
-  if (image === undefined) {
-    exchange.wholeForm()
-    try {
-      answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
-    } finally {
-      exchange.callOver()
-    }
-  } else {
-    await exchange.stream()
-    try {
-      answer = await opts.engine.call({
-        ...engineRequest,
-        body: form.streamBody(image, exchange.timing),
-        signal: exchange.signal,
-        responseTimeoutMs: 0,
-        headersTimeoutMs: opts.callTimeoutMs,
-        onResponseStart: () => { exchange.responded() }
-      })
-    } finally {
-      exchange.callOver()
-    }
-    // The fingerprint covers the whole form: an engine that answered mid-upload left the rest unread; it is
-    // read and hashed before the record is stored, and a form that cannot be read to its end stores nothing.
-    if (key !== undefined) {
-      exchange.readRest()
-      await form.finishReading()
-    }
+}
+
+/** A form with no image, read whole: it goes in one piece, with nothing to time on the client. */
+async function sendWhole (call: CreateCall, opts: CreatePortfolioOptions): Promise<EngineResponse> {
+  call.exchange.wholeForm()
+  try {
+    return await opts.engine.call({ ...engineRequestOf(call), body: call.form.bufferedBody() })
+  } finally {
+    call.exchange.callOver()
   }
-  if (form.refusal !== undefined) throw form.refusal
-  assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+}
+
+/** The image streams to the engine as it arrives, on an upload connection, timed by the exchange. */
+async function sendStreamed (
+  call: CreateCall, image: SniffedImage, opts: CreatePortfolioOptions
+): Promise<EngineResponse> {
+  const { exchange, form, key } = call
+  await exchange.stream()
+  let answer
+  try {
+    answer = await opts.engine.call({
+      ...engineRequestOf(call),
+      body: form.streamBody(image, exchange.timing),
+      signal: exchange.signal,
+      responseTimeoutMs: 0,
+      headersTimeoutMs: opts.callTimeoutMs,
+      onResponseStart: () => { exchange.responded() }
+    })
+  } finally {
+    exchange.callOver()
+  }
+  // The fingerprint covers the whole form: an engine that answered mid-upload left the rest unread; it is
+  // read and hashed before the record is stored, and a form that cannot be read to its end stores nothing.
+  if (key !== undefined) {
+    exchange.readRest()
+    await form.finishReading()
+  }
   return answer
 }
 
