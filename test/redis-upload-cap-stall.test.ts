@@ -10,7 +10,7 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { startStubUpstream } from '../fixtures/stub-upstream.js'
-import { LEASE_MS, RENEW_MS } from '../src/routes/create/upload-share.js'
+import { LEASE_MS, RENEW_MS } from '../src/limits/upload-share.js'
 import { build, hs256, validUpdate } from './helpers/app.js'
 import { attemptUntil, eventually } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'

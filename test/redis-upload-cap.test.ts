@@ -9,7 +9,7 @@
  */
 import { Redis } from 'ioredis'
 import t from 'tap'
-import { LEASE_MS } from '../src/routes/create/upload-share.js'
+import { LEASE_MS } from '../src/limits/upload-share.js'
 import { attemptUntil } from './helpers/engine.js'
 import { requireRedis, startRedis } from './helpers/redis.js'
 import { startEngineProcess, startGateway, untilStoring } from './helpers/redis-gateways.js'

@@ -16,7 +16,7 @@ import t from 'tap'
 import type { SharedUploadCount } from '../src/limits/limits.js'
 import { RedisStore } from '../src/limits/redis-store.js'
 import type { UploadLeaseStore } from '../src/limits/store.js'
-import { UploadShare } from '../src/routes/create/upload-share.js'
+import { UploadShare } from '../src/limits/upload-share.js'
 import { redisAvailable, REDIS_MISSING, startRedis, untilStoreAnswers } from './helpers/redis.js'
 
 const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }

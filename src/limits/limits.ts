@@ -21,7 +21,7 @@ export interface Limits {
   uploadCount?: SharedUploadCount
 }
 
-/** What the upload share needs of the shared store (src/routes/create/upload-share.ts). */
+/** What the upload share needs of the shared store (src/limits/upload-share.ts). */
 export interface SharedUploadCount {
   store: UploadLeaseStore
   log: FastifyBaseLogger

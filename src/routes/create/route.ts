@@ -3,21 +3,22 @@
  * The parsing and checks are in CreateUpload; this is the wiring.
  */
 import fastifyMultipart from '@fastify/multipart'
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { IncomingMessage } from 'node:http'
 import { CREATE_BODY_MAX_BYTES, CREATE_FORM_LIMITS } from '../../../schemas/portfolio.js'
 import { isEngineCreateResponse } from '../../../schemas/upstream.js'
-import { CreateUpload } from './upload.js'
+import { CreateUpload, type SniffedImage } from './upload.js'
 import { callerOf, type EngineClient } from '../../engine-client/client.js'
-import { GatewayError, validationError } from '../../http/errors.js'
+import { validationError } from '../../http/errors.js'
 import { awaitingContinue, writeContinue } from '../../http/front.js'
-import { watchClientGone } from '../../http/client-gone.js'
+import { watchClientGone, type Abandonment } from '../../http/client-gone.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
-import { UploadClock } from './upload-clock.js'
+import { CreateExchange } from './exchange.js'
+import type { EngineRequest, EngineResponse } from '../../engine-client/types.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
 import { MIN_RATE, MinRate, type MinRateOptions } from './min-rate.js'
-import { UploadShare, type UploadShareOptions } from './upload-share.js'
+import { UploadShare, type UploadShareOptions } from '../../limits/upload-share.js'
 
 const CREATE_ANSWER = '200 { portfolio_id }'
 
@@ -40,7 +41,7 @@ export interface CreatePortfolioOptions {
 
 export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> = async (app, opts) => {
   await app.register(fastifyMultipart, {
-    // Text parts read as streams (shared/form-parts.ts) count as files to busboy; the image is still taken once, by name.
+    // Text parts read as streams (shared/form-parts.ts) count as files to busboy; the image is still taken once.
     limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts },
     isPartAFile
   })
@@ -50,157 +51,147 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
   const minRate = new MinRate(opts.minRate ?? MIN_RATE)
 
   app.post('/create', { config: { handler: 'createPortfolio' } }, async function createPortfolio (request, reply) {
-    let upload: CreateUpload | undefined
-    // A client too slow while it holds an engine connection: its reads fail with the 408 (the engine call is aborted by the clock).
-    const clock = new UploadClock(opts.responseTimeoutMs, opts.stallTimeoutMs, { watch: minRate, cut: (err) => upload?.cutOff(err) })
-    // A client that leaves mid-upload abandons the engine request too (DECISIONS 22).
-    const onClientGone = (): void => { if (!request.raw.complete) clock.abort(clientWentAway()) }
-    request.raw.once('close', onClientGone)
-    // A client gone once its whole form is in (the above cannot tell) still takes its call out of the
-    // queue for an engine connection; a call already being written goes on (abandonIfQueued).
-    const gone = watchClientGone(reply)
-    // Expect: 100-continue: the body is invited only once the create will really stream (DECISIONS 21 v4).
-    const invites = awaitingContinue(request.raw)
-    let connection: (() => void) | undefined
-    const place = new Place(reply.raw)
+    const { exchange, form, gone } = openExchange(request, reply, share, minRate, opts)
     try {
-      // Refused before any of the body is read.
       const declared = request.headers['content-length']
       if (Number(declared ?? 0) > CREATE_BODY_MAX_BYTES) throw validationError(BODY_TOO_LARGE)
       const key = idempotencyKeyOf(request)
-      // DECISIONS 23: a third create of the same user is refused before it can open an engine request.
-      // Its place is given back once the handler has settled (its engine call is over) and the answer
-      // is sent: not when a lingering read of the rest ends, and not when a client that sent its whole
-      // form hangs up while the engine still has its upload.
-      place.leave = await share.enter(request.userId)
-      reply.raw.once('finish', place.sent).once('close', place.sent)
-      const form = upload = new CreateUpload(request, { fingerprint: key !== undefined })
+      await exchange.claim()
+      const upload = form.open(key !== undefined)
       // A chunked body declares nothing: count it, and stop reading once it passes the bound.
-      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, form)
-      const invite = (): void => { writeContinue(request.raw, reply.raw) }
-      // DECISIONS 16: the key is claimed before the first byte goes to the engine.
+      if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
+      // The key is claimed before the first byte goes to the engine.
       const answer = await opts.idempotency.run(request, reply, key, {
         // No digest is taken without a key: the image is hashed only then.
-        fingerprint: () => fingerprintOf('create', form.contentDigest()),
+        fingerprint: () => fingerprintOf('create', upload.contentDigest()),
         // The upload may take the request's whole time, then the engine's answer its deadline.
         runsForMs: opts.callTimeoutMs,
         readAll: async () => {
-          invite()
-          await readWholeForm(form)
+          exchange.readWhole()
+          await readWholeForm(upload)
         },
-        call: async () => {
-          // DECISIONS 23: an upload connection, in turn; the wait counts against UPSTREAM_TIMEOUT_MS (DECISIONS 8).
-          // A client that waits to be invited gets one before it sends a byte; any other, once its image is sniffed.
-          const asked = performance.now()
-          // How long the create waited for its upload connection: it counts against UPSTREAM_TIMEOUT_MS.
-          let waited = 0
-          if (invites) {
-            connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
-            waited = performance.now() - asked
-            opts.uploadWaited?.(request, asked)
-            invite()
-            // The connection is held from the invitation: a client silent (or trickling) after it is cut off with 408.
-            const socket = request.raw.socket
-            clock.invited(() => socket.bytesRead)
-          }
-          const image = await form.readUntilImage()
-          const engineRequest = {
-            method: 'POST' as const,
-            path: '/api/portfolio/create',
-            ...callerOf(request),
-            contentType: form.writer.contentType,
-            ...(key === undefined ? {} : { idempotencyKey: key }),
-            abandonIfQueued: gone.signal
-          }
-          let answer
-          if (image === undefined) {
-            // The whole form is in: nothing more to time on the client.
-            clock.stop()
-            connection?.()
-            answer = await opts.engine.call({ ...engineRequest, body: form.bufferedBody() })
-          } else {
-            if (connection === undefined) {
-              connection = await share.acquire(opts.responseTimeoutMs, clock.signal)
-              waited = performance.now() - asked
-              opts.uploadWaited?.(request, asked)
-            }
-            try {
-              clock.queued(Math.max(1, opts.responseTimeoutMs - waited))
-              answer = await opts.engine.call({
-                ...engineRequest,
-                body: form.streamBody(image, clock),
-                signal: clock.signal,
-                responseTimeoutMs: 0,
-                headersTimeoutMs: opts.callTimeoutMs,
-                onResponseStart: () => clock.responded()
-              })
-            } finally {
-              connection()
-            }
-            // DECISIONS 16: the fingerprint covers the whole form. An engine that answered
-            // mid-upload left the rest unread: read and hash it (the client sends it anyway)
-            // before the record is stored; a form that cannot be read to its end stores nothing.
-            if (key !== undefined) {
-              const socket = request.raw.socket
-              clock.readingRest(() => socket.bytesRead)
-              await form.finishReading()
-            }
-          }
-          if (form.refusal !== undefined) throw form.refusal
-          assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
-          return answer
-        }
+        call: async () => await callEngine({ request, exchange, form: upload, key, gone }, opts)
       })
       return answer === undefined ? reply : sendEngineJson(reply, answer)
     } catch (err) {
       // The client's mistake explains a failed engine call better than the failure does.
-      const refusal = upload?.refusal ?? err
-      // Whatever refused the create, its engine request (if one is under way) is abandoned:
-      // the refusal is the abort's reason, so the try is the client's, never the engine's.
-      if (refusal instanceof GatewayError) clock.abort(refusal)
-      throw refusal
+      throw exchange.fail(form.upload?.refusal ?? err)
     } finally {
-      // An upload connection is given back with the answer at the latest (release is once).
-      connection?.()
-      place.settled()
-      clock.stop()
-      request.raw.off('close', onClientGone)
-      gone.done()
+      exchange.dispose()
+      // An event out of order is a bug of ours that a client can only see as a 500: it is logged with the state.
+      for (const { state, event, message } of exchange.illegal) request.log.error({ state, event }, message)
+      request.log.debug({ endReason: exchange.endReason }, 'create exchange ended')
     }
   })
 }
 
-/** A create's place under the per-user cap: given back once both its handler has settled and its answer is out. */
-class Place {
-  leave: (() => void) | undefined
-  #settled = false
-  #sent = false
-  readonly #response: ServerResponse
+/** The form, opened once the create holds its place. */
+interface LazyForm { upload: CreateUpload | undefined, open: (fingerprint: boolean) => CreateUpload }
 
-  constructor (response: ServerResponse) {
-    this.#response = response
+/** A create's exchange, wired to its request: the client's hang-ups, its socket and its 100-continue. */
+function openExchange (
+  request: FastifyRequest, reply: FastifyReply, share: UploadShare, minRate: MinRate, opts: CreatePortfolioOptions
+): { exchange: CreateExchange, form: LazyForm, gone: Abandonment } {
+  const form: LazyForm = {
+    upload: undefined,
+    open: (fingerprint) => (form.upload = new CreateUpload(request, { fingerprint }))
   }
+  // A client gone once its whole form is in still takes its call out of the queue for an engine connection.
+  const gone = watchClientGone(reply)
+  const socket = request.raw.socket
+  const exchange = new CreateExchange({
+    subject: request.userId,
+    share,
+    minRate,
+    responseTimeoutMs: opts.responseTimeoutMs,
+    stallTimeoutMs: opts.stallTimeoutMs,
+    response: reply.raw,
+    cut: (err) => form.upload?.cutOff(err),
+    invite: () => { writeContinue(request.raw, reply.raw) },
+    received: () => socket.bytesRead,
+    slotWaited: (askedAt) => opts.uploadWaited?.(request, askedAt),
+    unwatch: () => {
+      request.raw.off('close', onClientGone)
+      gone.done()
+    }
+  })
+  // A client that leaves mid-upload abandons the engine request too.
+  const onClientGone = (): void => { if (!request.raw.complete) exchange.clientLeft() }
+  request.raw.once('close', onClientGone)
+  return { exchange, form, gone: gone.signal }
+}
 
-  readonly sent = (): void => {
-    this.#sent = true
-    this.#release()
-  }
+/** One create's engine call: its request, exchange and form, and the client's hang-up once the form is in. */
+interface CreateCall {
+  request: FastifyRequest
+  exchange: CreateExchange
+  form: CreateUpload
+  key: string | undefined
+  gone: Abandonment
+}
 
-  settled (): void {
-    this.#settled = true
-    // An answer written before the handler settled, or a socket already gone, fires no event now.
-    if (this.#response.writableFinished || this.#response.destroyed) this.#sent = true
-    this.#release()
-  }
+/** The engine call: streamed once the image is sniffed, or the whole small form at once. */
+async function callEngine (call: CreateCall, opts: CreatePortfolioOptions): Promise<EngineResponse> {
+  const { request, exchange, form } = call
+  // A client that waits to be invited gets an upload connection before it sends a byte; any other, once its
+  // image is sniffed.
+  if (awaitingContinue(request.raw)) await exchange.invite()
+  exchange.sniff()
+  const image = await form.readUntilImage()
+  const answer = image === undefined ? await sendWhole(call, opts) : await sendStreamed(call, image, opts)
+  if (form.refusal !== undefined) throw form.refusal
+  assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+  return answer
+}
 
-  #release (): void {
-    if (this.#settled && this.#sent) this.leave?.()
+/** What every engine create carries: the caller, the form's type, the key, the client's hang-up. */
+function engineRequestOf ({ request, form, key, gone }: CreateCall): EngineRequest {
+  return {
+    method: 'POST',
+    path: '/api/portfolio/create',
+    ...callerOf(request),
+    contentType: form.writer.contentType,
+    ...(key === undefined ? {} : { idempotencyKey: key }),
+    abandonIfQueued: gone
   }
 }
 
-/** The reason an engine request is aborted when its client left mid-upload: nobody reads the answer. */
-function clientWentAway (): GatewayError {
-  return validationError('the client went away before the form was complete')
+/** A form with no image, read whole: it goes in one piece, with nothing to time on the client. */
+async function sendWhole (call: CreateCall, opts: CreatePortfolioOptions): Promise<EngineResponse> {
+  call.exchange.wholeForm()
+  try {
+    return await opts.engine.call({ ...engineRequestOf(call), body: call.form.bufferedBody() })
+  } finally {
+    call.exchange.callOver()
+  }
+}
+
+/** The image streams to the engine as it arrives, on an upload connection, timed by the exchange. */
+async function sendStreamed (
+  call: CreateCall, image: SniffedImage, opts: CreatePortfolioOptions
+): Promise<EngineResponse> {
+  const { exchange, form, key } = call
+  await exchange.stream()
+  let answer
+  try {
+    answer = await opts.engine.call({
+      ...engineRequestOf(call),
+      body: form.streamBody(image, exchange.timing),
+      signal: exchange.signal,
+      responseTimeoutMs: 0,
+      headersTimeoutMs: opts.callTimeoutMs,
+      onResponseStart: () => { exchange.responded() }
+    })
+  } finally {
+    exchange.callOver()
+  }
+  // The fingerprint covers the whole form: an engine that answered mid-upload left the rest unread; it is
+  // read and hashed before the record is stored, and a form that cannot be read to its end stores nothing.
+  if (key !== undefined) {
+    exchange.readRest()
+    await form.finishReading()
+  }
+  return answer
 }
 
 const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
@@ -213,7 +204,9 @@ async function readWholeForm (upload: CreateUpload): Promise<void> {
     return
   }
   const idle = { handedOver: () => {}, taken: () => {}, bodySent: () => {}, refused: () => {} }
-  for await (const _ of upload.streamBody(image, idle)) { /* drained: validated and hashed, not sent */ }
+  const drained = upload.streamBody(image, idle)
+  // Drained: validated and hashed, not sent.
+  while ((await drained.next()).done !== true);
   if (upload.refusal !== undefined) throw upload.refusal
 }
 

@@ -19,8 +19,8 @@
  *   UPSTREAM_TIMEOUT_MS, then 503 `Retry-After: 1`.
  */
 import { randomBytes } from 'node:crypto'
-import { GatewayError } from '../../http/errors.js'
-import type { SharedUploadCount } from '../../limits/limits.js'
+import { GatewayError } from '../http/errors.js'
+import type { SharedUploadCount } from './limits.js'
 
 export interface UploadShareOptions {
   /** UPLOAD_MAX_PER_USER */
@@ -37,7 +37,7 @@ export interface UploadShareOptions {
 export const LEASE_MS = 10_000
 /** Leases are renewed this often while their uploads last: three renewals can fail before one expires. */
 export const RENEW_MS = 3_000
-/** A place given back while the store was away is given back again this often (each try fails at once while it is away). */
+/** A place given back while the store was away is given back again this often (each try fails at once then). */
 const RETURN_RETRY_MS = 200
 /** At most this many places wait to be given back; past it the oldest is forgotten and its lease left to expire. */
 const UNRETURNED_MAX = 10_000
@@ -173,7 +173,7 @@ export class UploadShare {
     }
     this.#unreturned.set(place.lease, place)
     if (this.#returning !== undefined) return
-    this.#returning = setInterval(() => { void this.#returnLeft(shared) }, RETURN_RETRY_MS)
+    this.#returning = setInterval(() => { this.#returnLeft(shared).catch(() => {}) }, RETURN_RETRY_MS)
     this.#returning.unref()
   }
 
@@ -199,7 +199,7 @@ export class UploadShare {
 
   #renewing (shared: SharedUploadCount): void {
     if (this.#renewal !== undefined) return
-    this.#renewal = setInterval(() => { void this.#renew(shared) }, RENEW_MS)
+    this.#renewal = setInterval(() => { this.#renew(shared).catch(() => {}) }, RENEW_MS)
     this.#renewal.unref()
   }
 
