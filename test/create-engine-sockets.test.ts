@@ -16,7 +16,14 @@ import { GIF_IMAGE, PNG_IMAGE } from '../fixtures/images.js'
 import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build } from './helpers/app.js'
 import { startEngine } from './helpers/engine.js'
-import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image, multipartBody, pngOfSize as bigPng, type MultipartPart } from './helpers/multipart.js'
+import {
+  CREATE_FIELDS as BASE,
+  createValidationError as err,
+  imagePart as image,
+  multipartBody,
+  pngOfSize as bigPng,
+  type MultipartPart
+} from './helpers/multipart.js'
 
 const PNG = readFileSync(PNG_IMAGE)
 const MiB = 1024 * 1024
@@ -25,20 +32,35 @@ const MiB = 1024 * 1024
 const REJECTED: Array<[string, MultipartPart[], string, number]> = [
   ['a non-image', [...BASE, image(readFileSync(GIF_IMAGE))], 'image must be a PNG or JPEG file', 0],
   ['an oversized image', [...BASE, image(bigPng(10 * MiB + 1))], 'image must be at most 10485760 bytes', 1],
-  ['a bad field after the image', [BASE[1]!, image(PNG), { name: 'name', value: '' }], 'name must be at least 1 character', 1],
+  [
+    'a bad field after the image',
+    [BASE[1]!, image(PNG), { name: 'name', value: '' }],
+    'name must be at least 1 character',
+    1
+  ],
   ['a second image', [...BASE, image(PNG), image(PNG)], 'image must be given once', 1]
 ]
 
 t.test('valid creates share one engine connection; a refusal costs at most its own (reference engine)', async (t) => {
   const engine = await startEngine(t)
   let connections = 0
-  engine.engine.server.on('connection', () => { connections++ })
+  engine.engine.server.on('connection', () => {
+    connections++
+  })
   // A long pool keep-alive, so an idle moment on a loaded runner does not open a socket either, and a
   // long engine timeout, so a slow first answer on a loaded runner is not a 504 that costs a socket.
-  const { url } = await build(t, { upstreamUrl: engine.origin, engineKeepAliveMs: 30_000, env: { UPSTREAM_TIMEOUT_MS: '10000' } })
+  const { url } = await build(t, {
+    upstreamUrl: engine.origin,
+    engineKeepAliveMs: 30_000,
+    env: { UPSTREAM_TIMEOUT_MS: '10000' }
+  })
   const post = async (parts: MultipartPart[]) => {
     const { body, contentType } = multipartBody(parts)
-    const res = await request(`${url}/api/portfolio/create`, { method: 'POST', headers: { ...bearer(), 'content-type': contentType }, body })
+    const res = await request(`${url}/api/portfolio/create`, {
+      method: 'POST',
+      headers: { ...bearer(), 'content-type': contentType },
+      body
+    })
     return { status: res.statusCode, json: await res.body.json() }
   }
   for (let i = 0; i < 3; i++) {
@@ -59,7 +81,12 @@ t.test('valid creates share one engine connection; a refusal costs at most its o
 })
 
 /** A raw HTTP/1.1 client: sends `head` and part of a body, then reads until the gateway closes. */
-async function partialUpload (t: Test, url: string, head: string, partOfBody: Buffer): Promise<{ head: string, body: string }> {
+async function partialUpload (
+  t: Test,
+  url: string,
+  head: string,
+  partOfBody: Buffer
+): Promise<{ head: string; body: string }> {
   const { hostname, port } = new URL(url)
   const socket: Socket = connect(Number(port), hostname)
   t.teardown(() => socket.destroy())
@@ -78,7 +105,11 @@ async function partialUpload (t: Test, url: string, head: string, partOfBody: Bu
 t.test('an engine that answers mid-upload: its answer, with connection: close', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
-  stub.early = (_req, res) => json(res, 400, { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' } })
+  stub.early = (_req, res) =>
+    json(res, 400, {
+      success: false,
+      error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' }
+    })
   const { url } = await build(t, { upstreamUrl: stub.url })
   const { body, contentType } = multipartBody([...BASE, image(bigPng(8 * MiB))])
   // The client sends 1 MiB of an 8 MiB upload and waits: the rest is never read.
@@ -87,5 +118,8 @@ t.test('an engine that answers mid-upload: its answer, with connection: close', 
   t.match(answer.head, /^HTTP\/1\.1 400 /)
   t.match(answer.head, /\r\nconnection: close\r\n/i, 'the unread rest of the body ends the connection')
   t.match(answer.head, /\r\nx-request-id: \S+/i)
-  t.same(JSON.parse(answer.body), { success: false, error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' } })
+  t.same(JSON.parse(answer.body), {
+    success: false,
+    error: { source: 'portfolio-engine', code: 'VALIDATION_ERROR', message: 'busy', function: 'createPortfolio' }
+  })
 })

@@ -74,7 +74,8 @@ t.test("40 users' slow creates hold at most their share of the engine pool: anot
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   // A 16-connection pool with a share of 4 for uploads: without the share, 40 held uploads would take all 16.
-  // UPSTREAM_TIMEOUT_MS long enough that the 4 waiting creates are still waiting when the others finish, on a loaded runner.
+  // UPSTREAM_TIMEOUT_MS long enough that the 4 waiting creates are still waiting when the others finish, on a loaded
+  // runner.
   const { url, engine } = await build(t, { upstreamUrl: stub.url, uploadMinRate: PATIENT, pool: { connections: 16 }, env: { UPLOAD_MAX_CONNECTIONS: '4', UPSTREAM_TIMEOUT_MS: '30000' } })
   const creates = opened(t)
   for (let i = 0; i < 40; i++) creates.push(slowCreate(url, `user-${i}`, { kind: 'hold' }))

@@ -21,18 +21,25 @@ import { listenOnLoopback } from './helpers/processes.js'
 const FORM = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(64 * 1024))])
 
 /** An engine that reads the form and answers `delayMs` later; counts the creates it has at once. */
-async function slowEngine (t: Test, delayMs: number): Promise<{ url: string, stats: { active: number, most: number, started: number } }> {
+async function slowEngine (
+  t: Test,
+  delayMs: number
+): Promise<{ url: string; stats: { active: number; most: number; started: number } }> {
   const stats = { active: 0, most: 0, started: 0 }
   const server: Server = createServer((req, res) => {
     stats.started++
     stats.active++
     stats.most = Math.max(stats.most, stats.active)
-    res.on('close', () => { stats.active-- })
+    res.on('close', () => {
+      stats.active--
+    })
     req.resume()
-    req.on('end', () => setTimeout(() => {
-      res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ portfolio_id: `p-${stats.started}` }))
-    }, delayMs))
+    req.on('end', () =>
+      setTimeout(() => {
+        res.writeHead(200, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ portfolio_id: `p-${stats.started}` }))
+      }, delayMs)
+    )
   })
   server.keepAliveTimeout = 500
   return { url: `http://127.0.0.1:${await listenOnLoopback(t, server)}`, stats }
@@ -44,8 +51,12 @@ async function sendAndHangUp (url: string, sub: string, hangUpMs: number): Promi
   socket.on('error', () => {})
   await once(socket, 'connect')
   let got = ''
-  socket.setEncoding('latin1').on('data', (chunk: string) => { got += chunk })
-  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${hs256({ sub })}\r\ncontent-type: ${FORM.contentType}\r\ncontent-length: ${FORM.body.length}\r\n\r\n`)
+  socket.setEncoding('latin1').on('data', (chunk: string) => {
+    got += chunk
+  })
+  socket.write(
+    `POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${hs256({ sub })}\r\ncontent-type: ${FORM.contentType}\r\ncontent-length: ${FORM.body.length}\r\n\r\n`
+  )
   socket.write(FORM.body)
   const closed = once(socket, 'close')
   await new Promise((resolve) => setTimeout(resolve, hangUpMs))
@@ -54,7 +65,7 @@ async function sendAndHangUp (url: string, sub: string, hangUpMs: number): Promi
   return got
 }
 
-async function create (url: string, sub: string): Promise<{ status: number, body: unknown }> {
+async function create (url: string, sub: string): Promise<{ status: number; body: unknown }> {
   const res = await request(`${url}/api/portfolio/create`, {
     method: 'POST',
     headers: { authorization: `Bearer ${hs256({ sub })}`, 'content-type': FORM.contentType },
@@ -67,7 +78,10 @@ const CAPPED = { error: 'at most 2 uploads per user at once' }
 
 t.test('creates whose clients hang up once the form is sent keep their places until the engine answers', async (t) => {
   const engine = await slowEngine(t, 3_000)
-  const { url } = await build(t, { upstreamUrl: engine.url, env: { UPLOAD_MAX_PER_USER: '2', UPSTREAM_TIMEOUT_MS: '20000' } })
+  const { url } = await build(t, {
+    upstreamUrl: engine.url,
+    env: { UPLOAD_MAX_PER_USER: '2', UPSTREAM_TIMEOUT_MS: '20000' }
+  })
   // Two creates send their whole form and hang up after 0.5 s; the engine answers 3 s after reading each.
   const [first, second] = await Promise.all([sendAndHangUp(url, 'leaver', 500), sendAndHangUp(url, 'leaver', 500)])
   t.equal(first, '', 'no answer before the hang-up')
@@ -94,26 +108,35 @@ t.test('creates whose clients hang up once the form is sent keep their places un
  * A create that sends `Expect: 100-continue` and reads the invitation; `answer`
  * then sends `pace` (or nothing) and resolves with what it reads until the gateway closes.
  */
-async function invited (t: Test, url: string, sub: string): Promise<(pace?: { bytes: number, everyMs: number }) => Promise<string>> {
+async function invited (
+  t: Test,
+  url: string,
+  sub: string
+): Promise<(pace?: { bytes: number; everyMs: number }) => Promise<string>> {
   const socket = connect(Number(new URL(url).port), '127.0.0.1')
   t.teardown(() => socket.destroy())
   socket.on('error', () => {})
   await once(socket, 'connect')
   let got = ''
-  socket.setEncoding('latin1').on('data', (chunk: string) => { got += chunk })
-  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${hs256({ sub })}\r\ncontent-type: ${FORM.contentType}\r\ncontent-length: ${FORM.body.length}\r\nexpect: 100-continue\r\n\r\n`)
+  socket.setEncoding('latin1').on('data', (chunk: string) => {
+    got += chunk
+  })
+  socket.write(
+    `POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${hs256({ sub })}\r\ncontent-type: ${FORM.contentType}\r\ncontent-length: ${FORM.body.length}\r\nexpect: 100-continue\r\n\r\n`
+  )
   while (!got.includes('\r\n\r\n')) await once(socket, 'data')
   t.equal(got, 'HTTP/1.1 100 Continue\r\n\r\n', `${sub} is invited`)
   got = ''
   return async (pace) => {
     let sent = 0
-    const trickle = pace === undefined
-      ? undefined
-      : setInterval(() => {
-        if (socket.destroyed || got !== '') return
-        socket.write(FORM.body.subarray(sent, sent + pace.bytes))
-        sent += pace.bytes
-      }, pace.everyMs)
+    const trickle =
+      pace === undefined
+        ? undefined
+        : setInterval(() => {
+            if (socket.destroyed || got !== '') return
+            socket.write(FORM.body.subarray(sent, sent + pace.bytes))
+            sent += pace.bytes
+          }, pace.everyMs)
     t.teardown(() => clearInterval(trickle))
     await once(socket, 'close')
     clearInterval(trickle)
@@ -140,7 +163,11 @@ for (const { name, rule, pace, message } of INVITED_CASES) {
   t.test(`a client ${name} is cut off with 408 and its upload connection goes to the next create`, async (t) => {
     const stub = await startStubUpstream()
     t.teardown(stub.close)
-    const { url } = await build(t, { upstreamUrl: stub.url, uploadMinRate: rule, env: { UPLOAD_MAX_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '30000' } })
+    const { url } = await build(t, {
+      upstreamUrl: stub.url,
+      uploadMinRate: rule,
+      env: { UPLOAD_MAX_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '30000' }
+    })
     const send = await invited(t, url, 'slowpoke')
     const begun = performance.now()
     const cut = send(pace)
@@ -149,7 +176,8 @@ for (const { name, rule, pace, message } of INVITED_CASES) {
     const waited = performance.now() - begun
     t.equal(other.status, 200, 'the waiting create gets the connection')
     t.match(other.body, { portfolio_id: /\S/ })
-    // Far below the 60 s socket idle timeout that used to end the hold (and the 30 s UPSTREAM_TIMEOUT_MS it waits within).
+    // Far below the 60 s socket idle timeout that used to end the hold (and the 30 s UPSTREAM_TIMEOUT_MS it waits
+    // within).
     t.ok(waited < 10_000, `it waited ${waited.toFixed(0)} ms for the invited client's bound`)
     const answer = await cut
     t.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/, 'the invited client reads 408')

@@ -19,7 +19,6 @@ import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image
 const PNG = readFileSync(PNG_IMAGE)
 const MiB = 1024 * 1024
 
-
 const without = (name: string): MultipartPart[] => BASE.filter((p) => p.name !== name)
 const withField = (name: string, value: string): MultipartPart[] => [...without(name), { name, value }]
 

@@ -30,15 +30,33 @@ if (requireRedis(t)) {
       if (this !== probe && command.args.some((arg) => String(arg) === key)) asked++
       return send.call(this, command, stream)
     }
-    t.teardown(() => { Redis.prototype.sendCommand = send })
+    t.teardown(() => {
+      Redis.prototype.sendCommand = send
+    })
     const stub = await startStubUpstream()
     t.teardown(stub.close)
-    const { app, url } = await build(t, { upstreamUrl: stub.url, env: { REDIS_URL: path.url }, uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 } })
+    const { app, url } = await build(t, {
+      upstreamUrl: stub.url,
+      env: { REDIS_URL: path.url },
+      uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
+    })
     let n = 0
-    await attemptUntil(async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }), (r) => r.status === 200, 15_000)
+    await attemptUntil(
+      async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }),
+      (r) => r.status === 200,
+      15_000
+    )
     const track = opened(t)
     const held = track(slowCreate(url, 'gina', { kind: 'hold' }))
-    t.equal(await attemptUntil(async () => await probe.zcard(key), (count) => count === 1, 10_000), 1, 'one lease')
+    t.equal(
+      await attemptUntil(
+        async () => await probe.zcard(key),
+        (count) => count === 1,
+        10_000
+      ),
+      1,
+      'one lease'
+    )
 
     // Its give-back fails while Redis cannot be reached, so it is retried every 200 ms.
     path.cut()

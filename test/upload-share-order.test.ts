@@ -19,7 +19,19 @@ import type { UploadLeaseStore } from '../src/limits/store.js'
 import { UploadShare } from '../src/limits/upload-share.js'
 import { redisAvailable, REDIS_MISSING, startRedis, untilStoreAnswers } from './helpers/redis.js'
 
-const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
+const silent = {
+  info () {},
+  warn () {},
+  error () {},
+  debug () {},
+  fatal () {},
+  trace () {},
+  child () {
+    return silent
+  },
+  level: 'silent',
+  silent () {}
+}
 
 const TOO_MANY = 'at most 2 uploads per user at once'
 
@@ -29,12 +41,19 @@ const TOO_MANY = 'at most 2 uploads per user at once'
  * ZREMs are held until `deliver` (or `fail`) lets them through, the way a
  * redirected ZREM reached Redis after the next ENTER.
  */
-function reorderingStore (): { store: UploadLeaseStore, held: (subject: string) => string[], pending: () => number, leaves: (lease: string) => number, deliver: () => void, fail: () => void } {
+function reorderingStore (): {
+  store: UploadLeaseStore
+  held: (subject: string) => string[]
+  pending: () => number
+  leaves: (lease: string) => number
+  deliver: () => void
+  fail: () => void
+} {
   const leases = new Map<string, Set<string>>()
   /** Every leaveUpload call, by lease: the retries too. */
   const leaves = new Map<string, number>()
   const of = (subject: string): Set<string> => leases.get(subject) ?? leases.set(subject, new Set()).get(subject)!
-  let zrems: Array<{ run: () => void, reject: (err: Error) => void }> = []
+  const zrems: Array<{ run: () => void; reject: (err: Error) => void }> = []
   const store: UploadLeaseStore = {
     enterUpload: async (subject, lease, max, _leaseMs, ended = []) => {
       const held = of(subject)
@@ -43,10 +62,17 @@ function reorderingStore (): { store: UploadLeaseStore, held: (subject: string) 
       held.add(lease)
       return true
     },
-    leaveUpload: async (subject, lease) => await new Promise<void>((resolve, reject) => {
-      leaves.set(lease, (leaves.get(lease) ?? 0) + 1)
-      zrems.push({ run: () => { of(subject).delete(lease); resolve() }, reject })
-    }),
+    leaveUpload: async (subject, lease) =>
+      await new Promise<void>((resolve, reject) => {
+        leaves.set(lease, (leaves.get(lease) ?? 0) + 1)
+        zrems.push({
+          run: () => {
+            of(subject).delete(lease)
+            resolve()
+          },
+          reject
+        })
+      }),
     renewUploads: async () => []
   }
   return {
@@ -54,8 +80,12 @@ function reorderingStore (): { store: UploadLeaseStore, held: (subject: string) 
     held: (subject) => [...of(subject)].sort(),
     pending: () => zrems.length,
     leaves: (lease) => leaves.get(lease) ?? 0,
-    deliver: () => { for (const z of zrems.splice(0)) z.run() },
-    fail: () => { for (const z of zrems.splice(0)) z.reject(new Error('Connection is closed.')) }
+    deliver: () => {
+      for (const z of zrems.splice(0)) z.run()
+    },
+    fail: () => {
+      for (const z of zrems.splice(0)) z.reject(new Error('Connection is closed.'))
+    }
   }
 }
 
@@ -108,9 +138,14 @@ t.test('a ZREM that failed is carried by the next ENTER, and not retried once th
   const firstLease = s.held('bob')[0]!.replace(/:[^:]*$/, ':1')
   const retriedBefore = s.leaves(firstLease)
   t.ok(retriedBefore >= 1, 'its ZREM was sent (and failed)')
-  // Retries of an unreturned place run every 200 ms (RETURN_RETRY_MS): over 2.5 periods none may follow the answered ENTER.
+  // Retries of an unreturned place run every 200 ms (RETURN_RETRY_MS): over 2.5 periods none may follow the answered
+  // ENTER.
   await new Promise((resolve) => setTimeout(resolve, 500))
-  t.equal(s.leaves(firstLease) - retriedBefore, 0, 'no ZREM of the ended lease after the ENTER that carried it was answered')
+  t.equal(
+    s.leaves(firstLease) - retriedBefore,
+    0,
+    'no ZREM of the ended lease after the ENTER that carried it was answered'
+  )
   second()
   third()
   s.deliver()
@@ -118,9 +153,9 @@ t.test('a ZREM that failed is carried by the next ENTER, and not retried once th
   t.equal(s.pending(), 0, 'nothing left to give back')
 })
 
-t.test('another user\'s ended leases stay out of this user\'s ENTER', async (t) => {
+t.test("another user's ended leases stay out of this user's ENTER", async (t) => {
   const s = reorderingStore()
-  const entered: Array<{ subject: string, ended: readonly string[] }> = []
+  const entered: Array<{ subject: string; ended: readonly string[] }> = []
   const store: UploadLeaseStore = {
     ...s.store,
     enterUpload: async (subject, lease, max, leaseMs, ended = []) => {
@@ -133,26 +168,42 @@ t.test('another user\'s ended leases stay out of this user\'s ENTER', async (t) 
   const cat = await share.enter('cat')
   cat()
   await share.enter('dan')
-  t.same(entered.map((e) => `${e.subject}:${e.ended.length}`), ['cat:0', 'dan:0'], "dan's ENTER carries none of cat's leases")
+  t.same(
+    entered.map((e) => `${e.subject}:${e.ended.length}`),
+    ['cat:0', 'dan:0'],
+    "dan's ENTER carries none of cat's leases"
+  )
   s.deliver()
 })
 
-t.test('the ENTER script removes the ended leases it carries before it counts (real Redis)', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {
-  const redis = await startRedis(t)
-  const store = new RedisStore({ redis: redis.url, log: silent as never })
-  t.teardown(() => store.close())
-  const probe = new Redis(redis.url)
-  t.teardown(() => probe.disconnect())
-  await untilStoreAnswers(store)
-  const uploads = store.uploads!
-  t.equal(await uploads.enterUpload('eve', 'a', 2, 60_000), true)
-  t.equal(await uploads.enterUpload('eve', 'b', 2, 60_000), true)
-  t.equal(await uploads.enterUpload('eve', 'c', 2, 60_000), false, 'full')
-  t.equal(await uploads.enterUpload('eve', 'c', 2, 60_000, ['a']), true, 'a carried: removed first, so c takes its place')
-  t.same(await probe.zrange('pgw:up:{eve}', 0, '-1'), ['b', 'c'])
-  t.equal(await uploads.enterUpload('eve', 'd', 2, 60_000, ['a', 'zz']), false, 'leases already gone change nothing: still full')
-  t.same(await probe.zrange('pgw:up:{eve}', 0, '-1'), ['b', 'c'])
-  await uploads.leaveUpload('eve', 'b')
-  await uploads.leaveUpload('eve', 'c')
-  t.equal(await probe.exists('pgw:up:{eve}'), 0, 'the key goes with its last lease')
-})
+t.test(
+  'the ENTER script removes the ended leases it carries before it counts (real Redis)',
+  { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING },
+  async (t) => {
+    const redis = await startRedis(t)
+    const store = new RedisStore({ redis: redis.url, log: silent as never })
+    t.teardown(() => store.close())
+    const probe = new Redis(redis.url)
+    t.teardown(() => probe.disconnect())
+    await untilStoreAnswers(store)
+    const uploads = store.uploads!
+    t.equal(await uploads.enterUpload('eve', 'a', 2, 60_000), true)
+    t.equal(await uploads.enterUpload('eve', 'b', 2, 60_000), true)
+    t.equal(await uploads.enterUpload('eve', 'c', 2, 60_000), false, 'full')
+    t.equal(
+      await uploads.enterUpload('eve', 'c', 2, 60_000, ['a']),
+      true,
+      'a carried: removed first, so c takes its place'
+    )
+    t.same(await probe.zrange('pgw:up:{eve}', 0, '-1'), ['b', 'c'])
+    t.equal(
+      await uploads.enterUpload('eve', 'd', 2, 60_000, ['a', 'zz']),
+      false,
+      'leases already gone change nothing: still full'
+    )
+    t.same(await probe.zrange('pgw:up:{eve}', 0, '-1'), ['b', 'c'])
+    await uploads.leaveUpload('eve', 'b')
+    await uploads.leaveUpload('eve', 'c')
+    t.equal(await probe.exists('pgw:up:{eve}'), 0, 'the key goes with its last lease')
+  }
+)

@@ -36,7 +36,9 @@ export function idempotencyKeyOf (request: FastifyRequest): string | undefined {
   const quoted = value === undefined ? null : QUOTED.exec(value)
   if (quoted !== null) return quoted[1]
   if (value !== undefined && BARE.test(value) && !value.startsWith('"')) return value
-  throw validationError('Idempotency-Key header must be given once, as 1 to 255 visible ASCII characters, bare or in double quotes')
+  throw validationError(
+    'Idempotency-Key header must be given once, as 1 to 255 visible ASCII characters, bare or in double quotes'
+  )
 }
 
 /** Shared with the reference engine, which fingerprints its creates alike. */
@@ -85,7 +87,12 @@ export class Idempotency {
    * undefined returned); otherwise the call, and the record stored before the
    * answer goes out, or the claim released when the call failed.
    */
-  async run (request: FastifyRequest, reply: FastifyReply, key: string | undefined, route: IdempotentCall): Promise<EngineResponse | undefined> {
+  async run (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    key: string | undefined,
+    route: IdempotentCall
+  ): Promise<EngineResponse | undefined> {
     if (key === undefined) return await route.call()
     const begun = await this.#begin(request, key, route.runsForMs)
     if ('held' in begun) {
@@ -116,7 +123,9 @@ export class Idempotency {
 
   /** Claim subject+key under a fresh owner token, or say who holds it. */
   async #begin (
-    request: FastifyRequest, key: string, runsForMs: number
+    request: FastifyRequest,
+    key: string,
+    runsForMs: number
   ): Promise<{ claim: Claim } | { held: IdempotencyRecord }> {
     const { store, ttlS, pendingTtlMs } = this.#opts
     const subject = request.userId
@@ -138,7 +147,13 @@ export class Idempotency {
     return {
       claim: {
         complete: async (fingerprint, answer) => {
-          const record: IdempotencyRecord = { state: 'done', fingerprint, status: answer.status, contentType: answer.contentType, body: answer.body.toString('base64') }
+          const record: IdempotencyRecord = {
+            state: 'done',
+            fingerprint,
+            status: answer.status,
+            contentType: answer.contentType,
+            body: answer.body.toString('base64')
+          }
           // The store's write and, with replicas, its WAIT for one (DECISIONS 26).
           const span = startStoreSpan(request, 'complete')
           try {
@@ -180,7 +195,11 @@ export class Idempotency {
     // Through the function that sent the first answer, so the replay's
     // content-type is the first answer's, byte for byte (not the engine's as
     // stored, which may differ in case or charset).
-    sendEngineJson(reply.header(REPLAYED_HEADER, 'true'), { status: held.status, contentType: held.contentType, body: Buffer.from(held.body, 'base64') })
+    sendEngineJson(reply.header(REPLAYED_HEADER, 'true'), {
+      status: held.status,
+      contentType: held.contentType,
+      body: Buffer.from(held.body, 'base64')
+    })
   }
 }
 

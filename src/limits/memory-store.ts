@@ -8,10 +8,23 @@
  * records out of the shared LRU; only many users together fill it.
  */
 import { LRUCache } from 'lru-cache'
-import { currentWindow, pendingOf, type IdempotencyRecord, type LimitStore, type StoreStatus, type WindowHit } from './store.js'
+import {
+  currentWindow,
+  pendingOf,
+  type IdempotencyRecord,
+  type LimitStore,
+  type StoreStatus,
+  type WindowHit
+} from './store.js'
 
-interface Window { id: number, count: number }
-interface Stored { subject: string, record: IdempotencyRecord }
+interface Window {
+  id: number
+  count: number
+}
+interface Stored {
+  subject: string
+  record: IdempotencyRecord
+}
 
 export interface MemoryStoreOptions {
   /** Windows and records, each; default 100,000. */
@@ -35,7 +48,9 @@ export class MemoryStore implements LimitStore {
       max,
       // Evicted, expired or deleted: the subject no longer holds it. ('set' is
       // a record replaced under the same key, which the subject still holds.)
-      dispose: (stored, key, reason) => { if (reason !== 'set') this.#forget(stored.subject, key) }
+      dispose: (stored, key, reason) => {
+        if (reason !== 'set') this.#forget(stored.subject, key)
+      }
     })
   }
 
@@ -50,7 +65,12 @@ export class MemoryStore implements LimitStore {
     return { count: w.count, resetMs }
   }
 
-  async claim (subject: string, key: string, owner: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
+  async claim (
+    subject: string,
+    key: string,
+    owner: string,
+    pendingTtlMs: number
+  ): Promise<IdempotencyRecord | undefined> {
     const id = recordId(subject, key)
     const held = this.#records.get(id)
     if (held !== undefined) return held.record.state === 'pending' ? pendingOf(held.record.owner) : held.record
@@ -66,7 +86,13 @@ export class MemoryStore implements LimitStore {
     return undefined
   }
 
-  async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {
+  async complete (
+    subject: string,
+    key: string,
+    owner: string,
+    record: IdempotencyRecord,
+    ttlMs: number
+  ): Promise<boolean> {
     const id = recordId(subject, key)
     if (!this.#holds(id, owner)) return false
     this.#records.set(id, { subject, record }, { ttl: ttlMs })

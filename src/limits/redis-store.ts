@@ -12,7 +12,15 @@
 import DataLoader from 'dataloader'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { currentWindow, pendingOf, type IdempotencyRecord, type LimitStore, type StoreStatus, type UploadLeaseStore, type WindowHit } from './store.js'
+import {
+  currentWindow,
+  pendingOf,
+  type IdempotencyRecord,
+  type LimitStore,
+  type StoreStatus,
+  type UploadLeaseStore,
+  type WindowHit
+} from './store.js'
 import { createRedisClient, type RedisClient } from './redis/client.js'
 import type { RedisConfig } from '../redis-config.js'
 import { groupBySlot, recordKey, uploadsKey, windowKey } from './redis/keys.js'
@@ -26,7 +34,9 @@ const EXPIRY_SLACK_MS = 5_000
 /** Hits counted together in one turn, at most. */
 const MAX_BATCH = 512
 
-/** Claims whose answer was lost (timeout, dead socket) and may have been stored: released on reconnect, at most this many. */
+/** Claims whose answer was lost (timeout, dead socket) and may have been stored: released on reconnect, at most this
+ * many.
+ */
 const MAX_ORPHANS = 10_000
 
 interface Scripts {
@@ -34,7 +44,14 @@ interface Scripts {
   claimRecord: (keyCount: number, key: string, pending: string, ttlMs: number) => Promise<string | null>
   completeRecord: (keyCount: number, key: string, pending: string, record: string, ttlMs: number) => Promise<number>
   releaseRecord: (keyCount: number, key: string, pending: string) => Promise<number>
-  enterUpload: (keyCount: number, key: string, lease: string, max: number, leaseMs: number, ...ended: string[]) => Promise<number>
+  enterUpload: (
+    keyCount: number,
+    key: string,
+    lease: string,
+    max: number,
+    leaseMs: number,
+    ...ended: string[]
+  ) => Promise<number>
   renewUploads: (keyCount: number, key: string, leaseMs: number, ...leases: string[]) => Promise<string[]>
 }
 type ScriptedClient = RedisClient & Scripts
@@ -57,11 +74,11 @@ export class RedisStore implements LimitStore {
   readonly #acks: RedisClient
   readonly #config: RedisConfig
   readonly #cluster: boolean
-  readonly #hits: DataLoader<{ key: string, windowMs: number }, number>
+  readonly #hits: DataLoader<{ key: string; windowMs: number }, number>
   readonly #replicas: ReplicaWatch
   readonly #health: RedisHealth
   readonly #log: FastifyBaseLogger
-  readonly #orphans: Array<{ key: string, pending: string }> = []
+  readonly #orphans: Array<{ key: string; pending: string }> = []
   /** A hang check is pending (#dropIfHung). */
   #hungCheck = false
   /** The last records went out from a master without replicas: logged once per change. */
@@ -86,7 +103,9 @@ export class RedisStore implements LimitStore {
     this.#health = new RedisHealth([this.#counters, this.#records], opts.log, opts.metrics)
     this.#acks.on('error', () => {})
     this.#acks.on('ready', () => this.#replicas.start())
-    this.#records.on('ready', () => { void this.#releaseOrphans() })
+    this.#records.on('ready', () => {
+      void this.#releaseOrphans()
+    })
     // Every hit of one turn of the event loop (all the requests whose tokens
     // were verified in it) goes to Redis as one script call per slot: one
     // command's overhead for the batch instead of one per request, and the
@@ -120,22 +139,29 @@ export class RedisStore implements LimitStore {
    * in the key's count. One script call for a single server; in a cluster
    * one per slot (a script's keys must share a slot), each to its node.
    */
-  async #countHits (hits: ReadonlyArray<{ key: string, windowMs: number }>): Promise<Array<number | Error>> {
+  async #countHits (hits: ReadonlyArray<{ key: string; windowMs: number }>): Promise<Array<number | Error>> {
     const perKey = new Map<string, number>()
     for (const { key } of hits) perKey.set(key, (perKey.get(key) ?? 0) + 1)
     // Windows of one length per store in practice; the longest one's expiry serves them all.
     const expiryMs = Math.max(...hits.map((h) => h.windowMs)) + EXPIRY_SLACK_MS
     const groups = this.#cluster ? [...groupBySlot([...perKey.keys()]).values()] : [[...perKey.keys()]]
     const totals = new Map<string, number | Error>()
-    await Promise.all(groups.map(async (keys) => {
-      try {
-        const counts = await this.#counters.countHits(keys.length, ...keys, expiryMs, ...keys.map((k) => perKey.get(k)!))
-        keys.forEach((key, i) => totals.set(key, counts[i]!))
-      } catch (err) {
-        this.#dropIfHung(err)
-        for (const key of keys) totals.set(key, err as Error)
-      }
-    }))
+    await Promise.all(
+      groups.map(async (keys) => {
+        try {
+          const counts = await this.#counters.countHits(
+            keys.length,
+            ...keys,
+            expiryMs,
+            ...keys.map((k) => perKey.get(k)!)
+          )
+          keys.forEach((key, i) => totals.set(key, counts[i]!))
+        } catch (err) {
+          this.#dropIfHung(err)
+          for (const key of keys) totals.set(key, err as Error)
+        }
+      })
+    )
     // The hits of a key get its last counts in arrival order: the first of n gets total - n + 1.
     const next = new Map<string, number | Error>()
     for (const [key, total] of totals) next.set(key, typeof total === 'number' ? total - perKey.get(key)! + 1 : total)
@@ -146,7 +172,12 @@ export class RedisStore implements LimitStore {
     })
   }
 
-  async claim (subject: string, key: string, owner: string, pendingTtlMs: number): Promise<IdempotencyRecord | undefined> {
+  async claim (
+    subject: string,
+    key: string,
+    owner: string,
+    pendingTtlMs: number
+  ): Promise<IdempotencyRecord | undefined> {
     const k = recordKey(subject, key)
     const pending = pendingRecord(owner)
     let held
@@ -164,11 +195,17 @@ export class RedisStore implements LimitStore {
     return record.state === 'pending' ? pendingOf(record.owner) : record
   }
 
-  async complete (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number): Promise<boolean> {
+  async complete (
+    subject: string,
+    key: string,
+    owner: string,
+    record: IdempotencyRecord,
+    ttlMs: number
+  ): Promise<boolean> {
     const k = recordKey(subject, key)
     let written
     try {
-      written = await this.#records.completeRecord(1, k, pendingRecord(owner), JSON.stringify(record), ttlMs) === 1
+      written = (await this.#records.completeRecord(1, k, pendingRecord(owner), JSON.stringify(record), ttlMs)) === 1
     } catch (err) {
       this.#dropIfHung(err)
       throw err
@@ -179,7 +216,7 @@ export class RedisStore implements LimitStore {
 
   async release (subject: string, key: string, owner: string): Promise<boolean> {
     try {
-      return await this.#records.releaseRecord(1, recordKey(subject, key), pendingRecord(owner)) === 1
+      return (await this.#records.releaseRecord(1, recordKey(subject, key), pendingRecord(owner))) === 1
     } catch (err) {
       this.#dropIfHung(err)
       throw err
@@ -199,7 +236,12 @@ export class RedisStore implements LimitStore {
     }
     this.#health.replicationMissed(ack === 'missed' ? 'missed' : 'unreplicated')
     if (ack === 'missed') {
-      if (this.#missedRound()) this.#log.warn({ ack, pauseMs: PAUSE_MS }, 'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it')
+      if (this.#missedRound()) {
+        this.#log.warn(
+          { ack, pauseMs: PAUSE_MS },
+          'idempotency record not acknowledged by a replica within 100 ms: a failover now could forget it'
+        )
+      }
     } else if (ack === 'unreplicated' && !this.#alone) {
       this.#alone = true
       this.#log.warn({ ack }, 'idempotency record stored on a master without replicas: a failover now could forget it')
@@ -210,7 +252,9 @@ export class RedisStore implements LimitStore {
   #missedRound (): boolean {
     if (this.#missLogged) return false
     this.#missLogged = true
-    setImmediate(() => { this.#missLogged = false })
+    setImmediate(() => {
+      this.#missLogged = false
+    })
     return true
   }
 
@@ -221,19 +265,28 @@ export class RedisStore implements LimitStore {
    * call per subject every few seconds while uploads last.
    */
   readonly uploads: UploadLeaseStore = {
-    enterUpload: async (subject, lease, max, leaseMs, ended = []) => await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs, ...ended)) === 1,
-    leaveUpload: async (subject, lease) => { await this.#counted(this.#counters.zrem(uploadsKey(subject), lease)) },
+    enterUpload: async (subject, lease, max, leaseMs, ended = []) =>
+      (await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs, ...ended))) === 1,
+    leaveUpload: async (subject, lease) => {
+      await this.#counted(this.#counters.zrem(uploadsKey(subject), lease))
+    },
     renewUploads: async (leases, leaseMs) => {
       const bySubject = new Map<string, string[]>()
       for (const { subject, lease } of leases) bySubject.set(subject, [...(bySubject.get(subject) ?? []), lease])
-      const gone = await Promise.all([...bySubject].map(async ([subject, ids]) =>
-        (await this.#counted(this.#counters.renewUploads(1, uploadsKey(subject), leaseMs, ...ids))).map((lease) => ({ subject, lease }))))
+      const gone = await Promise.all(
+        [...bySubject].map(async ([subject, ids]) =>
+          (await this.#counted(this.#counters.renewUploads(1, uploadsKey(subject), leaseMs, ...ids))).map((lease) => ({
+            subject,
+            lease
+          }))
+        )
+      )
       return gone.flat()
     }
   }
 
   /** A counters' command: a timeout is evidence of a hung server, as for the hits. */
-  async #counted<T> (command: Promise<T>): Promise<T> {
+  async #counted<T>(command: Promise<T>): Promise<T> {
     try {
       return await command
     } catch (err) {
@@ -244,9 +297,10 @@ export class RedisStore implements LimitStore {
 
   status (): StoreStatus {
     const config = this.#config
-    const nodes = config.mode === 'single'
-      ? [hostPortOf(config.url)]
-      : (config.mode === 'sentinel' ? config.sentinels : config.nodes).map(({ host, port }) => `${host}:${port}`)
+    const nodes =
+      config.mode === 'single'
+        ? [hostPortOf(config.url)]
+        : (config.mode === 'sentinel' ? config.sentinels : config.nodes).map(({ host, port }) => `${host}:${port}`)
     return { mode: config.mode, state: this.#health.state, nodes, replication: this.#replicas.status() }
   }
 
@@ -292,10 +346,14 @@ export class RedisStore implements LimitStore {
         return front !== undefined && front === oldest[i] && timedOut(front.command)
       })
       // Both connections go to the same server: both are dropped.
-      if (silent) for (const redis of clients) if (redis.status === 'ready') redis.stream.destroy()
-      // Only slow: the connection stays, so no 'ready' will come to release
-      // the claims that timed out. Released now, behind them on the same connection.
-      else void this.#releaseOrphans()
+      if (silent) {
+        for (const redis of clients) {
+          if (redis.status === 'ready') redis.stream.destroy()
+          // Only slow: the connection stays, so no 'ready' will come to release
+          // the claims that timed out. Released now, behind them on the same connection.
+          else void this.#releaseOrphans()
+        }
+      }
     })
   }
 

@@ -12,7 +12,7 @@ export type { StoreStatus }
  * agree on which window a request falls in and when it resets, with no
  * round trip to ask.
  */
-export function currentWindow (windowMs: number, now = Date.now()): { id: number, resetMs: number } {
+export function currentWindow (windowMs: number, now = Date.now()): { id: number; resetMs: number } {
   const id = Math.floor(now / windowMs)
   return { id, resetMs: (id + 1) * windowMs - now }
 }
@@ -33,8 +33,8 @@ export interface WindowHit {
  * newer one cannot overwrite or delete the newer one's record.
  */
 export type IdempotencyRecord =
-  | { state: 'pending', owner?: string, until?: number }
-  | { state: 'done', fingerprint: string, status: number, contentType: string, body: string /* base64 */ }
+  | { state: 'pending'; owner?: string; until?: number } |
+  { state: 'done'; fingerprint: string; status: number; contentType: string; body: string /* base64 */ }
 
 /**
  * A claim's owner token: the time its request may run until, then random
@@ -60,9 +60,13 @@ export interface LimitStore {
    * this caller now holds it, else the record that holds it.
    */
   claim: (subject: string, key: string, owner: string, pendingTtlMs: number) => Promise<IdempotencyRecord | undefined>
-  /** Replace `owner`'s claim with the finished answer, kept `ttlMs`. False (nothing written) when the claim is no longer `owner`'s. */
+  /** Replace `owner`'s claim with the finished answer, kept `ttlMs`. False (nothing written) when the claim is no
+   * longer `owner`'s.
+   */
   complete: (subject: string, key: string, owner: string, record: IdempotencyRecord, ttlMs: number) => Promise<boolean>
-  /** Give `owner`'s claim up (the gateway's own error: nothing to store). False (nothing deleted) when it is no longer `owner`'s. */
+  /** Give `owner`'s claim up (the gateway's own error: nothing to store). False (nothing deleted) when it is no longer
+   * `owner`'s.
+   */
   release: (subject: string, key: string, owner: string) => Promise<boolean>
   /** The shared count of uploads in progress; undefined in the process (the upload share counts there). */
   readonly uploads?: UploadLeaseStore
@@ -85,7 +89,13 @@ export interface UploadLeaseStore {
    * are over but whose leaveUpload has not been answered yet: they go first,
    * in the same step, so they never refuse this one.
    */
-  enterUpload: (subject: string, lease: string, max: number, leaseMs: number, ended?: readonly string[]) => Promise<boolean>
+  enterUpload: (
+    subject: string,
+    lease: string,
+    max: number,
+    leaseMs: number,
+    ended?: readonly string[]
+  ) => Promise<boolean>
   /** Give `lease` back. */
   leaveUpload: (subject: string, lease: string) => Promise<void>
   /**
@@ -93,6 +103,8 @@ export interface UploadLeaseStore {
    * put one back (the call may run late, after its upload ended). Resolves to
    * the leases no longer held (an outage let them expire, or a restart lost them).
    */
-  renewUploads: (leases: ReadonlyArray<{ subject: string, lease: string }>, leaseMs: number) => Promise<Array<{ subject: string, lease: string }>>
+  renewUploads: (
+    leases: ReadonlyArray<{ subject: string; lease: string }>,
+    leaseMs: number
+  ) => Promise<Array<{ subject: string; lease: string }>>
 }
-

@@ -95,35 +95,45 @@ function connectionOptions (opts: RedisClientOptions): RedisOptions {
 export function createRedisClient (config: RedisConfig, opts: RedisClientOptions = {}): RedisClient {
   const connection = connectionOptions(opts)
   const tls = config.tlsCa === undefined ? undefined : { ca: config.tlsCa }
-  const auth = config.mode === 'single' ? {} : { ...(config.username === undefined ? {} : { username: config.username }), ...(config.password === undefined ? {} : { password: config.password }) }
+  const auth =
+    config.mode === 'single'
+      ? {}
+      : {
+          ...(config.username === undefined ? {} : { username: config.username }),
+          ...(config.password === undefined ? {} : { password: config.password })
+        }
   switch (config.mode) {
     case 'single':
-      return clearingSocketTimeout(new Redis(config.url, {
-        ...connection,
-        enableOfflineQueue: false,
-        retryStrategy: backoff,
-        // Commands of one turn of the event loop go out in one write.
-        enableAutoPipelining: true,
-        ...(tls === undefined ? {} : { tls })
-      }))
+      return clearingSocketTimeout(
+        new Redis(config.url, {
+          ...connection,
+          enableOfflineQueue: false,
+          retryStrategy: backoff,
+          // Commands of one turn of the event loop go out in one write.
+          enableAutoPipelining: true,
+          ...(tls === undefined ? {} : { tls })
+        })
+      )
     case 'sentinel':
-      return clearingSocketTimeout(new Redis({
-        ...connection,
-        ...auth,
-        sentinels: config.sentinels.map(({ host, port }) => ({ host, port })),
-        name: config.name,
-        role: 'master',
-        ...(config.sentinelPassword === undefined ? {} : { sentinelPassword: config.sentinelPassword }),
-        sentinelCommandTimeout: CONNECT_TIMEOUT_MS,
-        sentinelRetryStrategy: backoff,
-        failoverDetector: false,
-        // A master demoted to replica while alive: reconnect (and ask the Sentinels), never resend.
-        reconnectOnError: (err) => err.message.startsWith('READONLY'),
-        enableOfflineQueue: false,
-        retryStrategy: backoff,
-        enableAutoPipelining: true,
-        ...(tls === undefined ? {} : { tls, sentinelTLS: tls, enableTLSForSentinelMode: true })
-      }))
+      return clearingSocketTimeout(
+        new Redis({
+          ...connection,
+          ...auth,
+          sentinels: config.sentinels.map(({ host, port }) => ({ host, port })),
+          name: config.name,
+          role: 'master',
+          ...(config.sentinelPassword === undefined ? {} : { sentinelPassword: config.sentinelPassword }),
+          sentinelCommandTimeout: CONNECT_TIMEOUT_MS,
+          sentinelRetryStrategy: backoff,
+          failoverDetector: false,
+          // A master demoted to replica while alive: reconnect (and ask the Sentinels), never resend.
+          reconnectOnError: (err) => err.message.startsWith('READONLY'),
+          enableOfflineQueue: false,
+          retryStrategy: backoff,
+          enableAutoPipelining: true,
+          ...(tls === undefined ? {} : { tls, sentinelTLS: tls, enableTLSForSentinelMode: true })
+        })
+      )
     case 'cluster': {
       const options: ClusterOptions = {
         enableOfflineQueue: false,
@@ -145,7 +155,14 @@ export function createRedisClient (config: RedisConfig, opts: RedisClientOptions
         // (the certificate names it), not a reverse-resolved name.
         ...(tls === undefined ? {} : { dnsLookup: (address, callback) => callback(null, address) })
       }
-      return neverResendingAbandoned(catchingAsking(new Cluster(config.nodes.map(({ host, port }) => ({ host, port })), options)))
+      return neverResendingAbandoned(
+        catchingAsking(
+          new Cluster(
+            config.nodes.map(({ host, port }) => ({ host, port })),
+            options
+          )
+        )
+      )
     }
   }
 }
@@ -192,11 +209,15 @@ function neverResendingAbandoned (cluster: Cluster): Cluster {
   cluster.sendCommand = (command, stream, node) => {
     const sent = send(command, stream, node)
     let abandoned = false
-    const settle = (): void => { abandoned = true }
+    const settle = (): void => {
+      abandoned = true
+    }
     command.promise.then(settle, settle)
     // The Cluster client's own redirect handler, installed by send(): reached only while the caller still waits.
     const redirect = command.reject
-    command.reject = (err: Error) => { if (!abandoned) redirect(err) }
+    command.reject = (err: Error) => {
+      if (!abandoned) redirect(err)
+    }
     return sent
   }
   return cluster

@@ -70,7 +70,9 @@ export class ReplicaWatch {
   start (): void {
     if (this.#timer !== undefined) return
     void this.poll()
-    this.#timer = setInterval(() => { void this.poll() }, POLL_MS)
+    this.#timer = setInterval(() => {
+      void this.poll()
+    }, POLL_MS)
     this.#timer.unref()
   }
 
@@ -84,19 +86,24 @@ export class ReplicaWatch {
     const masters: Array<[string, Redis]> = isCluster(this.#client)
       ? this.#client.nodes('master').map((node) => [nodeKey(node), node])
       : [['', this.#client]]
-    await Promise.all(masters.map(async ([key, node]) => {
-      try {
-        const replicas = onlineReplicas(await node.info('replication'))
-        this.#replicated.set(key, replicas > 0)
-        if (replicas > 0) this.#everReplicated = true
-      } catch {}
-    }))
+    await Promise.all(
+      masters.map(async ([key, node]) => {
+        try {
+          const replicas = onlineReplicas(await node.info('replication'))
+          this.#replicated.set(key, replicas > 0)
+          if (replicas > 0) this.#everReplicated = true
+        } catch {}
+      })
+    )
   }
 
   /** For GET /status: whether any master has a replica, and until when acknowledgements are paused. */
-  status (): { replicated: boolean, pausedUntil: string | null } {
+  status (): { replicated: boolean; pausedUntil: string | null } {
     const paused = Math.max(0, ...[...this.#rounds.values()].map((r) => r.pausedUntil))
-    return { replicated: [...this.#replicated.values()].some(Boolean), pausedUntil: paused > Date.now() ? new Date(paused).toISOString() : null }
+    return {
+      replicated: [...this.#replicated.values()].some(Boolean),
+      pausedUntil: paused > Date.now() ? new Date(paused).toISOString() : null
+    }
   }
 
   /** After a record of `subject` was stored (and its write answered): wait for a replica where the master has one. */
@@ -111,9 +118,9 @@ export class ReplicaWatch {
     } else {
       node = client
     }
-    if (node === undefined || this.#replicated.get(master) !== true) return this.#everReplicated ? 'unreplicated' : 'no_replicas'
+    if (node === undefined || this.#replicated.get(master) !== true) { return this.#everReplicated ? 'unreplicated' : 'no_replicas' }
     let rounds = this.#rounds.get(master)
-    if (rounds === undefined) this.#rounds.set(master, rounds = { pausedUntil: 0 })
+    if (rounds === undefined) this.#rounds.set(master, (rounds = { pausedUntil: 0 }))
     return await this.#join(rounds, node, key)
   }
 
@@ -141,7 +148,10 @@ export class ReplicaWatch {
   async #round (rounds: Rounds, node: Redis, key: string): Promise<Acknowledgement> {
     try {
       // One connection, in this order: the write, then the WAIT that counts it.
-      const [, acked] = await Promise.all([node.set(key, '1', 'PX', ACK_KEY_TTL_MS), node.wait(WAIT_REPLICAS, WAIT_TIMEOUT_MS)])
+      const [, acked] = await Promise.all([
+        node.set(key, '1', 'PX', ACK_KEY_TTL_MS),
+        node.wait(WAIT_REPLICAS, WAIT_TIMEOUT_MS)
+      ])
       if (acked >= WAIT_REPLICAS) return 'acked'
     } catch {}
     rounds.pausedUntil = Date.now() + PAUSE_MS

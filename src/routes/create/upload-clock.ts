@@ -28,11 +28,15 @@ export class UploadClock implements UploadTiming {
   #timer: NodeJS.Timeout | undefined
   #responded = false
   #stopped = false
-  readonly #rate: { watch: MinRate, cut: (err: GatewayError) => void } | undefined
+  readonly #rate: { watch: MinRate; cut: (err: GatewayError) => void } | undefined
   #meter: RateMeter | undefined
   #sending = false
 
-  constructor (responseTimeoutMs: number, stallTimeoutMs: number, rate?: { watch: MinRate, cut: (err: GatewayError) => void }) {
+  constructor (
+    responseTimeoutMs: number,
+    stallTimeoutMs: number,
+    rate?: { watch: MinRate; cut: (err: GatewayError) => void }
+  ) {
     this.#responseTimeoutMs = responseTimeoutMs
     this.#stallTimeoutMs = stallTimeoutMs
     this.#rate = rate
@@ -133,8 +137,10 @@ export class UploadClock implements UploadTiming {
     this.#watchClient(this.#rate)
   }
 
-  /** The minimum-rate watch on the client: breaking it aborts the engine call (a no-op once it has answered) and hands the 408 to `cut`. */
-  #watchClient (rate: { watch: MinRate, cut: (err: GatewayError) => void }): RateMeter {
+  /** The minimum-rate watch on the client: breaking it aborts the engine call (a no-op once it has answered) and hands
+   * the 408 to `cut`.
+   */
+  #watchClient (rate: { watch: MinRate; cut: (err: GatewayError) => void }): RateMeter {
     const meter = rate.watch.watch((err) => {
       this.#meter = undefined
       this.#abort.abort(err)

@@ -105,7 +105,8 @@ export class CreateUpload {
         const part = next.value
         if (part.fieldname === undefined || part.fieldname === '') throw validationError(PART_WITHOUT_NAME)
         if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
-          // A text part with a content type that @fastify/multipart would JSON-parse: read as text (see shared/form-parts.ts).
+          // A text part with a content type that @fastify/multipart would JSON-parse: read as text (see
+          // shared/form-parts.ts).
           const { value, truncated } = await this.#reads.wait(readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize))
           this.#acceptField(part.fieldname, value, truncated)
           continue
