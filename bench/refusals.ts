@@ -1,6 +1,6 @@
 /**
  * What each client gets for each refusal of a create (and update's 400 past
- * its body limit), small form and 9 MiB: the table of DECISIONS 21 v4.
+ * its body limit), small form and 9 MiB: the table of DECISIONS 21.
  *
  *   npx tsc -p bench && node dist/bench/refusals.js [--gateway-root DIR] [--rate BYTES_PER_S]
  *

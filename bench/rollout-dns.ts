@@ -1,5 +1,5 @@
 /**
- * Figures for a rollout by DNS (DECISIONS 24 v2): the scenario of
+ * Figures for a rollout by DNS (DECISIONS 24): the scenario of
  * test/engine-rollout.test.ts (both engines replaced, each new one added to
  * the name, then an old one removed and sent SIGTERM at once, under a steady
  * load of pings and updates), with the load kept up long enough after the

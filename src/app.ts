@@ -142,7 +142,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       })
     })
     // Create invites its body itself, once it will really stream: after its upload cap,
-    // Idempotency-Key claim and upload connection (DECISIONS 21 v4).
+    // Idempotency-Key claim and upload connection (DECISIONS 21).
     await api.register(createPortfolioRoutes, {
       prefix: '/portfolio',
       engine: deps.engine,

@@ -56,7 +56,7 @@ export interface GatewayConfig {
   /** One try of a GET when another endpoint can take a retry (UPSTREAM_TRY_TIMEOUT_MS). */
   readonly upstreamTryTimeoutMs: number
   readonly upstreamTimeoutMs: number
-  /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS, DECISIONS 24 v2). */
+  /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS, DECISIONS 24). */
   readonly upstreamDnsRefreshMs: number
   /** UPSTREAM_DNS_SERVERS, as setServers takes them; absent: the system resolver (getaddrinfo). */
   readonly upstreamDnsServers?: readonly string[]

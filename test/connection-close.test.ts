@@ -84,7 +84,7 @@ t.test('a 401 before the body is read: connection: close, and the server ends th
   t.same(JSON.parse(res.body), { error: 'missing bearer token' })
   t.equal(res.headers.connection, 'close')
   t.match(res.headers['x-request-id'], /\S/)
-  // The server ends its side at once (FIN after the answer) and reads on until the body ends (DECISIONS 21 v3).
+  // The server ends its side at once (FIN after the answer) and reads on until the body ends (DECISIONS 21).
   await ended
   for (let i = 0; i < 8 && socket.writable; i++) socket.write(chunk('x'.repeat(16_384)))
   t.pass('the server ended its side of the connection')

@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v4: `100 Continue` only when the create will really stream.
+ * DECISIONS 21: `100 Continue` only when the create will really stream.
  * A client that sends `Expect: 100-continue` and waits reads, as the first
  * bytes of the exchange, the refusal of each check a create passes before its
  * body is read: auth, the rate limit, the per-user upload cap, the

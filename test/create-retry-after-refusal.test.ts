@@ -1,5 +1,5 @@
 /**
- * DECISIONS 23 v2: a create's upload place (and its engine connection) is
+ * DECISIONS 23: a create's upload place (and its engine connection) is
  * given back when its answer is sent, not when the lingering read of its
  * unread body ends. A client refused with 400 whose body is still arriving
  * slowly fixes its form and retries at once, twice in parallel: both 200.

@@ -1,5 +1,5 @@
 /**
- * The Kubernetes recipe survives its own rollout (DECISIONS 25 v2): each grace
+ * The Kubernetes recipe survives its own rollout (DECISIONS 25): each grace
  * period covers the shutdown the code really follows, the engine's new pods
  * are resolvable before old ones leave, and the timelines written in the
  * manifests' comments are the code's numbers. Every number comes from the code

@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v3: an early answer reaches the client.
+ * DECISIONS 21: an early answer reaches the client.
  *
  * Real clients against a real gateway process (dist/, the decided bounds):
  * undici's fetch writes its whole body before it reads, so a gateway that

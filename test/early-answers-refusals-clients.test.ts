@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v4 with the clients people use most besides write-first ones:
+ * DECISIONS 21 with the clients people use most besides write-first ones:
  * undici's fetch and curl (which asks `Expect: 100-continue` for a 9 MiB
  * body) read their exact answer for a representative set of refusals: a bad
  * field, uploads busy, an engine that answers mid-upload.

@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v4, continued from early-answers-refusals.test.ts: 429
+ * DECISIONS 21, continued from early-answers-refusals.test.ts: 429
  * TOO_MANY_UPLOADS, 503 UPLOADS_BUSY and an engine that answers mid-upload
  * (with and without an Idempotency-Key) reach a write-first client. The
  * engine's faults and update: early-answers-refusals-faults.test.ts.

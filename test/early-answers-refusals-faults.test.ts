@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v4, continued: an engine that resets (502) or stops reading
+ * DECISIONS 21, continued: an engine that resets (502) or stops reading
  * (504) mid-upload, and update's 400 on a 70 KiB body (its limit is 64 KiB),
  * reach a client that writes its whole body before it reads.
  */

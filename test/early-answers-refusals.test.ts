@@ -1,5 +1,5 @@
 /**
- * DECISIONS 21 v4: every refusal of a create reaches a client that writes its
+ * DECISIONS 21: every refusal of a create reaches a client that writes its
  * whole body before it reads. python3's http.client and a raw socket send a
  * 9 MiB form (and a small one) and must read their exact answer at once (helpers/refusals-test.ts):
  * the form parser is detached when the answer goes out, the rest of the body

@@ -1,5 +1,5 @@
 /**
- * Tries that never started leave the queue (DECISIONS 24 v2): a try given up
+ * Tries that never started leave the queue (DECISIONS 24): a try given up
  * while it waits for one of its endpoint's connections (the client gone, the
  * call's deadline, a GET's per-try timeout) ends at once, stops counting in
  * the queue that drives shedding, and never reaches a socket later, so it

@@ -1,5 +1,5 @@
 /**
- * A refusal is the client's, never the engine's (DECISIONS 23 v2, 24): a
+ * A refusal is the client's, never the engine's (DECISIONS 23, 24): a
  * create whose engine request the gateway aborts because it refused the form,
  * or because the client left, is counted under outcome="client_aborted" and
  * never toward outlier detection. Two stub engines on real sockets; every

@@ -175,7 +175,7 @@ t.test('idempotency-key: one owner and key never create two portfolios, even con
   t.equal(engine.engine.portfolios.size, 4)
 })
 
-t.test('idempotency-key with a different form: 422 IDEMPOTENCY_KEY_REUSED, nothing created (DECISIONS 16 v3)', async (t) => {
+t.test('idempotency-key with a different form: 422 IDEMPOTENCY_KEY_REUSED, nothing created (DECISIONS 16)', async (t) => {
   const engine = await startEngine(t)
   const form = (name: string, image: Buffer) => [{ name: 'type', value: 'PORTFOLIO' }, { name: 'name', value: name }, { name: 'image', filename: 'a.png', contentType: 'image/png', data: image }]
   const first = await create(engine, form('Blue chips', png), { 'idempotency-key': 'k-form' })

@@ -1,5 +1,5 @@
 /**
- * Endpoint discovery that keeps up with a rollout (DECISIONS 24 v2), against
+ * Endpoint discovery that keeps up with a rollout (DECISIONS 24), against
  * stub engines on distinct loopback addresses (127.0.0.x, one port) behind one
  * name served by an injected lookup: a name is resolved again at once when an
  * endpoint becomes unreachable or none is left in rotation, one resolution in

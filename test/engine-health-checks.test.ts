@@ -1,5 +1,5 @@
 /**
- * Active health checks that tell the truth (DECISIONS 24 v2): on connections
+ * Active health checks that tell the truth (DECISIONS 24): on connections
  * of their own, never queued behind requests; one deadline for connect and
  * answer; a 200 whose services are not all `connected` fails; checks go on
  * for a single endpoint; and the ejection multiplier decays while the endpoint

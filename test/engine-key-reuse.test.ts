@@ -1,5 +1,5 @@
 /**
- * The engine's deduplication as the last guard (DECISIONS 16 v3, 26): when a
+ * The engine's deduplication as the last guard (DECISIONS 16, 26): when a
  * gateway has no record of a key (another gateway without shared state, a
  * record a failover forgot, one past IDEMPOTENCY_TTL_S), the engine still
  * knows the key and the form it created. Two gateways, each with its own

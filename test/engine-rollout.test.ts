@@ -1,5 +1,5 @@
 /**
- * A rollout by DNS (DECISIONS 24 v2, 25 v2): both engines replaced as a
+ * A rollout by DNS (DECISIONS 24, 25 v2): both engines replaced as a
  * Kubernetes Deployment does it, each new one added to the name, then an old
  * one removed from it and sent SIGTERM at the same moment, under a steady load
  * of pings and updates. The name is served by an injected lookup that the test

@@ -182,7 +182,7 @@ t.test('memory store: one user flooding fresh keys evicts only their own oldest 
   )
 })
 /**
- * Upload leases (DECISIONS 23 v2): at most `max` per subject, taken
+ * Upload leases (DECISIONS 23): at most `max` per subject, taken
  * atomically, given back, renewed, and gone by themselves once unrenewed.
  */
 async function leases (t: Test, store: LimitStore, probe: Redis): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * The per-user upload cap's timers end with the app (DECISIONS 23 v2): once
+ * The per-user upload cap's timers end with the app (DECISIONS 23): once
  * app.close() has resolved, the gateway neither renews leases nor retries
  * giving places back, so nothing it holds keeps asking Redis.
  */

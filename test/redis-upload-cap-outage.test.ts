@@ -1,5 +1,5 @@
 /**
- * The per-user upload cap while Redis cannot be reached (DECISIONS 23 v2),
+ * The per-user upload cap while Redis cannot be reached (DECISIONS 23),
  * with a real redis-server, an in-process gateway and a stub engine:
  * - the cap fails open to the process's own count, one log line each way,
  *   every create so counted in a metric, and once Redis is back the uploads

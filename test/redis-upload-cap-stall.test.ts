@@ -1,5 +1,5 @@
 /**
- * The per-user upload cap across a Redis stall (DECISIONS 23 v2), with a real
+ * The per-user upload cap across a Redis stall (DECISIONS 23), with a real
  * redis-server, an in-process gateway and a stub engine. While Redis hangs
  * (SIGSTOP) a renewal is sent and never answered; the gateway drops that
  * connection after its socket timeout, but the renewal stays in Redis's

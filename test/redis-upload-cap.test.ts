@@ -1,5 +1,5 @@
 /**
- * The per-user upload cap across gateways that share Redis (DECISIONS 23 v2),
+ * The per-user upload cap across gateways that share Redis (DECISIONS 23),
  * with real processes: a redis-server, the reference engine and two gateways
  * built from dist/, and undici clients that send their image slowly.
  * - a user's creates in progress are counted in Redis, as leases under the

@@ -230,7 +230,7 @@ if (requireRedis(t)) {
       )
       const ok = answers.filter((r) => r.status === 200)
       t.ok(ok.length >= 1, 'one of them went through')
-      // The upload cap (2 per user, DECISIONS 23 v2) holds across both gateways: a create past it is 429 before its
+      // The upload cap (2 per user, DECISIONS 23) holds across both gateways: a create past it is 429 before its
       // claim.
       t.same(
         answers.map((r) => r.status).filter((status) => ![200, 409, 429].includes(status)),

@@ -1,6 +1,6 @@
 /**
  * A user's upload count stays exact whatever order a gateway's calls reach
- * the shared store in (DECISIONS 23 v2). In a Redis Cluster while a slot
+ * the shared store in (DECISIONS 23). In a Redis Cluster while a slot
  * moves, the ZREM that gives an ended upload's place back can be redirected
  * and reach Redis after the same gateway's next ENTER of that user, sent
  * later (test/redis-cluster.test.ts met it under load: 429s the cap did not

@@ -6,7 +6,7 @@
  * policy's proof that a failed POST never reached the engine.
  *
  * A try given up before that point (a per-try timeout, the deadline, the
- * client gone while it waits in its endpoint's pool queue; DECISIONS 24 v2)
+ * client gone while it waits in its endpoint's pool queue; DECISIONS 24)
  * ends at once for the call, and leaves undici's queue without costing a
  * socket. undici 7 has no way to take a dispatched request out of a Pool's
  * queue, and aborting one when it reaches a socket destroys that socket
@@ -36,7 +36,7 @@ export interface AttemptOwner {
 /**
  * The request body as undici pulls it, with a note of whether the source
  * itself threw (the gateway refused the form, the client left or was cut off):
- * that failure is the client's, never the engine's (DECISIONS 23 v2). Errors
+ * that failure is the client's, never the engine's (DECISIONS 23). Errors
  * of the socket do not pass through here: undici ends the loop that pulls,
  * which returns the generator without throwing into it.
  */

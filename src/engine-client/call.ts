@@ -262,7 +262,7 @@ export class Call implements AttemptOwner {
     }
     const err = raw === undefined ? undefined : upstreamError(raw)
     const stopped = this.#stopped
-    // DECISIONS 23 v2: a refused form, a client gone or too slow says nothing about the endpoint; a deadline does.
+    // DECISIONS 23: a refused form, a client gone or too slow says nothing about the endpoint; a deadline does.
     const clientAborted = attempt.bodyFailed || (stopped !== undefined && !isTimeout(stopped))
     if (!clientAborted) {
       if (isGatewayFailure(err, req.path, attempt.status, attempt.contentType)) ctx.health.failed(endpoint)

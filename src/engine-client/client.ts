@@ -286,7 +286,7 @@ export class EngineClient {
   /**
    * Told of each endpoint (host:port) that left the set, once its calls are
    * done and unless its address is back: its per-endpoint metric series go
-   * (DECISIONS 24 v2). One observer: the last one set wins.
+   * (DECISIONS 24). One observer: the last one set wins.
    */
   observeRemovals (observer: (endpoint: string) => void): void {
     this.#removed = observer

@@ -110,7 +110,7 @@ export function namesAHost (urls: readonly string[]): boolean {
 
 export type PoolFactory = (origin: string) => Pool
 
-/** Envoy's default DNS refresh rate (DECISIONS 24 v2). */
+/** Envoy's default DNS refresh rate (DECISIONS 24). */
 export const DNS_REFRESH_MS = 5_000
 
 /** The longest one lookup may take (or the refresh period, when shorter): past it, the lookup counts as failed. */

@@ -23,7 +23,7 @@ export interface EngineRequest {
    * Aborts the call; the reason (a GatewayError) is what the call rejects with.
    * Any reason but a timeout (UPSTREAM_TIMEOUT, AbortSignal.timeout) is the
    * client's doing: the try ends as `client_aborted` and never counts against
-   * the engine (DECISIONS 23 v2).
+   * the engine (DECISIONS 23).
    */
   signal?: AbortSignal
   /**

@@ -8,7 +8,7 @@
  *   'checkExpectation'). Parser errors are client-error.ts. Node's one other
  *   answer of its own, 503 past `maxRequestsPerSocket`, cannot happen: that
  *   limit is not set.
- * - `Expect: 100-continue` (DECISIONS 21 v4): with a 'checkContinue' listener
+ * - `Expect: 100-continue` (DECISIONS 21): with a 'checkContinue' listener
  *   Node does not send `100 Continue` by itself. The request goes the usual
  *   way; a refusal (401, 429, 409, 503) is its answer and the body is never
  *   sent. The body is invited only once the request will really proceed: most

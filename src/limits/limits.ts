@@ -17,7 +17,7 @@ export interface Limits {
   /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
   rateLimit?: onRequestHookHandler
   idempotency: Idempotency
-  /** The per-user upload cap's count across gateways (DECISIONS 23 v2); undefined in the process. */
+  /** The per-user upload cap's count across gateways (DECISIONS 23); undefined in the process. */
   uploadCount?: SharedUploadCount
 }
 

@@ -259,7 +259,7 @@ export class RedisStore implements LimitStore {
   }
 
   /**
-   * Upload leases (DECISIONS 23 v2), through the counters' client: one
+   * Upload leases (DECISIONS 23), through the counters' client: one
    * script call to take a place (which also removes the leases given back
    * whose ZREM is still unanswered), a ZREM to give it back, and one renewal
    * call per subject every few seconds while uploads last.

@@ -3,7 +3,7 @@
  * connection while its image streams, so:
  * - each subject has at most `maxPerUser` creates in progress: one more is
  *   429 `Retry-After: 1`, checked before any of its body is read, so it never
- *   opens an engine request. With a shared store (DECISIONS 23 v2) the count
+ *   opens an engine request. With a shared store (DECISIONS 23) the count
  *   is kept there, so it holds across gateways: each create holds a lease of
  *   LEASE_MS, renewed every RENEW_MS while it lasts, so the leases of a
  *   gateway that dies mid-upload expire within LEASE_MS by themselves.
@@ -240,7 +240,7 @@ export class UploadShare {
     shared.log.info('upload cap: counted in the shared store again')
   }
 
-  /** DECISIONS 23 v2: the cap fails open to this process's count, as rate limits do. */
+  /** DECISIONS 23: the cap fails open to this process's count, as rate limits do. */
   #storeFailed (shared: SharedUploadCount, err: unknown): void {
     shared.metrics.uploadCapFailedOpen()
     if (!this.#reachable) return

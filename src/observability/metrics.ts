@@ -24,7 +24,7 @@ export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
 /**
  * ok: a 2xx; engine_error: the engine's own 4xx/5xx; client_aborted: the gateway
  * gave the call up for the client's sake (a refused form, a client gone or too
- * slow: DECISIONS 23 v2), nothing the engine did; the rest: the call failed (DECISIONS 8).
+ * slow: DECISIONS 23), nothing the engine did; the rest: the call failed (DECISIONS 8).
  */
 export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response' | 'client_aborted'
 export type RejectionReason =
@@ -287,7 +287,7 @@ export class GatewayMetrics {
   }
 
   /**
-   * An engine endpoint left the set and finished its calls (DECISIONS 24 v2):
+   * An engine endpoint left the set and finished its calls (DECISIONS 24):
    * every series labelled with it goes, so a headless Service's turnover of
    * pod addresses does not grow the exposition. gateway_engine_endpoint_up
    * follows the set at each scrape by itself.
@@ -342,7 +342,7 @@ export class GatewayMetrics {
     this.rateLimitFailOpen.inc()
   }
 
-  /** The upload cap's shared store was unreachable and a create was counted in the process (DECISIONS 23 v2). */
+  /** The upload cap's shared store was unreachable and a create was counted in the process (DECISIONS 23). */
   uploadCapFailedOpen (): void {
     this.uploadCapFailOpen.inc()
   }

@@ -44,7 +44,7 @@ abstract class Family<L extends string, S> {
 
   /**
    * Forget every series whose labels include these (e.g. an engine endpoint
-   * that left the set, DECISIONS 24 v2): it is no longer written, and a
+   * that left the set, DECISIONS 24): it is no longer written, and a
    * caller that kept it counts into nothing. Not per request.
    */
   remove (labels: Partial<Labels<L>>): void {

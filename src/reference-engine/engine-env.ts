@@ -51,7 +51,7 @@ export interface EngineSettings {
    *
    */
   readonly drainNoticeMs: number
-  /** DECISIONS 16 v3: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives.
+  /** DECISIONS 16: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives.
    *
    */
   readonly idempotencyTtlS: number

@@ -12,7 +12,7 @@ export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
-  /** DECISIONS 16 v3: this owner's Idempotency-Key created a portfolio from a different form. */
+  /** DECISIONS 16: this owner's Idempotency-Key created a portfolio from a different form. */
   IDEMPOTENCY_KEY_REUSED: 422,
   INTERNAL_ERROR: 500,
   /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create

@@ -114,7 +114,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
         const valid = parseCreateFields(request, Object.fromEntries(fields))
 
-        // DECISIONS 16 v3: a repeated key with the same form answers the portfolio
+        // DECISIONS 16: a repeated key with the same form answers the portfolio
         // it created, and the new upload goes; with another form it is a 422.
         const fingerprint =
           key === undefined ? '' : fingerprintOf('create', formContent(fields, received?.sha256 ?? NO_IMAGE_SHA256))

@@ -12,7 +12,7 @@
  *   pe:portfolio:{owner}:<id>  hash: `record` (JSON, all but the targets), `target_positions` (JSON)
  *   pe:key:{owner}:<key>       string, JSON {"portfolio_id","fingerprint"}: the portfolio
  *                              that key created and its form's fingerprint; it expires
- *                              after the key lifetime (ENGINE_IDEMPOTENCY_TTL_S, DECISIONS 16 v3)
+ *                              after the key lifetime (ENGINE_IDEMPOTENCY_TTL_S, DECISIONS 16)
  *
  * Keying a portfolio by owner and id makes a foreign id and an unknown id the
  * same miss (DECISIONS 1) without reading anything. Target positions are a

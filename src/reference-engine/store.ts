@@ -27,7 +27,7 @@ export interface StoreState {
 export const SERVICE_DISCONNECTED = 'disconnected'
 
 /**
- * What a create's Idempotency-Key leaves behind (DECISIONS 16 v3): the
+ * What a create's Idempotency-Key leaves behind (DECISIONS 16): the
  * portfolio it made and the fingerprint of its form (shared/fingerprint.ts),
  * so a later create with the same key and another form is told apart.
  */

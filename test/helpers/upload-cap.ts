@@ -1,5 +1,5 @@
 /**
- * What the upload-cap tests share (DECISIONS 23 v2): slow creates stopped at
+ * What the upload-cap tests share (DECISIONS 23): slow creates stopped at
  * teardown, a whole small create, a steady pace above the minimum rate, and a
  * TCP path to Redis that a test can cut while Redis keeps what it holds.
  */

@@ -1,5 +1,5 @@
 /**
- * A stalled replica cannot stall the master's users (DECISIONS 26 v2), with
+ * A stalled replica cannot stall the master's users (DECISIONS 26), with
  * real processes: a redis-server master, a replica (--replicaof) and a
  * gateway process in front of a stub engine. Under 40 concurrent keyed
  * updates (each with its own Idempotency-Key: a claim, a rate-limit count, a

@@ -35,7 +35,7 @@ export function recordKey (subject: string, key: string): string {
   return `${PREFIX}idem:${hashTag(subject)}:${key}`
 }
 
-/** `subject`'s uploads in progress: a sorted set of lease ids scored by their expiry (DECISIONS 23 v2). */
+/** `subject`'s uploads in progress: a sorted set of lease ids scored by their expiry (DECISIONS 23). */
 export function uploadsKey (subject: string): string {
   return `${PREFIX}up:${hashTag(subject)}`
 }

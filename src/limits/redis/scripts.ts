@@ -52,7 +52,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`
 
 /**
- * Take an upload place (DECISIONS 23 v2): KEYS[1] is the subject's sorted set
+ * Take an upload place (DECISIONS 23): KEYS[1] is the subject's sorted set
  * of leases scored by expiry; ARGV[1] the lease id, ARGV[2] the cap, ARGV[3]
  * the lease's length in ms, ARGV[4..] leases of the same gateway whose
  * uploads have ended and whose ZREM it has not seen answered: removed here
