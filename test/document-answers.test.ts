@@ -12,9 +12,10 @@ import { promisify } from 'node:util'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import t from 'tap'
 import { request } from 'undici'
-import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { contractHandler, json, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
 import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
+import { CREATE_FIELDS, multipartBody } from './helpers/multipart.js'
 import { ROOT } from './helpers/processes.js'
 
 const run = promisify(execFile)
@@ -105,6 +106,54 @@ t.test("the engine's 503 (its store is down) is the simple 503 with the engine's
   const odd = await request(`${url}/api/portfolio/update`, updateRequest())
   t.equal(odd.statusCode, 502, 'a status the contract does not name is not passed on')
   t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
+})
+
+t.test("the engine's error passes only with a code the document declares for its status; else 502", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const engineError = (status: number, code: string) => (_req: unknown, res: Parameters<typeof json>[0]) =>
+    json(res, status, { success: false, error: { source: 'portfolio-engine', code, message: 'm', function: 'f' } })
+  const form = multipartBody(CREATE_FIELDS)
+  const calls = {
+    create: async (headers: Record<string, string> = {}) => await request(`${url}/api/portfolio/create`, {
+      method: 'POST', headers: { ...bearer(), 'content-type': form.contentType, ...headers }, body: form.body
+    }),
+    update: async (headers: Record<string, string> = {}) =>
+      await request(`${url}/api/portfolio/update`, updateRequest(headers)),
+    ping: async (headers: Record<string, string> = {}) =>
+      await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), ...headers } })
+  }
+  const cases: Array<[keyof typeof calls, number, string]> = [
+    ['create', 400, 'INVALID_IMAGE'], ['create', 422, 'VALIDATION_ERROR'], ['create', 500, 'NOT_FOUND'],
+    ['update', 400, 'INVALID_IMAGE'], ['update', 404, 'INTERNAL_ERROR'], ['update', 422, 'CONFLICT'],
+    ['update', 500, 'VALIDATION_ERROR'], ['ping', 500, 'PING_FAILED']
+  ]
+  for (const [call, status, code] of cases) {
+    stub.handle(engineError(status, code))
+    const res = await calls[call]()
+    t.equal(res.statusCode, 502, `${call}: the engine's ${status} ${code} is outside the contract`)
+    t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' })
+  }
+  const declared: Array<[keyof typeof calls, number, string]> = [
+    ['create', 400, 'VALIDATION_ERROR'], ['update', 404, 'NOT_FOUND'], ['ping', 500, 'INTERNAL_ERROR']
+  ]
+  for (const [call, status, code] of declared) {
+    stub.handle(engineError(status, code))
+    const res = await calls[call]()
+    t.equal(res.statusCode, status, `${call}: the engine's ${status} ${code} is declared and passes`)
+    t.match(await res.body.json(), { success: false, error: { code } })
+  }
+  // Refused, the undeclared error is not stored under the key: the retry reaches the engine and gets its answer.
+  stub.handle(engineError(400, 'INVALID_IMAGE'))
+  const first = await calls.update({ 'idempotency-key': 'undeclared-code-1' })
+  t.equal(first.statusCode, 502)
+  await first.body.dump()
+  stub.handle(contractHandler)
+  const retry = await calls.update({ 'idempotency-key': 'undeclared-code-1' })
+  t.equal(retry.statusCode, 200)
+  t.equal(retry.headers['idempotent-replayed'], undefined)
+  t.same(await retry.body.json(), { success: true, message: 'Target positions updated' })
 })
 
 t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the server accepts', async (t) => {

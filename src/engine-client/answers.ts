@@ -36,29 +36,33 @@ export function sendEngineJson (reply: FastifyReply, answer: EngineResponse): Fa
   return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
 }
 
-/** The statuses of the engine's structured errors that a create passes on (the upstream contract). */
-export const CREATE_ENGINE_ERRORS: ReadonlySet<number> = new Set([400, 422, 500])
-/** An update can also name a portfolio that is not there (DECISIONS 1). */
-export const UPDATE_ENGINE_ERRORS: ReadonlySet<number> = new Set([400, 404, 422, 500])
-/** A ping has no input to refuse. */
-export const PING_ENGINE_ERRORS: ReadonlySet<number> = new Set([500])
+/** The engine's structured errors a route passes on: by status, the codes the document declares for it. */
+export type EngineErrors = ReadonlyMap<number, ReadonlySet<string>>
 
 /** Delta-seconds (RFC 9110 10.2.3); an HTTP-date or nothing becomes the engine store's usual second. */
 function retryAfterOf (answer: EngineResponse): string {
   return answer.retryAfter !== undefined && /^\d{1,9}$/.test(answer.retryAfter) ? answer.retryAfter : '1'
 }
 
+/** Whether the engine's error is one the document declares: its status, and that status's code. */
+function isDeclaredError (
+  answer: EngineResponse, payload: unknown, errors: EngineErrors
+): boolean {
+  return isEngineError.Check(payload) && errors.get(answer.status)?.has((payload as StructuredError).error.code) === true
+}
+
 /**
  * Throw unless the answer is the agreed 200 body (`isAgreed`) or the engine's
- * structured error with a status the route declares (`errors`): anything else
+ * structured error with a status and code the document declares (`errors`, from
+ * openapi-answers.ts declaredErrorCodes): anything else
  * is a 502. The engine's 503 (its store is away) becomes the gateway's simple
  * 503, as every 503 is, with the engine's Retry-After.
  */
 export function assertEngineJson (
-  answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string, errors = CREATE_ENGINE_ERRORS
+  answer: EngineResponse, isAgreed: (value: unknown) => boolean, expected: string, errors: EngineErrors
 ): void {
   const payload = parseJson(answer)
-  if (answer.status === 200 ? isAgreed(payload) : errors.has(answer.status) && isEngineError.Check(payload)) return
+  if (answer.status === 200 ? isAgreed(payload) : isDeclaredError(answer, payload, errors)) return
   if (answer.status === 503 && isEngineError.Check(payload)) {
     throw new GatewayError('UPSTREAM_RETRY_LATER', undefined, {
       headers: { 'retry-after': retryAfterOf(answer) },
@@ -69,10 +73,10 @@ export function assertEngineJson (
 }
 
 /** The ping answer is text: 200 `pong`, or the engine's structured error. */
-export function sendEnginePong (reply: FastifyReply, answer: EngineResponse): FastifyReply {
+export function sendEnginePong (reply: FastifyReply, answer: EngineResponse, errors: EngineErrors): FastifyReply {
   if (answer.status === 200 && answer.contentType.startsWith('text/plain') && answer.body.toString('latin1') === 'pong') {
     return reply.code(200).type('text/plain; charset=utf-8').send('pong')
   }
-  assertEngineJson(answer, () => false, '200 text/plain pong', PING_ENGINE_ERRORS)
+  assertEngineJson(answer, () => false, '200 text/plain pong', errors)
   return sendEngineJson(reply, answer)
 }

@@ -13,6 +13,7 @@ import { GatewayError, validationError } from '../../http/errors.js'
 import { awaitingContinue, writeContinue } from '../../http/front.js'
 import { watchClientGone } from '../../http/client-gone.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
+import { CREATE_ENGINE_ERRORS } from '../openapi-answers.js'
 import { UploadClock } from './upload-clock.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
@@ -147,7 +148,7 @@ export const createPortfolioRoutes: FastifyPluginAsync<CreatePortfolioOptions> =
             }
           }
           if (form.refusal !== undefined) throw form.refusal
-          assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+          assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER, CREATE_ENGINE_ERRORS)
           return answer
         }
       })
