@@ -48,7 +48,8 @@ function retryAfterOf (answer: EngineResponse): string {
 function isDeclaredError (
   answer: EngineResponse, payload: unknown, errors: EngineErrors
 ): boolean {
-  return isEngineError.Check(payload) && errors.get(answer.status)?.has((payload as StructuredError).error.code) === true
+  if (!isEngineError.Check(payload)) return false
+  return errors.get(answer.status)?.has((payload as StructuredError).error.code) === true
 }
 
 /**
