@@ -10,11 +10,12 @@ import { connect } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Ajv2020 } from 'ajv/dist/2020.js'
+import Fastify from 'fastify'
 import t from 'tap'
 import { request } from 'undici'
 import { contractHandler, json, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
-import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
+import { checkInjects, violationsOf, violationsOfRaw } from './helpers/answer-check.js'
 import { CREATE_FIELDS, multipartBody } from './helpers/multipart.js'
 import { ROOT } from './helpers/processes.js'
 
@@ -219,6 +220,22 @@ t.test('the answer check catches an undeclared header or status, a missing heade
   const allow = { ...base.headers, allow: 'GET, HEAD' }
   const deleted = violationsOf({ ...base, method: 'DELETE', status: 405, headers: allow, body: simple })
   t.same(deleted, [], 'a 405 as the document says')
+})
+
+t.test('the answer check holds app.inject() answers to the document too: a planted header is caught', async (t) => {
+  const app = Fastify()
+  app.get('/ping', async (_req, reply) => await reply.header('x-request-id', 'r').header('x-planted', '1')
+    .send({ message: 'pong' }))
+  t.teardown(async () => await app.close())
+  const violations: string[] = []
+  checkInjects(app, violations)
+  const res = await app.inject({ method: 'GET', url: '/ping' })
+  t.equal(res.statusCode, 200)
+  t.same(violations, ['GET /ping 200: header x-planted is sent but not declared'])
+  t.throws(() => app.inject(), /pass options and await/, 'the chain form, which would go unchecked, is refused')
+  // build() wraps its gateway's inject the same way: a declared answer passes its teardown's check.
+  const gateway = await build(t)
+  t.equal((await gateway.app.inject({ url: '/ping' })).statusCode, 200)
 })
 
 t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {

@@ -222,6 +222,45 @@ function parseHead (head: string): { status: number, headers: Record<string, str
   return { status: Number(statusLine.split(' ')[1]), headers }
 }
 
+/** Count an answer checked, and keep what is wrong with it. */
+function tally (violations: string[], found: string[]): void {
+  checked++
+  if (found.length > 0) violated++
+  violations.push(...found)
+}
+
+/** What injecting needs of a Fastify instance: its `inject`, whose answers never pass the server's 'request' event. */
+interface Injectable {
+  inject: (...args: never[]) => unknown
+}
+interface Injected {
+  statusCode: number
+  headers: Record<string, string | string[] | number | undefined>
+  rawPayload: Buffer
+  raw: { req: { method?: string, url?: string } }
+}
+
+/**
+ * Hold every answer of `app.inject(options)` to the document, as watchAnswers
+ * does those on sockets: light-my-request never emits the server's 'request'
+ * event. The chain and callback forms are refused, so no answer goes unchecked.
+ */
+export function checkInjects (app: Injectable, violations: string[]): void {
+  const inject = (app.inject as (options: unknown) => Promise<Injected>).bind(app)
+  app.inject = ((options?: unknown, ...rest: unknown[]) => {
+    if (options === undefined || rest.length > 0) throw new Error('inject: pass options and await; the answer is checked')
+    return inject(options).then((res) => {
+      const headers: Record<string, string> = {}
+      for (const [name, value] of Object.entries(res.headers)) {
+        if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value)
+      }
+      const { method = 'GET', url = '/' } = res.raw.req
+      tally(violations, violationsOf({ method, url, status: res.statusCode, headers, body: res.rawPayload }))
+      return res
+    })
+  }) as typeof app.inject
+}
+
 /**
  * Watch every answer `server` sends through Node's response objects; the
  * violations found so far, for the test's teardown to fail on.
@@ -252,9 +291,7 @@ export function watchAnswers (server: Server, report?: (found: string[]) => void
     })
   }
   const record = (found: string[]): void => {
-    checked++
-    if (found.length > 0) violated++
-    violations.push(...found)
+    tally(violations, found)
     report?.(found)
   }
   // Answers written on the socket itself, not through a response object: the head is not a response's own.

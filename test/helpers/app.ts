@@ -8,7 +8,7 @@ import { compose, type ComposeOverrides, type Gateway, type LogOptions } from '.
 import { loadConfig } from '../../src/config.js'
 import type { EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
-import { watchAnswers } from './answer-check.js'
+import { checkInjects, watchAnswers } from './answer-check.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
 
@@ -82,6 +82,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
   })
   // Every answer this gateway sends is held to openapi.json; registered first, so it runs after the close.
   const violations = watchAnswers(gateway.app.server)
+  // app.inject() answers never reach the server's 'request' event: checked on their way back instead.
+  checkInjects(gateway.app, violations)
   t.teardown(() => {
     if (violations.length > 0) throw new Error(`answers the document does not declare:\n${violations.join('\n')}`)
   })
