@@ -4,7 +4,8 @@
  * their boundaries as the schema and the server see them, the answer check
  * catching what it must, and the linters client teams run.
  */
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
@@ -17,7 +18,8 @@ import { contractHandler, json, startStubUpstream } from '../fixtures/stub-upstr
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
 import { checkInjects, violationsOf, violationsOfRaw } from './helpers/answer-check.js'
 import { CREATE_FIELDS, multipartBody } from './helpers/multipart.js'
-import { ROOT } from './helpers/processes.js'
+import { ANSWER_CHECK, assertAnswersDeclared, ROOT } from './helpers/processes.js'
+import { pathToFileURL } from 'node:url'
 
 const run = promisify(execFile)
 const MALFORMED = 'authorization header must be: Bearer <token>'
@@ -236,6 +238,27 @@ t.test('the answer check holds app.inject() answers to the document too: a plant
   // build() wraps its gateway's inject the same way: a declared answer passes its teardown's check.
   const gateway = await build(t)
   t.equal((await gateway.app.inject({ url: '/ping' })).statusCode, 200)
+})
+
+t.test("a forked worker's undeclared answer is read with the process the test started", async (t) => {
+  const script = join(ROOT, 'dist', 'test', 'helpers', 'forking-answerer.js')
+  const primary = spawn(process.execPath, ['--import', pathToFileURL(ANSWER_CHECK).href, script], {
+    cwd: ROOT, env: { PATH: process.env['PATH'] ?? '' }, stdio: ['ignore', 'pipe', 'inherit']
+  })
+  const exited = once(primary, 'exit')
+  t.teardown(() => { primary.kill('SIGKILL') })
+  let out = ''
+  for await (const chunk of primary.stdout) {
+    out += String(chunk)
+    if (out.includes('\n')) break
+  }
+  const port = /worker listening on (\d+)/.exec(out)![1]!
+  const res = await request(`http://127.0.0.1:${port}/ping`)
+  t.equal(res.statusCode, 418)
+  await res.body.dump()
+  await exited
+  t.throws(() => assertAnswersDeclared(primary.pid), /gateway process \d+\):\nGET \/ping answered 418/)
+  t.doesNotThrow(() => assertAnswersDeclared(primary.pid), 'read once, then removed')
 })
 
 t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {
