@@ -224,6 +224,43 @@ t.test('the answer check catches an undeclared header or status, a missing heade
   t.same(deleted, [], 'a 405 as the document says')
 })
 
+t.test('an unmatched /api/* request the shedder refuses gets the 503 x-unmatched-requests declares', async (t) => {
+  const { url } = await build(t, { env: { SHED_EVENT_LOOP_DELAY_MS: '100' } })
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  await once(socket, 'connect')
+  let raw = ''
+  socket.setEncoding('utf8').on('data', (chunk: string) => { raw += chunk })
+  const ended = once(socket, 'end')
+  socket.end('GET /api/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  // The gateway's loop (this process's) stalls past its bound with the request in its socket: it is shed.
+  const until = performance.now() + 400
+  while (performance.now() < until) { /* the stall */ }
+  await ended
+  t.match(raw, /^HTTP\/1\.1 503 /)
+  t.match(raw, /\r\nretry-after: 1\r\n/i)
+  t.equal(raw.slice(raw.indexOf('\r\n\r\n') + 4), JSON.stringify({ error: 'gateway is overloaded, retry later' }))
+  // build()'s check fails the test in teardown if the document does not declare it; said here as well.
+  const simple = Buffer.from('{"error":"gateway is overloaded, retry later"}')
+  const headers = { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8', 'retry-after': '1' }
+  t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 503, headers, body: simple }), [])
+})
+
+t.test('the answer check judges an unmatched request by x-unmatched-requests alone, not by sibling operations',
+  async (t) => {
+    const headers = { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8' }
+    const body = Buffer.from('{"error":"x"}')
+    const challenge = { ...headers, 'www-authenticate': 'Bearer' }
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 401, headers: challenge, body }),
+      ['GET /api/nope matches no operation, and 401 is not declared for such requests'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 429, headers, body }),
+      ['GET /api/nope matches no operation, and 429 is not declared for such requests'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 503, headers, body }),
+      ['GET /api/nope 503: required header retry-after is missing'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 404, headers, body }), [])
+    t.same(violationsOf({ method: 'GET', url: '/healthz', status: 417, headers, body }), [], "the parser's, anywhere")
+  })
+
 t.test('the answer check holds app.inject() answers to the document too: a planted header is caught', async (t) => {
   const app = Fastify()
   app.get('/ping', async (_req, reply) => await reply.header('x-request-id', 'r').header('x-planted', '1')

@@ -305,10 +305,15 @@ export const OPERATIONS: Record<string, OperationDoc> = {
 
 /**
  * Requests that match no operation: no route (404) or a known path with
- * another method (405, with Allow). No operation can declare them, so the
- * document says them here, in an extension generators skip.
+ * another method (405, with Allow); Node's parser and the front server answer
+ * them as they answer any request, and the load shedder refuses /api/* before
+ * routing (503). No operation can declare them, so the document says them
+ * here, in an extension generators skip.
  */
 export const UNMATCHED_ANSWERS: Json = {
+  ...PARSER_ANSWERS,
+  503: simple('OVERLOADED: a request for /api/* refused by the load shedder before routing, whatever its path ' +
+    'or method; retry after Retry-After', { ...ID, 'retry-after': headerRef('RetryAfter') }),
   404: { description: 'ROUTE_NOT_FOUND: no route has this path', headers: ID, content: json(schemaRef('SimpleError')) },
   405: {
     description: 'METHOD_NOT_ALLOWED: this path is served, with other methods (RFC 9110 15.5.6)',

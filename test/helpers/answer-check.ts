@@ -63,18 +63,9 @@ function declaration (doc: Json, answer: Answer): { object: Json, where: string 
     return responseAt(doc, `/${pointer('paths', path, method, 'responses', status)}`) ??
       `${answer.method} ${path} answered ${status}, which its operation does not declare`
   }
-  const unmatched = responseAt(doc, `/${pointer('x-unmatched-requests', status)}`)
-  if (unmatched !== undefined) return unmatched
-  // What happens before routing (the parser, the front server, auth and shedding of /api/*) happens here too.
-  const prefix = path.split('/')[1]
-  for (const [other, operations] of Object.entries(paths)) {
-    if (other.split('/')[1] !== prefix) continue
-    for (const m of Object.keys(operations)) {
-      const found = responseAt(doc, `/${pointer('paths', other, m, 'responses', status)}`)
-      if (found !== undefined && (answer.status < 500 || answer.status === 503)) return found
-    }
-  }
-  return `${answer.method} ${path} matches no operation, and ${status} is not declared for such requests`
+  // No sibling operation's declaration stands in: what a request matching none gets is x-unmatched-requests' alone.
+  return responseAt(doc, `/${pointer('x-unmatched-requests', status)}`) ??
+    `${answer.method} ${path} matches no operation, and ${status} is not declared for such requests`
 }
 
 /** Any operation's declaration of this status: for answers that can come to a request for any path. */
