@@ -111,6 +111,40 @@ t.test("the engine's 503 (its store is down) is the simple 503 with the engine's
   t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
 })
 
+t.test("the engine's Retry-After: an HTTP-date as delta-seconds, capped at an hour; its 429 is the 503", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const unavailable = {
+    success: false,
+    error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'later', function: 'updatePortfolio' }
+  }
+  const inTwoMinutes = new Date(Date.now() + 120_000).toUTCString()
+  const cases: Array<[number, string, (passed: number) => boolean, string]> = [
+    [503, inTwoMinutes, (s) => s >= 119 && s <= 120, 'an HTTP-date two minutes ahead: about 120 s'],
+    [503, new Date(Date.now() + 86_400_000).toUTCString(), (s) => s === 3600, 'an HTTP-date a day ahead: capped'],
+    [503, '999999999', (s) => s === 3600, 'a huge delta: capped at 3600'],
+    [503, '3.5', (s) => s === 1, 'neither form: 1'],
+    [429, '7', (s) => s === 7, "the engine's 429 with 7"],
+    [429, inTwoMinutes, (s) => s >= 119 && s <= 120, "the engine's 429 with an HTTP-date"]
+  ]
+  for (const [status, given, expected, name] of cases) {
+    stub.handle((_req, res) => {
+      res.setHeader('retry-after', given)
+      json(res, status, unavailable)
+    })
+    const res = await request(`${url}/api/portfolio/update`, updateRequest())
+    t.equal(res.statusCode, 503, `${name}: 503`)
+    t.ok(expected(Number(res.headers['retry-after'])), `${name}: Retry-After ${String(res.headers['retry-after'])}`)
+    t.same(await res.body.json(), { error: 'portfolio engine unavailable, retry later' })
+  }
+  stub.handle((_req, res) => json(res, 429, { error: 'slow down' }))
+  const ping = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
+  t.equal(ping.statusCode, 503, "a ping's engine 429 without Retry-After is the 503 too")
+  t.equal(ping.headers['retry-after'], '1')
+  t.same(await ping.body.json(), { error: 'portfolio engine unavailable, retry later' })
+})
+
 t.test("the engine's error passes only with a code the document declares for its status; else 502", async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
