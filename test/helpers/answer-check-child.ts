@@ -27,7 +27,8 @@ process.once('exit', writeCount)
 const PRIMARY = 'ANSWER_CHECK_PRIMARY_PID'
 const primary = process.env[PRIMARY] ?? String(process.pid)
 process.env[PRIMARY] = primary
-const own = join(ANSWER_VIOLATIONS_DIR, primary === String(process.pid) ? `${primary}.log` : `${primary}-${process.pid}.log`)
+const own = join(ANSWER_VIOLATIONS_DIR,
+  primary === String(process.pid) ? `${primary}.log` : `${primary}-${process.pid}.log`)
 const createServer = http.createServer
 http.createServer = function (this: unknown, ...args: unknown[]) {
   const server = (createServer as (...a: unknown[]) => http.Server).apply(this, args)

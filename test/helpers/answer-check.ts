@@ -239,7 +239,9 @@ interface Injected {
 export function checkInjects (app: Injectable, violations: string[]): void {
   const inject = (app.inject as (options: unknown) => Promise<Injected>).bind(app)
   app.inject = ((options?: unknown, ...rest: unknown[]) => {
-    if (options === undefined || rest.length > 0) throw new Error('inject: pass options and await; the answer is checked')
+    if (options === undefined || rest.length > 0) {
+      throw new Error('inject: pass options and await; the answer is checked')
+    }
     return inject(options).then((res) => {
       const headers: Record<string, string> = {}
       for (const [name, value] of Object.entries(res.headers)) {
