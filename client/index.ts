@@ -24,8 +24,8 @@ export type CreatePortfolioResponse = Schemas['CreatePortfolioResponse']
 export type ApiHealth = Schemas['ApiHealth']
 /** Every structured error the gateway or the engine sends, by its code. */
 export type StructuredError =
-  | Schemas['ValidationError'] | Schemas['NotFoundError'] | Schemas['IdempotencyKeyInUseError']
-  | Schemas['IdempotencyKeyReusedError'] | Schemas['InternalError']
+  | Schemas['ValidationError'] | Schemas['NotFoundError'] | Schemas['IdempotencyKeyInUseError'] |
+  Schemas['IdempotencyKeyReusedError'] | Schemas['InternalError']
 
 /** The create form's fields with the image as bytes instead of the document's binary string. */
 export type CreatePortfolioInput = Omit<Schemas['CreatePortfolioForm'], 'image'> & {

@@ -366,7 +366,7 @@ export interface components {
                 "application/json": components["schemas"]["SimpleError"];
             };
         };
-        /** @description Retry after Retry-After seconds: the gateway is overloaded (OVERLOADED, without RateLimit: refused before it counts), the identity provider cannot be reached (AUTH_PROVIDER_UNAVAILABLE, without RateLimit), the key store is away (IDEMPOTENCY_STORE_UNAVAILABLE), uploads hold their share of the engine (UPLOADS_BUSY), or the engine cannot serve it now (UPSTREAM_RETRY_LATER, with the engine's Retry-After) */
+        /** @description Retry after Retry-After seconds: the gateway is overloaded (OVERLOADED, without RateLimit: refused before it counts), the identity provider cannot be reached (AUTH_PROVIDER_UNAVAILABLE, without RateLimit), the key store is away (IDEMPOTENCY_STORE_UNAVAILABLE), uploads hold their share of the engine (UPLOADS_BUSY), or the engine cannot serve it now or asks to slow down (UPSTREAM_RETRY_LATER, for the engine's 503 or 429, with its Retry-After in seconds, at most 3600) */
         ServiceUnavailable: {
             headers: {
                 "x-request-id": components["headers"]["RequestId"];

@@ -4,18 +4,22 @@
  * their boundaries as the schema and the server see them, the answer check
  * catching what it must, and the linters client teams run.
  */
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Ajv2020 } from 'ajv/dist/2020.js'
+import Fastify from 'fastify'
 import t from 'tap'
 import { request } from 'undici'
-import { json, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { contractHandler, json, startStubUpstream } from '../fixtures/stub-upstream.js'
 import { bearer, build, hs256, SECRET, validUpdate } from './helpers/app.js'
-import { violationsOf, violationsOfRaw } from './helpers/answer-check.js'
-import { ROOT } from './helpers/processes.js'
+import { checkInjects, violationsOf, violationsOfRaw } from './helpers/answer-check.js'
+import { CREATE_FIELDS, multipartBody } from './helpers/multipart.js'
+import { ANSWER_CHECK, assertAnswersDeclared, ROOT } from './helpers/processes.js'
+import { pathToFileURL } from 'node:url'
 
 const run = promisify(execFile)
 const MALFORMED = 'authorization header must be: Bearer <token>'
@@ -107,6 +111,88 @@ t.test("the engine's 503 (its store is down) is the simple 503 with the engine's
   t.same(await odd.body.json(), { error: 'portfolio engine sent an invalid response' })
 })
 
+t.test("the engine's Retry-After: an HTTP-date as delta-seconds, capped at an hour; its 429 is the 503", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const unavailable = {
+    success: false,
+    error: { source: 'portfolio-engine', code: 'SERVICE_UNAVAILABLE', message: 'later', function: 'updatePortfolio' }
+  }
+  const inTwoMinutes = new Date(Date.now() + 120_000).toUTCString()
+  const cases: Array<[number, string, (passed: number) => boolean, string]> = [
+    [503, inTwoMinutes, (s) => s >= 119 && s <= 120, 'an HTTP-date two minutes ahead: about 120 s'],
+    [503, new Date(Date.now() + 86_400_000).toUTCString(), (s) => s === 3600, 'an HTTP-date a day ahead: capped'],
+    [503, '999999999', (s) => s === 3600, 'a huge delta: capped at 3600'],
+    [503, '3.5', (s) => s === 1, 'neither form: 1'],
+    [429, '7', (s) => s === 7, "the engine's 429 with 7"],
+    [429, inTwoMinutes, (s) => s >= 119 && s <= 120, "the engine's 429 with an HTTP-date"]
+  ]
+  for (const [status, given, expected, name] of cases) {
+    stub.handle((_req, res) => {
+      res.setHeader('retry-after', given)
+      json(res, status, unavailable)
+    })
+    const res = await request(`${url}/api/portfolio/update`, updateRequest())
+    t.equal(res.statusCode, 503, `${name}: 503`)
+    t.ok(expected(Number(res.headers['retry-after'])), `${name}: Retry-After ${String(res.headers['retry-after'])}`)
+    t.same(await res.body.json(), { error: 'portfolio engine unavailable, retry later' })
+  }
+  stub.handle((_req, res) => json(res, 429, { error: 'slow down' }))
+  const ping = await request(`${url}/api/portfolio/ping`, { headers: bearer() })
+  t.equal(ping.statusCode, 503, "a ping's engine 429 without Retry-After is the 503 too")
+  t.equal(ping.headers['retry-after'], '1')
+  t.same(await ping.body.json(), { error: 'portfolio engine unavailable, retry later' })
+})
+
+t.test("the engine's error passes only with a code the document declares for its status; else 502", async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  const engineError = (status: number, code: string) => (_req: unknown, res: Parameters<typeof json>[0]) =>
+    json(res, status, { success: false, error: { source: 'portfolio-engine', code, message: 'm', function: 'f' } })
+  const form = multipartBody(CREATE_FIELDS)
+  const calls = {
+    create: async (headers: Record<string, string> = {}) => await request(`${url}/api/portfolio/create`, {
+      method: 'POST', headers: { ...bearer(), 'content-type': form.contentType, ...headers }, body: form.body
+    }),
+    update: async (headers: Record<string, string> = {}) =>
+      await request(`${url}/api/portfolio/update`, updateRequest(headers)),
+    ping: async (headers: Record<string, string> = {}) =>
+      await request(`${url}/api/portfolio/ping`, { headers: { ...bearer(), ...headers } })
+  }
+  const cases: Array<[keyof typeof calls, number, string]> = [
+    ['create', 400, 'INVALID_IMAGE'], ['create', 422, 'VALIDATION_ERROR'], ['create', 500, 'NOT_FOUND'],
+    ['update', 400, 'INVALID_IMAGE'], ['update', 404, 'INTERNAL_ERROR'], ['update', 422, 'CONFLICT'],
+    ['update', 500, 'VALIDATION_ERROR'], ['ping', 500, 'PING_FAILED']
+  ]
+  for (const [call, status, code] of cases) {
+    stub.handle(engineError(status, code))
+    const res = await calls[call]()
+    t.equal(res.statusCode, 502, `${call}: the engine's ${status} ${code} is outside the contract`)
+    t.same(await res.body.json(), { error: 'portfolio engine sent an invalid response' })
+  }
+  const declared: Array<[keyof typeof calls, number, string]> = [
+    ['create', 400, 'VALIDATION_ERROR'], ['update', 404, 'NOT_FOUND'], ['ping', 500, 'INTERNAL_ERROR']
+  ]
+  for (const [call, status, code] of declared) {
+    stub.handle(engineError(status, code))
+    const res = await calls[call]()
+    t.equal(res.statusCode, status, `${call}: the engine's ${status} ${code} is declared and passes`)
+    t.match(await res.body.json(), { success: false, error: { code } })
+  }
+  // Refused, the undeclared error is not stored under the key: the retry reaches the engine and gets its answer.
+  stub.handle(engineError(400, 'INVALID_IMAGE'))
+  const first = await calls.update({ 'idempotency-key': 'undeclared-code-1' })
+  t.equal(first.statusCode, 502)
+  await first.body.dump()
+  stub.handle(contractHandler)
+  const retry = await calls.update({ 'idempotency-key': 'undeclared-code-1' })
+  t.equal(retry.statusCode, 200)
+  t.equal(retry.headers['idempotent-replayed'], undefined)
+  t.same(await retry.body.json(), { success: true, message: 'Target positions updated' })
+})
+
 t.test('Idempotency-Key at its boundaries: the schema accepts exactly what the server accepts', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
@@ -170,6 +256,80 @@ t.test('the answer check catches an undeclared header or status, a missing heade
   const allow = { ...base.headers, allow: 'GET, HEAD' }
   const deleted = violationsOf({ ...base, method: 'DELETE', status: 405, headers: allow, body: simple })
   t.same(deleted, [], 'a 405 as the document says')
+})
+
+t.test('an unmatched /api/* request the shedder refuses gets the 503 x-unmatched-requests declares', async (t) => {
+  const { url } = await build(t, { env: { SHED_EVENT_LOOP_DELAY_MS: '100' } })
+  const socket = connect(Number(new URL(url).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  await once(socket, 'connect')
+  let raw = ''
+  socket.setEncoding('utf8').on('data', (chunk: string) => { raw += chunk })
+  const ended = once(socket, 'end')
+  socket.end('GET /api/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  // The gateway's loop (this process's) stalls past its bound with the request in its socket: it is shed.
+  const until = performance.now() + 400
+  while (performance.now() < until) { /* the stall */ }
+  await ended
+  t.match(raw, /^HTTP\/1\.1 503 /)
+  t.match(raw, /\r\nretry-after: 1\r\n/i)
+  t.equal(raw.slice(raw.indexOf('\r\n\r\n') + 4), JSON.stringify({ error: 'gateway is overloaded, retry later' }))
+  // build()'s check fails the test in teardown if the document does not declare it; said here as well.
+  const simple = Buffer.from('{"error":"gateway is overloaded, retry later"}')
+  const headers = { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8', 'retry-after': '1' }
+  t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 503, headers, body: simple }), [])
+})
+
+t.test('the answer check judges an unmatched request by x-unmatched-requests alone, not by sibling operations',
+  async (t) => {
+    const headers = { 'x-request-id': 'r', 'content-type': 'application/json; charset=utf-8' }
+    const body = Buffer.from('{"error":"x"}')
+    const challenge = { ...headers, 'www-authenticate': 'Bearer' }
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 401, headers: challenge, body }),
+      ['GET /api/nope matches no operation, and 401 is not declared for such requests'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 429, headers, body }),
+      ['GET /api/nope matches no operation, and 429 is not declared for such requests'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 503, headers, body }),
+      ['GET /api/nope 503: required header retry-after is missing'])
+    t.same(violationsOf({ method: 'GET', url: '/api/nope', status: 404, headers, body }), [])
+    t.same(violationsOf({ method: 'GET', url: '/healthz', status: 417, headers, body }), [], "the parser's, anywhere")
+  })
+
+t.test('the answer check holds app.inject() answers to the document too: a planted header is caught', async (t) => {
+  const app = Fastify()
+  app.get('/ping', async (_req, reply) => await reply.header('x-request-id', 'r').header('x-planted', '1')
+    .send({ message: 'pong' }))
+  t.teardown(async () => await app.close())
+  const violations: string[] = []
+  checkInjects(app, violations)
+  const res = await app.inject({ method: 'GET', url: '/ping' })
+  t.equal(res.statusCode, 200)
+  t.same(violations, ['GET /ping 200: header x-planted is sent but not declared'])
+  t.throws(() => app.inject(), /pass options and await/, 'the chain form, which would go unchecked, is refused')
+  // build() wraps its gateway's inject the same way: a declared answer passes its teardown's check.
+  const gateway = await build(t)
+  t.equal((await gateway.app.inject({ url: '/ping' })).statusCode, 200)
+})
+
+t.test("a forked worker's undeclared answer is read with the process the test started", async (t) => {
+  const script = join(ROOT, 'dist', 'test', 'helpers', 'forking-answerer.js')
+  const primary = spawn(process.execPath, ['--import', pathToFileURL(ANSWER_CHECK).href, script], {
+    cwd: ROOT, env: { PATH: process.env['PATH'] ?? '' }, stdio: ['ignore', 'pipe', 'inherit']
+  })
+  const exited = once(primary, 'exit')
+  t.teardown(() => { primary.kill('SIGKILL') })
+  let out = ''
+  for await (const chunk of primary.stdout) {
+    out += String(chunk)
+    if (out.includes('\n')) break
+  }
+  const port = /worker listening on (\d+)/.exec(out)![1]!
+  const res = await request(`http://127.0.0.1:${port}/ping`)
+  t.equal(res.statusCode, 418)
+  await res.body.dump()
+  await exited
+  t.throws(() => assertAnswersDeclared(primary.pid), /gateway process \d+\):\nGET \/ping answered 418/)
+  t.doesNotThrow(() => assertAnswersDeclared(primary.pid), 'read once, then removed')
 })
 
 t.test('Redocly\'s recommended rules: no error, no warning', async (t) => {

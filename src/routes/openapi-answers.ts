@@ -37,15 +37,29 @@ function structuredError (codes: readonly string[], description: string): TSchem
   }, { additionalProperties: false, description })
 }
 
+/** The `code` enum of each structured-error schema: the document's, and what the engine may send under it. */
+export const STRUCTURED_CODES: Record<string, readonly string[]> = {
+  ValidationError: ['VALIDATION_ERROR'],
+  NotFoundError: ['NOT_FOUND'],
+  IdempotencyKeyInUseError: codesOf(409, 'structured'),
+  IdempotencyKeyReusedError: ['IDEMPOTENCY_KEY_REUSED'],
+  InternalError: ['INTERNAL_ERROR']
+}
+
 /** Schemas every answer below names, beside the ones the routes validate with (hoisted from the routes). */
 export const ANSWER_SCHEMAS: Record<string, TSchema> = {
   SimpleError: { ...SimpleError, description: 'The simple shape: about the connection, the caller or the capacity' },
   HealthError,
-  ValidationError: structuredError(['VALIDATION_ERROR'], 'The request is invalid; the message names the field'),
-  NotFoundError: structuredError(['NOT_FOUND'], 'No such portfolio, or another user\'s (the engine\'s answer)'),
-  IdempotencyKeyInUseError: structuredError(codesOf(409, 'structured'), 'A request with this key is in flight'),
-  IdempotencyKeyReusedError: structuredError(['IDEMPOTENCY_KEY_REUSED'], 'This key was used for another request'),
-  InternalError: structuredError(['INTERNAL_ERROR'], 'An unexpected failure, of the gateway or the engine'),
+  ValidationError: structuredError(STRUCTURED_CODES['ValidationError']!,
+    'The request is invalid; the message names the field'),
+  NotFoundError: structuredError(STRUCTURED_CODES['NotFoundError']!,
+    'No such portfolio, or another user\'s (the engine\'s answer)'),
+  IdempotencyKeyInUseError: structuredError(STRUCTURED_CODES['IdempotencyKeyInUseError']!,
+    'A request with this key is in flight'),
+  IdempotencyKeyReusedError: structuredError(STRUCTURED_CODES['IdempotencyKeyReusedError']!,
+    'This key was used for another request'),
+  InternalError: structuredError(STRUCTURED_CODES['InternalError']!,
+    'An unexpected failure, of the gateway or the engine'),
   CreatePortfolioResponse,
   UpdatePortfolioResponse,
   OpenApiDocument: Type.Object({ openapi: Type.String() }, { additionalProperties: true, description: 'OpenAPI 3.1' })
@@ -109,7 +123,8 @@ export const SHARED_ANSWERS: Record<string, Json> = {
   ServiceUnavailable: simple('Retry after Retry-After seconds: the gateway is overloaded (OVERLOADED, without ' +
     'RateLimit: refused before it counts), the identity provider cannot be reached (AUTH_PROVIDER_UNAVAILABLE, ' +
     'without RateLimit), the key store is away (IDEMPOTENCY_STORE_UNAVAILABLE), uploads hold their share of the ' +
-    'engine (UPLOADS_BUSY), or the engine cannot serve it now (UPSTREAM_RETRY_LATER, with the engine\'s Retry-After)',
+    'engine (UPLOADS_BUSY), or the engine cannot serve it now or asks to slow down (UPSTREAM_RETRY_LATER, for ' +
+    'the engine\'s 503 or 429, with its Retry-After in seconds, at most 3600)',
   RETRY),
   BadGateway: simple('The engine cannot be reached, or answered outside its contract (UPSTREAM_UNAVAILABLE, ' +
     'UPSTREAM_BAD_RESPONSE)', COUNTED),
@@ -291,10 +306,15 @@ export const OPERATIONS: Record<string, OperationDoc> = {
 
 /**
  * Requests that match no operation: no route (404) or a known path with
- * another method (405, with Allow). No operation can declare them, so the
- * document says them here, in an extension generators skip.
+ * another method (405, with Allow); Node's parser and the front server answer
+ * them as they answer any request, and the load shedder refuses /api/* before
+ * routing (503). No operation can declare them, so the document says them
+ * here, in an extension generators skip.
  */
 export const UNMATCHED_ANSWERS: Json = {
+  ...PARSER_ANSWERS,
+  503: simple('OVERLOADED: a request for /api/* refused by the load shedder before routing, whatever its path ' +
+    'or method; retry after Retry-After', { ...ID, 'retry-after': headerRef('RetryAfter') }),
   404: { description: 'ROUTE_NOT_FOUND: no route has this path', headers: ID, content: json(schemaRef('SimpleError')) },
   405: {
     description: 'METHOD_NOT_ALLOWED: this path is served, with other methods (RFC 9110 15.5.6)',
@@ -305,3 +325,38 @@ export const UNMATCHED_ANSWERS: Json = {
     content: json(schemaRef('SimpleError'))
   }
 }
+
+/** The structured-error schema names a response object's JSON body may take ($ref or oneOf of $refs). */
+function structuredSchemasOf (response: Json): string[] {
+  const ref = response.$ref
+  if (typeof ref === 'string') return structuredSchemasOf(SHARED_ANSWERS[ref.split('/').pop()!] ?? {})
+  const schema = ((response.content as Json | undefined)?.['application/json'] as Json | undefined)?.schema as
+    Json | undefined
+  const refs = schema === undefined ? [] : (schema.oneOf as Json[] | undefined) ?? [schema]
+  return refs.map((r) => String(r.$ref).split('/').pop()!).filter((name) => STRUCTURED_CODES[name] !== undefined)
+}
+
+/**
+ * The codes the document declares for each of `statuses` of an operation
+ * (`"METHOD url"`): the engine's structured errors that may pass through,
+ * read from the same table the document is built from.
+ */
+export function declaredErrorCodes (
+  operation: string, statuses: readonly number[]
+): ReadonlyMap<number, ReadonlySet<string>> {
+  const responses = OPERATIONS[operation]?.responses
+  if (responses === undefined) throw new Error(`no operation ${operation} in the document`)
+  return new Map(statuses.map((status) => {
+    const codes = structuredSchemasOf(responses[status] ?? {}).flatMap((name) => STRUCTURED_CODES[name]!)
+    // A status the document does not declare with a structured body cannot pass: fail at load, not per request.
+    if (codes.length === 0) throw new Error(`${operation} declares no structured error for ${status}`)
+    return [status, new Set(codes)]
+  }))
+}
+
+/** The engine's structured errors that a create passes on, by status: the codes the document declares for each. */
+export const CREATE_ENGINE_ERRORS = declaredErrorCodes('POST /api/portfolio/create', [400, 422, 500])
+/** An update can also name a portfolio that is not there (DECISIONS 1). */
+export const UPDATE_ENGINE_ERRORS = declaredErrorCodes('POST /api/portfolio/update', [400, 404, 422, 500])
+/** A ping has no input to refuse. */
+export const PING_ENGINE_ERRORS = declaredErrorCodes('GET /api/portfolio/ping', [500])

@@ -94,7 +94,7 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
           'one of three shapes: SimpleError, a structured error (success: false, with a code), or HealthError. ' +
           'Every status an operation can answer is listed under it, including those of the HTTP parser. A request ' +
           'that matches no operation is answered as x-unmatched-requests says: 404 for an unknown path, 405 with ' +
-          'Allow for a known path with another method.',
+          'Allow for a known path with another method, 503 when the gateway sheds /api/* load, and the parser\'s.',
         license: { name: 'Proprietary', identifier: 'LicenseRef-Proprietary' }
       },
       // Relative: the origin the document was fetched from; a client sets its deployment's own.
@@ -148,7 +148,8 @@ function hoistNamedSchemas (document: Json): Json {
     return out
   }
   const paths = visit(document.paths)
-  return { ...document, paths, components: { ...components, schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))) } }
+  const sorted = Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b)))
+  return { ...document, paths, components: { ...components, schemas: sorted } }
 }
 
 /**

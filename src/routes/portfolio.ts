@@ -9,7 +9,8 @@ import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { validationError } from '../http/errors.js'
 import { watchClientGone } from '../http/client-gone.js'
-import { assertEngineJson, sendEngineJson, sendEnginePong, UPDATE_ENGINE_ERRORS } from '../engine-client/answers.js'
+import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
+import { PING_ENGINE_ERRORS, UPDATE_ENGINE_ERRORS } from './openapi-answers.js'
 import { targetPositionsProblem } from '../shared/portfolio-rules.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../limits/idempotency.js'
 
@@ -45,7 +46,7 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
         ...callerOf(request),
         abandonIfQueued: gone.signal
       })
-      return sendEnginePong(reply, answer)
+      return sendEnginePong(reply, answer, PING_ENGINE_ERRORS)
     } finally {
       gone.done()
     }

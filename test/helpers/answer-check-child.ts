@@ -22,7 +22,13 @@ const writeCount = (): void => {
 }
 setInterval(writeCount, 250).unref()
 process.once('exit', writeCount)
-const own = join(ANSWER_VIOLATIONS_DIR, `${process.pid}.log`)
+// Workers forked by a gateway (GATEWAY_WORKERS) inherit the environment: each writes beside the process the test
+// started, `<its pid>-<own pid>.log`, since that process's id is the one the test reads (assertAnswersDeclared).
+const PRIMARY = 'ANSWER_CHECK_PRIMARY_PID'
+const primary = process.env[PRIMARY] ?? String(process.pid)
+process.env[PRIMARY] = primary
+const own = join(ANSWER_VIOLATIONS_DIR,
+  primary === String(process.pid) ? `${primary}.log` : `${primary}-${process.pid}.log`)
 const createServer = http.createServer
 http.createServer = function (this: unknown, ...args: unknown[]) {
   const server = (createServer as (...a: unknown[]) => http.Server).apply(this, args)

@@ -63,18 +63,9 @@ function declaration (doc: Json, answer: Answer): { object: Json, where: string 
     return responseAt(doc, `/${pointer('paths', path, method, 'responses', status)}`) ??
       `${answer.method} ${path} answered ${status}, which its operation does not declare`
   }
-  const unmatched = responseAt(doc, `/${pointer('x-unmatched-requests', status)}`)
-  if (unmatched !== undefined) return unmatched
-  // What happens before routing (the parser, the front server, auth and shedding of /api/*) happens here too.
-  const prefix = path.split('/')[1]
-  for (const [other, operations] of Object.entries(paths)) {
-    if (other.split('/')[1] !== prefix) continue
-    for (const m of Object.keys(operations)) {
-      const found = responseAt(doc, `/${pointer('paths', other, m, 'responses', status)}`)
-      if (found !== undefined && (answer.status < 500 || answer.status === 503)) return found
-    }
-  }
-  return `${answer.method} ${path} matches no operation, and ${status} is not declared for such requests`
+  // No sibling operation's declaration stands in: what a request matching none gets is x-unmatched-requests' alone.
+  return responseAt(doc, `/${pointer('x-unmatched-requests', status)}`) ??
+    `${answer.method} ${path} matches no operation, and ${status} is not declared for such requests`
 }
 
 /** Any operation's declaration of this status: for answers that can come to a request for any path. */
@@ -222,6 +213,47 @@ function parseHead (head: string): { status: number, headers: Record<string, str
   return { status: Number(statusLine.split(' ')[1]), headers }
 }
 
+/** Count an answer checked, and keep what is wrong with it. */
+function tally (violations: string[], found: string[]): void {
+  checked++
+  if (found.length > 0) violated++
+  violations.push(...found)
+}
+
+/** What injecting needs of a Fastify instance: its `inject`, whose answers never pass the server's 'request' event. */
+interface Injectable {
+  inject: (...args: never[]) => unknown
+}
+interface Injected {
+  statusCode: number
+  headers: Record<string, string | string[] | number | undefined>
+  rawPayload: Buffer
+  raw: { req: { method?: string, url?: string } }
+}
+
+/**
+ * Hold every answer of `app.inject(options)` to the document, as watchAnswers
+ * does those on sockets: light-my-request never emits the server's 'request'
+ * event. The chain and callback forms are refused, so no answer goes unchecked.
+ */
+export function checkInjects (app: Injectable, violations: string[]): void {
+  const inject = (app.inject as (options: unknown) => Promise<Injected>).bind(app)
+  app.inject = ((options?: unknown, ...rest: unknown[]) => {
+    if (options === undefined || rest.length > 0) {
+      throw new Error('inject: pass options and await; the answer is checked')
+    }
+    return inject(options).then((res) => {
+      const headers: Record<string, string> = {}
+      for (const [name, value] of Object.entries(res.headers)) {
+        if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value)
+      }
+      const { method = 'GET', url = '/' } = res.raw.req
+      tally(violations, violationsOf({ method, url, status: res.statusCode, headers, body: res.rawPayload }))
+      return res
+    })
+  }) as typeof app.inject
+}
+
 /**
  * Watch every answer `server` sends through Node's response objects; the
  * violations found so far, for the test's teardown to fail on.
@@ -252,9 +284,7 @@ export function watchAnswers (server: Server, report?: (found: string[]) => void
     })
   }
   const record = (found: string[]): void => {
-    checked++
-    if (found.length > 0) violated++
-    violations.push(...found)
+    tally(violations, found)
     report?.(found)
   }
   // Answers written on the socket itself, not through a response object: the head is not a response's own.

@@ -8,7 +8,7 @@ import { compose, type ComposeOverrides, type Gateway, type LogOptions } from '.
 import { loadConfig } from '../../src/config.js'
 import type { EnginePoolOptions } from '../../src/engine-client/client.js'
 import type { Lifecycle } from '../../src/routes/health.js'
-import { watchAnswers } from './answer-check.js'
+import { checkInjects, watchAnswers } from './answer-check.js'
 
 export const SECRET = 'test-secret-test-secret-test-secret-0123'
 
@@ -55,7 +55,7 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
     SHED_EVENT_LOOP_DELAY_MS: '0',
     ...opts.env
   })
-  // A single engine is health-checked too (DECISIONS 24 v2), every 5 s: tests that count every request a
+  // A single engine is health-checked too (DECISIONS 24), every 5 s: tests that count every request a
   // stub engine gets would count those checks, so a test of one engine gets checks only when it asks.
   const quiet = config.upstreamUrls!.length === 1 && opts.cluster?.health === undefined
     ? { health: { intervalMs: 0 } }
@@ -82,6 +82,8 @@ export async function build (t: Teardown, opts: BuildOptions = {}): Promise<Buil
   })
   // Every answer this gateway sends is held to openapi.json; registered first, so it runs after the close.
   const violations = watchAnswers(gateway.app.server)
+  // app.inject() answers never reach the server's 'request' event: checked on their way back instead.
+  checkInjects(gateway.app, violations)
   t.teardown(() => {
     if (violations.length > 0) throw new Error(`answers the document does not declare:\n${violations.join('\n')}`)
   })

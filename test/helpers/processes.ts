@@ -27,19 +27,23 @@ export const ROOT = ((): string => {
 })()
 export const GATEWAY_SCRIPT = join(ROOT, 'dist', 'src', 'server.js')
 /** Loaded into every gateway process the helpers start: it holds each answer to openapi.json (answer-check.ts). */
-const ANSWER_CHECK = join(ROOT, 'dist', 'test', 'helpers', 'answer-check-child.js')
+export const ANSWER_CHECK = join(ROOT, 'dist', 'test', 'helpers', 'answer-check-child.js')
 /** Where a gateway process writes the answers the document does not declare, one file per process id. */
 export const ANSWER_VIOLATIONS_DIR = join(ROOT, 'dist', 'answer-violations')
 
 /** Node's arguments for `script`: a gateway gets the answer check first. */
 export const nodeArgs = (script: string): string[] => (script === GATEWAY_SCRIPT ? ['--import', pathToFileURL(ANSWER_CHECK).href, script] : [script])
 
-/** Throw with what a gateway process answered outside the document, if anything. */
+/** Throw with what a gateway process, or a worker it forked (`<pid>-<worker>.log`), answered outside the document. */
 export function assertAnswersDeclared (pid: number | undefined): void {
-  const file = join(ANSWER_VIOLATIONS_DIR, `${String(pid)}.log`)
-  if (pid === undefined || !existsSync(file)) return
-  const found = readFileSync(file, 'utf8')
-  rmSync(file, { force: true })
+  if (pid === undefined || !existsSync(ANSWER_VIOLATIONS_DIR)) return
+  const files = readdirSync(ANSWER_VIOLATIONS_DIR).filter((name) => name === `${pid}.log` || name.startsWith(`${pid}-`))
+  let found = ''
+  for (const name of files) {
+    const file = join(ANSWER_VIOLATIONS_DIR, name)
+    found += readFileSync(file, 'utf8')
+    rmSync(file, { force: true })
+  }
   if (found !== '') throw new Error(`answers the document does not declare (gateway process ${pid}):\n${found}`)
 }
 export const ENGINE_SCRIPT = join(ROOT, 'dist', 'src', 'reference-engine', 'standalone.js')

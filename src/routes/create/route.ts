@@ -15,6 +15,7 @@ import { watchClientGone, type Abandonment } from '../../http/client-gone.js'
 import { assertEngineJson, sendEngineJson } from '../../engine-client/answers.js'
 import { CreateExchange } from './exchange.js'
 import type { EngineRequest, EngineResponse } from '../../engine-client/types.js'
+import { CREATE_ENGINE_ERRORS } from '../openapi-answers.js'
 import { isPartAFile } from '../../shared/form-parts.js'
 import { fingerprintOf, idempotencyKeyOf, type Idempotency } from '../../limits/idempotency.js'
 import { MIN_RATE, MinRate, type MinRateOptions } from './min-rate.js'
@@ -140,7 +141,7 @@ async function callEngine (call: CreateCall, opts: CreatePortfolioOptions): Prom
   const image = await form.readUntilImage()
   const answer = image === undefined ? await sendWhole(call, opts) : await sendStreamed(call, image, opts)
   if (form.refusal !== undefined) throw form.refusal
-  assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER)
+  assertEngineJson(answer, (v) => isEngineCreateResponse.Check(v), CREATE_ANSWER, CREATE_ENGINE_ERRORS)
   return answer
 }
 
