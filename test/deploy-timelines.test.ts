@@ -83,7 +83,7 @@ t.test('the server code shuts down by these constants (no copy of a number in ma
   const standalone = readFileSync(join(ROOT, 'src', 'reference-engine', 'standalone.ts'), 'utf8')
   t.match(
     standalone,
-    /closeWithGrace\(\{ delay: settings\.drainNoticeMs \+ DRAIN_IDLE_GRACE_MS \+ IN_FLIGHT_GRACE_MS \}/
+    /closeWithGrace\(\s*\{ delay: settings\.drainNoticeMs \+ DRAIN_IDLE_GRACE_MS \+ IN_FLIGHT_GRACE_MS \}/
   )
   t.match(standalone, /stopAccepting\(engine\.server, DRAIN_IDLE_GRACE_MS\)/)
 })
