@@ -3,6 +3,7 @@
  * one round disturbed by a noisy neighbour does not decide the result; failures
  * (non-2xx, errors) are summed, because any of them is worth a look.
  */
+import { cpus, loadavg } from 'node:os'
 
 /** Cores busy during a round (CPU seconds / wall seconds); NaN where unknown. */
 export interface CpuUse {
@@ -363,4 +364,26 @@ export function formatProblems (s: Record<string, ScenarioSummary>): string {
     lines.push(`${name}: ${codes || 'no non-2xx'}, ${r.errors} errors${probe}`)
   }
   return lines.join('\n')
+}
+
+/** The machine a report was measured on, with its load average before and after the run. */
+export interface MachineReport {
+  cpus: number
+  cpuModel: string
+  node: string
+  platform: string
+  date: string
+  loadavg1m: { before: number, after: number }
+}
+
+/** Describes this machine for a report; `loadBefore` is the 1-minute load average taken before the run. */
+export function machineReport (loadBefore: number): MachineReport {
+  return {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    node: process.version,
+    platform: process.platform,
+    date: new Date().toISOString(),
+    loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN }
+  }
 }

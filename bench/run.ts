@@ -10,7 +10,7 @@
  */
 import { existsSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
-import { cpus, loadavg } from 'node:os'
+import { loadavg } from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
@@ -73,6 +73,7 @@ import {
   formatRatios,
   formatSaturation,
   formatTable,
+  machineReport,
   median,
   mergeRounds,
   quantile,
@@ -1037,14 +1038,7 @@ async function main (): Promise<void> {
         : summarize(description, targetOf(s).url + s.path, connections, rounds.get(s.name)!, probes.get(s.name) ?? null)
   }
   const report = {
-    machine: {
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model ?? 'unknown',
-      node: process.version,
-      platform: process.platform,
-      date: new Date().toISOString(),
-      loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN }
-    },
+    machine: machineReport(loadBefore),
     options: {
       duration: options.duration,
       connections: options.connections,

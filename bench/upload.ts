@@ -18,7 +18,7 @@
  */
 import { readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { existsSync } from 'node:fs'
-import { cpus, loadavg } from 'node:os'
+import { loadavg } from 'node:os'
 import path from 'node:path'
 import { Agent, Client, request, type Dispatcher } from 'undici'
 import { createForm, mintToken, pngImage, type Multipart } from './payloads.js'
@@ -35,6 +35,7 @@ import {
   type Server
 } from './processes.js'
 import { randomBytes } from 'node:crypto'
+import { machineReport } from './report.js'
 
 const MiB = 1024 * 1024
 const UPLOAD_PATH = '/api/portfolio/create'
@@ -624,14 +625,7 @@ async function main (): Promise<void> {
   const gw = viaGateway.processes.find((p) => p.process === 'gateway')!
   const memoryMet = gw.growthMb < MEMORY_GOAL_MB && viaGateway.failures === 0
   const report = {
-    machine: {
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model ?? 'unknown',
-      node: process.version,
-      platform: process.platform,
-      date: new Date().toISOString(),
-      loadavg1m: { before: loadBefore, after: loadavg()[0] ?? Number.NaN }
-    },
+    machine: machineReport(loadBefore),
     options: {
       rounds: options.rounds,
       uploads: options.uploads,
