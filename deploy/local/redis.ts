@@ -74,6 +74,29 @@ export function redisServerSpec (name: string, port: number, runDir: string, rep
   }
 }
 
+/** A sentinel's configuration file: it watches `group` at the primary's port, quorum 2 (Sentinel rewrites it). */
+export function sentinelConf (opts: {
+  port: number
+  dir: string
+  group: string
+  primaryPort: number
+  failoverTimeoutMs: number
+  password?: string
+}): string {
+  const { port, dir, group, primaryPort, failoverTimeoutMs, password } = opts
+  return [
+    `port ${port}`,
+    'bind 127.0.0.1',
+    `dir ${dir}`,
+    `sentinel monitor ${group} 127.0.0.1 ${primaryPort} 2`,
+    `sentinel down-after-milliseconds ${group} 1000`,
+    `sentinel failover-timeout ${group} ${failoverTimeoutMs}`,
+    `sentinel parallel-syncs ${group} 1`,
+    ...(password === undefined ? [] : [`sentinel auth-pass ${group} ${password}`]),
+    ''
+  ].join('\n')
+}
+
 /**
  * A sentinel watching the primary. down-after 1 s: a local machine's loopback
  * never stalls for a second. failover-timeout 4 s: a failover attempt that
@@ -82,19 +105,7 @@ export function redisServerSpec (name: string, port: number, runDir: string, rep
  */
 export function sentinelSpec (name: string, port: number, primaryPort: number, runDir: string): PartSpec {
   const conf = join(runDir, `${name}.conf`)
-  writeFileSync(
-    conf,
-    [
-      `port ${port}`,
-      'bind 127.0.0.1',
-      `dir ${runDir}`,
-      `sentinel monitor ${SENTINEL_NAME} 127.0.0.1 ${primaryPort} 2`,
-      `sentinel down-after-milliseconds ${SENTINEL_NAME} 1000`,
-      `sentinel failover-timeout ${SENTINEL_NAME} 4000`,
-      `sentinel parallel-syncs ${SENTINEL_NAME} 1`,
-      ''
-    ].join('\n')
-  )
+  writeFileSync(conf, sentinelConf({ port, dir: runDir, group: SENTINEL_NAME, primaryPort, failoverTimeoutMs: 4000 }))
   return {
     name,
     command: 'redis-sentinel',

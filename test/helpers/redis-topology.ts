@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
+import { sentinelConf } from '../../deploy/local/redis.js'
 import { freePort } from './processes.js'
 
 const WAIT_MS = 20_000
@@ -219,20 +220,8 @@ export async function startSentinels (t: Test, opts: { password?: string } = {})
     ports.map(async (port, i) => {
       // Sentinel rewrites its file: one each, writable.
       const file = join(dir, `sentinel-${i}.conf`)
-      writeFileSync(
-        file,
-        [
-          `port ${port}`,
-          'bind 127.0.0.1',
-          `dir ${dir}`,
-          `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
-          `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
-          `sentinel failover-timeout ${MASTER_NAME} 5000`,
-          `sentinel parallel-syncs ${MASTER_NAME} 1`,
-          ...(opts.password === undefined ? [] : [`sentinel auth-pass ${MASTER_NAME} ${opts.password}`]),
-          ''
-        ].join('\n')
-      )
+      const conf = { port, dir, group: MASTER_NAME, primaryPort, failoverTimeoutMs: 5000, password: opts.password }
+      writeFileSync(file, sentinelConf(conf))
       return await daemon(
         t,
         `sentinel ${i}`,
