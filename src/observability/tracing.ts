@@ -18,7 +18,7 @@
  */
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import {
   ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME, ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_HEADER, ATTR_HTTP_REQUEST_METHOD,
   ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
@@ -82,59 +82,20 @@ export interface TracingInstallOptions {
   trustProxy?: readonly string[] | undefined
 }
 
-/**
- * The server span's hooks, right after installTraceContext, and the engine
- * client's per-try spans.
- */
+/** The server span's hooks, installed right after installTraceContext, and the engine client's per-try spans. */
 export function installTracing (
   app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions
 ): void {
   const { tracer } = tracing
   const trusted = trustedPeers(opts.trustProxy)
   app.decorateRequest('trace', undefined)
-
   app.addHook('onRequest', (request, reply, done) => {
-    // The client's traceparent, parsed once (trace-context.ts), so the span, the engine and the log lines
-    // share one trace id.
-    const client = clientTraceParent(request.raw)
-    // A client's sampled flag is followed only from a trusted proxy.
-    const followed = client !== undefined && trusted(request.socket.remoteAddress)
-      ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client))
-      : ROOT_CONTEXT
-    // Anyone else's request is decided as a new trace is, though its trace id is kept (logs, the engine, the span):
-    // a trace the gateway started on its own id, as the ratio sampler decides everywhere; a client's id, which the
-    // client picked, by a random draw (tracing-sdk.ts, decide).
-    const traceId = traceIdOf(request.raw)
-    const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
-    if (decided === undefined) {
-      // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
-      // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
-      if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
-      return done()
-    }
-    // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
-    const parent = client !== undefined && followed === ROOT_CONTEXT
-      ? trace.setSpanContext(decided, spanContextOf(client))
-      : decided
-    // A new trace gets the id its log lines already carry.
-    if (client === undefined) tracing.nextTraceId = traceId
-    const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
-    tracing.nextTraceId = undefined
-    span.setAttribute(REQUEST_ID_ATTR, [request.id])
+    const span = startRequestSpan(request, tracing, trusted)
+    if (span === undefined) return done()
     request.trace = { span, tracer, context: trace.setSpan(recordedChild(ROOT_CONTEXT), span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.
     setTraceparent(request.raw, traceparentOf(span))
-    // The client went away before the answer: the span still ends, and says so. Watched on the recorded
-    // requests alone (Fastify's onRequestAbort hook would add a listener to every request), and on the
-    // response: a client gone after sending its whole body leaves the request not `aborted`, and the
-    // answer, written to a dead socket, never reaches onResponse.
-    const res = reply.raw
-    res.once('close', () => {
-      if (!res.writableFinished && span.isRecording()) {
-        span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
-        span.end()
-      }
-    })
+    endWhenClientLeaves(reply.raw, span)
     done()
   })
   app.addHook('onError', (request, _reply, error, done) => {
@@ -146,8 +107,52 @@ export function installTracing (
     if (t !== undefined && t.span.isRecording()) endServerSpan(t.span, reply.statusCode)
     done()
   })
-
   engine.observeTries({ startTry: (info) => startTrySpan(tracer, info) })
+}
+
+/**
+ * The request's server span, or undefined when it is not sampled. The span, the engine and the log lines share the
+ * one trace id trace-context.ts parsed or made.
+ */
+function startRequestSpan (
+  request: FastifyRequest, tracing: Tracing, trusted: (address: string | undefined) => boolean
+): Span | undefined {
+  const client = clientTraceParent(request.raw)
+  const followed = client !== undefined && trusted(request.socket.remoteAddress)
+    ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client))
+    : ROOT_CONTEXT
+  // Anyone else's request is decided as a new trace is: a gateway-made id by the ratio sampler, as everywhere; a
+  // client's id, which the client picked, by a random draw (tracing-sdk.ts, decide).
+  const traceId = traceIdOf(request.raw)
+  const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
+  if (decided === undefined) {
+    // The engine follows the gateway's decision, not the client's flag: a sampled engine-bound header means recorded.
+    if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+    return undefined
+  }
+  // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
+  const parent = client !== undefined && followed === ROOT_CONTEXT
+    ? trace.setSpanContext(decided, spanContextOf(client))
+    : decided
+  // A new trace gets the id its log lines already carry.
+  if (client === undefined) tracing.nextTraceId = traceId
+  const span = startServerSpan(tracing.tracer, request.method, request.routeOptions.url, parent)
+  tracing.nextTraceId = undefined
+  span.setAttribute(REQUEST_ID_ATTR, [request.id])
+  return span
+}
+
+/**
+ * A client gone before the answer still ends the span, saying so. Watched on the response of recorded requests
+ * only: onRequestAbort would add a listener to every request, and misses a client that sent its whole body.
+ */
+function endWhenClientLeaves (res: FastifyReply['raw'], span: Span): void {
+  res.once('close', () => {
+    if (!res.writableFinished && span.isRecording()) {
+      span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
+      span.end()
+    }
+  })
 }
 
 /**
