@@ -1,20 +1,12 @@
 /**
- * The gateway's spans (DECISIONS 29), installed only when an OTLP endpoint is
- * configured: with tracing off, no hook, no decorator, no observer exists.
+ * The gateway's spans (decision: traces), installed only when an OTLP endpoint is configured:
  *
  *   server span   `{method} {route}`, one per request, continuing the client's traceparent
- *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts newTraceDecision)
- *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
+ *   ├─ client span `{method} {engine path}`, one per engine try
  *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
  *   └─ internal span `upload connection wait`, a create's turn for an upload connection
  *
- * Attributes are the OpenTelemetry semantic conventions' where one exists,
- * `portfolio.*` where none does. Never a token, a subject, a key or a body:
- * nothing here reads the Authorization header, `request.userId` or a payload.
- *
- * Cost: an unsampled request costs the sampler's decision (Tracing.decide)
- * and nothing else, not even a non-recording span; the engine and store hooks
- * see no trace on it and return at once.
+ * Never a token, a subject, a key or a body. An unsampled request costs the sampler's decision and nothing else.
  */
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
@@ -35,13 +27,12 @@ export interface RequestTrace {
   readonly span: Span
   readonly tracer: Tracer
   readonly context: Context
-  /** 'redis' or 'memory': the idempotency store's kind. */
   readonly store: 'redis' | 'memory'
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set only on a sampled request while tracing is on (src/observability/tracing.ts). */
+    /** Set only on a sampled request while tracing is on. */
     trace: RequestTrace | undefined
   }
 }
@@ -57,11 +48,7 @@ export const ATTR = {
 
 const REQUEST_ID_ATTR = ATTR_HTTP_REQUEST_HEADER(REQUEST_ID_HEADER)
 
-/**
- * The per-try observer of the engine client (src/engine-client/client.ts,
- * EngineTryObserver), as much of it as a span needs: the client lives in a
- * layer above this one, and satisfies these as it is.
- */
+/** As much of the engine client's per-try observer as a span needs: the client, a layer above, satisfies it. */
 export interface TryInfo {
   call: EngineCallName
   request: { method: string, path: string, traceparent?: string }
@@ -76,7 +63,6 @@ export interface TrySpan {
 interface TryObservable { observeTries: (observer: { startTry: (info: TryInfo) => TrySpan | undefined }) => void }
 
 export interface TracingInstallOptions {
-  /** The idempotency store's kind, for db.system.name. */
   store: 'redis' | 'memory'
   /** TRUST_PROXY's addresses and CIDRs: the peers whose sampled flag is followed. */
   trustProxy?: readonly string[] | undefined
@@ -155,14 +141,10 @@ function endWhenClientLeaves (res: FastifyReply['raw'], span: Span): void {
   })
 }
 
-/**
- * A client span for one engine try, under the server span the try's traceparent names; none for an
- * unsampled request.
- */
+/** A client span for one engine try, under the server span its traceparent names; none for an unsampled request. */
 export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefined {
   const header = info.request.traceparent
-  // "00-<trace id>-<span id>-<flags>": only a recorded request's header is sampled (installTracing), and only
-  // it gets try spans.
+  // Only a recorded request's header is sampled (installTracing).
   if (header === undefined || (header.charCodeAt(54) & 1) === 0) return undefined
   const parent = parseTraceParent(header)
   if (parent === null) return undefined
@@ -195,12 +177,11 @@ export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefine
   }
 }
 
-/** A client's parsed traceparent as the remote parent of a span. */
 function spanContextOf (parent: TraceParent): SpanContext {
   return { traceId: parent.traceId, spanId: parent.parentId, traceFlags: parseInt(parent.flags, 16), isRemote: true }
 }
 
-/** "host:port" or "[v6]:port", as the metrics' endpoint label. */
+/** "host:port" or "[v6]:port". */
 function hostPort (endpoint: string): { host: string, port: number | undefined } {
   const colon = endpoint.lastIndexOf(':')
   if (colon === -1 || endpoint.endsWith(']')) return { host: endpoint, port: undefined }
@@ -208,10 +189,7 @@ function hostPort (endpoint: string): { host: string, port: number | undefined }
   return { host: host.startsWith('[') ? host.slice(1, -1) : host, port: Number(endpoint.slice(colon + 1)) }
 }
 
-/**
- * A span for one operation of a keyed request's idempotency store (DECISIONS 16); undefined unless the
- * request is sampled.
- */
+/** A span for one idempotency store operation; undefined unless the request is sampled. */
 export function startStoreSpan (request: FastifyRequest, operation: 'claim' | 'complete' | 'release'): Span | undefined {
   const t = request.trace
   if (t === undefined) return undefined
@@ -231,7 +209,7 @@ export function endStoreSpan (span: Span | undefined, err?: unknown): void {
   span.end()
 }
 
-/** The time a create waited for an upload connection (DECISIONS 23), from `askedAt` (performance.now()) to now. */
+/** The time a create waited for an upload connection, from `askedAt` (performance.now()) to now. */
 export function traceUploadWait (request: FastifyRequest, askedAt: number): void {
   const t = request.trace
   if (t === undefined) return
