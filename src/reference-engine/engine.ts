@@ -17,18 +17,15 @@ import { MemoryPortfolioStore } from './memory-store.js'
 import type { EngineMetrics } from './metrics.js'
 import { traceRequests } from '../shared/tracing-spans.js'
 import type { Tracer } from '@opentelemetry/api'
-// Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
+// Declares route `config.handler`, the name an error reports as `function`.
 import type {} from '../shared/route-config.js'
 
 export interface EngineOptions {
-  /** Where uploaded images are stored; created when missing. */
   imageDir: string
-  /** The `source` of every structured error. */
   serviceName?: string
   logger?: FastifyServerOptions['logger']
-  /** Keep portfolios in this Redis (ENGINE_REDIS_URL), shared with other engines; unset: in this process's memory. */
+  /** Keep portfolios in this Redis, shared with other engines; unset: in this process's memory. */
   redisUrl?: string
-  /** How long the record of a create's Idempotency-Key lives (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
   idempotencyTtlMs?: number
   /** Set `draining` when shutdown starts (standalone.ts); the gateway's embedded engine never drains on its own. */
   lifecycle?: EngineLifecycle
@@ -47,7 +44,6 @@ export const DRAINING_HEALTH: HealthError = Object.freeze({ status: 'error', mes
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The engine's store, memory or Redis (only set on instances made by buildEngine). */
     portfolioStore: PortfolioStore
     /** The in-memory store, read synchronously by tests and tools; throws on an engine that uses Redis. */
     portfolios: MemoryPortfolioStore
@@ -93,7 +89,6 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   return app
 }
 
-/** The memory or Redis store, decorated on `app` and closed with it. */
 async function openStore (app: FastifyInstance, opts: EngineOptions): Promise<PortfolioStore> {
   const keyTtl = opts.idempotencyTtlMs === undefined ? {} : { keyTtlMs: opts.idempotencyTtlMs }
   // ioredis loads only for an engine that keeps its portfolios in Redis.
@@ -114,7 +109,6 @@ async function openStore (app: FastifyInstance, opts: EngineOptions): Promise<Po
   return store
 }
 
-/** Every failure, and every unknown route, answers in the structured shape. */
 function handleErrors (app: FastifyInstance, serviceName: string): void {
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)
@@ -139,7 +133,6 @@ function handleErrors (app: FastifyInstance, serviceName: string): void {
   })
 }
 
-/** GET /health, and the drain's `connection: close` on every answer. */
 function addHealth (app: FastifyInstance, store: PortfolioStore, lifecycle: EngineLifecycle): void {
   // While draining, each answer ends its connection, so a kept-alive client (the gateway's pool) opens its next one
   // elsewhere and sends nothing on a socket the listener is closing.
