@@ -1,16 +1,7 @@
 /**
- * What the engine cluster does, in the log: the lines an operator needs at
- * 3 a.m. to tell "an engine is ejected" from "DNS stopped answering" without
- * a dashboard. Changes only, never a line per request:
- * - an endpoint going out of rotation (warn, with why: ejected, draining,
- *   unreachable) and coming back (info);
- * - the endpoint set changing with DNS (info, the endpoints it has now);
- * - a name's lookup failing (warn, with the reason and the failures since the
- *   last such line; the name keeps its endpoints) and answering again (info).
- *   At most one warning a minute per name: a resolver that fails every other
- *   lookup is two lines a minute, not two per refresh. A name that fails at
- *   start is told as soon as this is installed (EngineClient replays it).
- * The reports stop when the app closes (the engine client may outlive it).
+ * The engine cluster's changes in the log, never a line per request, so an operator can tell "an engine is
+ * ejected" from "DNS stopped answering" without a dashboard. Lookup failures warn at most once a minute per name, so
+ * a flaky resolver is not a line per refresh. The reports stop when the app closes: the engine client may outlive it.
  */
 import type { FastifyInstance } from 'fastify'
 import type { ClusterObserver } from './metrics.js'
@@ -21,10 +12,8 @@ interface ClusterSource { observeCluster: (observer: ClusterObserver) => () => v
 export const LOOKUP_WARNING_EVERY_MS = 60_000
 
 interface NameState {
-  /** A warning was logged since the name last answered: its answer gets a line. */
   warned: boolean
   lastWarningAt: number
-  /** Failures not yet told in a line. */
   untold: number
 }
 

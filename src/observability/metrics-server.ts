@@ -1,8 +1,6 @@
 /**
- * The metrics listener (DECISIONS 18): `GET /metrics` on a port of its own,
- * so the public port never exposes it and a scrape never waits behind client
- * traffic limits, and `GET /status`, the operator's JSON view (status.ts).
- * A plain node:http server: two routes, nothing to configure.
+ * `GET /metrics` and `GET /status` on a port of their own, so the public port never exposes them and a scrape never
+ * waits behind client traffic limits (decision: metrics).
  */
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -10,12 +8,11 @@ import type { GatewayMetrics } from './metrics.js'
 import type { GatewayStatus } from './status.js'
 
 export interface MetricsServer {
-  /** The port it listens on (useful when started on port 0). */
   port: number
   close: () => Promise<void>
 }
 
-/** Start-up failed because the port is taken: the message is the one line server.ts prints. */
+/** The port is taken: the message is the one line start-up prints. */
 export class MetricsPortError extends Error {
   override name = 'MetricsPortError'
 }
@@ -23,7 +20,7 @@ export class MetricsPortError extends Error {
 export interface MetricsServerOptions {
   port: number
   host: string
-  /** GET /status: read when asked; without it, 404. */
+  /** Read for each GET /status; without it, 404. */
   status?: () => GatewayStatus
 }
 

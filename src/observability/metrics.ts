@@ -1,13 +1,6 @@
 /**
- * The gateway's Prometheus metrics (DECISIONS 18), one registry per app so
- * tests can build many. Every label value comes from a fixed set in this file
- * or from the route table, never from the request: a client cannot grow the
- * series count.
- *
- * The small methods below are the API the rest of the gateway plugs into
- * (engine client, rate limits, shedding, idempotency, key sets); each is one
- * increment. Those modules take the narrow `LimitsMetrics`/`KeySetMetrics`
- * views, so a test can hand them a recorder.
+ * The gateway's Prometheus metrics (decision: metrics), one registry per app so tests can build many. Every label
+ * value comes from a fixed set or the route table, never from the request, so a client cannot grow the series count.
  */
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import { CounterFamily, HistogramFamily, type CounterSeries, type HistogramSeries } from './series.js'
@@ -21,11 +14,7 @@ export const UNKNOWN_ROUTE = 'unmatched'
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 
 export type EngineCallName = 'ping' | 'create' | 'update' | 'health' | 'other'
-/**
- * ok: a 2xx; engine_error: the engine's own 4xx/5xx; client_aborted: the gateway
- * gave the call up for the client's sake (a refused form, a client gone or too
- * slow: DECISIONS 23), nothing the engine did; the rest: the call failed (DECISIONS 8).
- */
+/** client_aborted: the gateway gave the call up for the client's sake, nothing the engine did. */
 export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 'bad_response' | 'client_aborted'
 export type RejectionReason =
   'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
@@ -38,7 +27,7 @@ export interface EnginePoolState {
   running: number
 }
 
-/** Told of every finished call, with the host:port of its last try: the metrics' one hook into the engine client. */
+/** Told of every finished call, with the host:port of its last try. */
 export type EngineCallObserver = (
   call: EngineCallName,
   outcome: EngineOutcome,
@@ -59,11 +48,7 @@ export interface ClusterObserver {
   lookup?: (name: string, error: Error | undefined) => void
 }
 
-/**
- * What the metrics read from the engine client and hear from it. The engine
- * client sits in a layer above this one, so the metrics name only what they
- * use, and the client satisfies it as it is.
- */
+/** What the metrics need of the engine client, which sits in a layer above and satisfies it as it is. */
 export interface EngineMetricsSource {
   poolState: () => EnginePoolState
   endpointStates: () => Array<{ endpoint: string; up: boolean }>
@@ -75,17 +60,15 @@ export interface EngineMetricsSource {
 export interface MetricsOptions {
   /** Read at each scrape; absent when there is no engine pool to watch. */
   enginePool?: () => EnginePoolState
-  /** Each engine endpoint (host:port) and whether it is in rotation, read at each scrape (DECISIONS 24). */
+  /** Each engine endpoint (host:port) and whether it is in rotation, read at each scrape. */
   engineEndpoints?: () => ReadonlyArray<{ endpoint: string; up: boolean }>
-  /** Process metrics (CPU, memory, event loop, GC); on by default. */
   processMetrics?: boolean
 }
 
 export class GatewayMetrics {
   readonly registry = new Registry()
 
-  // The request path's series (per route, per engine call) are plain numbers
-  // read at scrape time: see series.ts for why not prom-client's own classes.
+  // Plain numbers read at scrape time: see series.ts for why not prom-client's own classes.
   readonly requests = new CounterFamily(
     'gateway_requests_total',
     'Answered requests by route template, method and status class',
@@ -101,7 +84,7 @@ export class GatewayMetrics {
     this.registry
   )
 
-  /** Requests received and not yet answered: a plain count, read at scrape time. */
+  /** Requests received and not yet answered. */
   inFlight = 0
 
   readonly rejections = new Counter({
@@ -216,7 +199,6 @@ export class GatewayMetrics {
     })
     const read = opts.enginePool
     if (read !== undefined) {
-      // collect() runs at scrape time: nothing is paid per request.
       new Gauge({
         name: 'gateway_engine_pool_connections',
         help: 'Engine pool state at scrape time: connected sockets, requests queued for a socket, requests running',
@@ -263,15 +245,12 @@ export class GatewayMetrics {
     this.traceSpansDropped.inc(0)
   }
 
-  /** Per endpoint (host:port), per call, per outcome: one Map read and two property reads per call. */
+  /** Per endpoint (host:port), per call, per outcome, resolved once. */
   readonly #engineSeries = new Map<
     string,
     Record<EngineCallName, Partial<Record<EngineOutcome, { count: CounterSeries; duration: HistogramSeries }>>>
   >()
 
-  /** One finished engine call (src/engine-client/client.ts); its series are resolved once per endpoint, call and
-   * outcome.
-   */
   engineCall (call: EngineCallName, outcome: EngineOutcome, seconds: number, endpoint = 'none'): void {
     let byCall = this.#engineSeries.get(endpoint)
     if (byCall === undefined) {
@@ -286,29 +265,21 @@ export class GatewayMetrics {
     series.duration.observe(seconds)
   }
 
-  /**
-   * An engine endpoint left the set and finished its calls (DECISIONS 24):
-   * every series labelled with it goes, so a headless Service's turnover of
-   * pod addresses does not grow the exposition. gateway_engine_endpoint_up
-   * follows the set at each scrape by itself.
-   */
+  /** An endpoint left the set: its series go, so a headless Service's pod turnover does not grow the exposition. */
   engineEndpointGone (endpoint: string): void {
     this.#engineSeries.delete(endpoint)
     this.engineCalls.remove({ endpoint })
     this.engineEjections.remove({ endpoint })
   }
 
-  /** An engine endpoint was ejected (src/engine-client/health.ts). */
   engineEjected (endpoint: string): void {
     this.engineEjections.inc({ endpoint })
   }
 
-  /** A lookup of an engine name failed (src/engine-client/endpoints.ts). */
   engineLookupFailed (name: string): void {
     this.engineLookupFailures.inc({ name })
   }
 
-  /** An engine call is tried again (src/engine-client/retry.ts). */
   engineRetried (call: EngineCallName, reason: string): void {
     this.engineRetries.inc({ call, reason })
   }
@@ -322,32 +293,30 @@ export class GatewayMetrics {
     this.rejections.inc({ reason })
   }
 
-  /** A key-set fetch finished (src/auth/key-set.ts). */
   keySetRefreshed (ok: boolean): void {
     this.keySetRefreshes.inc({ result: ok ? 'ok' : 'failed' })
   }
 
-  /** A token refused with 503: its key could not be had (DECISIONS 13). */
+  /** A token refused with 503: its key could not be had. */
   keySetKeyUnavailable (): void {
     this.keySetUnavailable.inc()
   }
 
-  /** An Idempotency-Key request answered without the engine (src/limits/idempotency.ts). */
   idempotencyShortCut (outcome: IdempotencyOutcome): void {
     this.idempotency.inc({ outcome })
   }
 
-  /** The rate-limit store was unreachable and a request went through unlimited (DECISIONS 17). */
+  /** The rate-limit store was unreachable and a request went through unlimited. */
   rateLimitFailedOpen (): void {
     this.rateLimitFailOpen.inc()
   }
 
-  /** The upload cap's shared store was unreachable and a create was counted in the process (DECISIONS 23). */
+  /** The upload cap's shared store was unreachable and a create was counted in the process. */
   uploadCapFailedOpen (): void {
     this.uploadCapFailOpen.inc()
   }
 
-  /** Redis is configured: `gateway_redis_up` reads `up` at scrape time (src/limits/redis/health.ts). */
+  /** Redis is configured: `gateway_redis_up` reads `up` at scrape time. */
   watchRedis (up: () => boolean): void {
     new Gauge({
       name: 'gateway_redis_up',
@@ -359,30 +328,25 @@ export class GatewayMetrics {
     })
   }
 
-  /** A Redis failover seen (DECISIONS 26). */
   redisFailedOver (): void {
     this.redisFailovers.inc()
   }
 
-  /** An idempotency record went out without a replica's acknowledgement (DECISIONS 26). */
+  /** An idempotency record went out without a replica's acknowledgement. */
   redisReplicationMissed (reason: 'missed' | 'unreplicated'): void {
     this.redisReplicationLag.inc({ reason })
   }
 
-  /** Spans dropped by the bounded trace export (src/shared/tracing-sdk.ts). */
   spansDropped (count: number): void {
     this.traceSpansDropped.inc(count)
   }
 
-  /** The Prometheus text exposition of every metric. */
   async scrape (): Promise<{ contentType: string; body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() }
   }
 }
 
-/** What the limits layer reports (src/limits). */
+// Narrow views, so a test can hand each layer a recorder.
 export type LimitsMetrics = Pick<GatewayMetrics, 'rejected' | 'rateLimitFailedOpen' | 'idempotencyShortCut'>
-/** What the Redis store reports (src/limits/redis/health.ts). */
 export type RedisStoreMetrics = Pick<GatewayMetrics, 'watchRedis' | 'redisFailedOver' | 'redisReplicationMissed'>
-/** What the key set reports (src/auth). */
 export type KeySetMetrics = Pick<GatewayMetrics, 'keySetRefreshed' | 'keySetKeyUnavailable'>

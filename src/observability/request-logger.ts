@@ -1,18 +1,8 @@
 /**
- * The request's logger (`request.log`), built only when a line is written.
- *
- * Fastify asks its `childLoggerFactory` for a logger per request, and pino's
- * child logger serializes its bindings when it is made: at `warn` that was
- * work for every request whose lines are all below the level (a profile put
- * it at about 4% of the busy time). This logger holds the bindings and
- * writes nothing until a line at an enabled level comes; then:
- * - a line of fields (and a message) goes out through the app's logger with
- *   the bindings merged in front (`reqId`, `traceId` first, where a child
- *   would write them), with no child made;
- * - anything else (an Error or any other object that is not a plain object,
- *   such as a request, whose serializer pino applies; format arguments;
- *   `child()`, `bindings()`) makes the real pino child once and hands it the call.
- * Either way every line that is written carries `reqId` and `traceId`.
+ * The request's logger (`request.log`). pino's child serializes its bindings when made, work wasted on every request
+ * whose lines are all below the level, so this one holds the bindings until a line at an enabled level comes. A line
+ * of plain fields goes out through the app's logger with the bindings merged in front; anything else makes the real
+ * child once. Either way every line carries `reqId` and `traceId`.
  */
 import type { IncomingMessage } from 'node:http'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
@@ -20,18 +10,13 @@ import type { Logger } from 'pino'
 import { traceIdOf } from './trace-context.js'
 
 type Level = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal'
-/** pino's numbers for its levels (pino.levels.values). */
 const LEVEL_VALUE: Readonly<Record<Level, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60 }
 
 type Bindings = Record<string, unknown>
 
 /**
- * Only a plain object that pino would write as fields is merged. pino treats
- * others by what they are (an Error as `err`; anything with a method, headers
- * and a socket as a request, anything with setHeader as a response, each
- * through its serializer), and merging the bindings into them would lose the
- * bindings or write what the serializers leave out, such as a request's raw
- * headers with its token.
+ * Only a plain object pino writes as fields is merged: pino serializes errors, requests and responses by what they
+ * are, and merging into those would lose the bindings or write what the serializers leave out, such as a token.
  */
 function isPlainFields (value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false
@@ -66,7 +51,6 @@ class RequestLogger {
       ;(this.#child[level] as (...a: unknown[]) => void)(...args)
       return
     }
-    // Below the level: nothing at all is built.
     if (LEVEL_VALUE[level] < this.#parent.levelVal) return
     const [first, message] = args
     if (args.length === 1 && typeof first === 'string') {
@@ -135,10 +119,7 @@ class RequestLogger {
   }
 }
 
-/**
- * Fastify's `childLoggerFactory`. A route with its own log level or
- * serializers gets pino's child at once (none has one today).
- */
+/** Fastify's `childLoggerFactory`; a route with its own log level or serializers gets pino's child at once. */
 export const requestLoggerFactory: NonNullable<FastifyServerOptions['childLoggerFactory']> = function (
   logger,
   bindings,

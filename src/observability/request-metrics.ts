@@ -1,30 +1,23 @@
-/**
- * Per-request metrics: every route, every unmatched request and every error is
- * seen. Per request: a count up and down, one counter and one histogram
- * observe on series resolved when the route was added (plain numbers, see
- * series.ts); a rejection adds one more increment.
- */
+/** Per-request metrics, on series resolved when each route is added (series.ts), so a request pays additions only. */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { toGatewayError } from '../http/error-handler.js'
 import type { GatewayError } from '../http/errors.js'
 import { GatewayMetrics, STATUS_CLASSES, type EngineMetricsSource, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
 import type { CounterSeries, HistogramSeries } from './series.js'
 
-/** Methods Node's parser accepts are many; an unmatched one outside these is labelled "other". */
+/** An unmatched request's method outside these is labelled "other", so no client adds series. */
 const KNOWN_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
 
-/** The gateway's own "too large" messages (src/shared/client-errors.ts, routes/create): body, image. */
+/** The gateway's own "too large" messages, for the body and the image. */
 const TOO_LARGE = /must be at most \d+ bytes$/
 
 /**
- * Why the gateway refused a request, or undefined for failures that are not
- * refusals (404, 5xx). A 429 is the rate limit whatever raised it; a shed 503
- * is counted by the load shedder itself (`metrics.rejected('shed')`), since
- * other 503s (key set, shared store) are not shedding.
+ * Why the gateway refused a request, or undefined for what is no refusal (404, 5xx). The load shedder counts its own
+ * 503s, since other 503s are not shedding.
  */
 export function rejectionReason (failure: GatewayError, statusCode: number | undefined): RejectionReason | undefined {
   switch (failure.code) {
-    // DECISIONS 23: fair uploads, each its own reason (the per-user cap is a 429 that is not the rate limit).
+    // Each upload refusal is its own reason: the per-user cap is a 429 that is not the rate limit.
     case 'TOO_MANY_UPLOADS': return 'upload_cap'
     case 'UPLOADS_BUSY': return 'upload_busy'
     case 'UPLOAD_TIMEOUT': return 'upload_slow'
@@ -37,11 +30,7 @@ export function rejectionReason (failure: GatewayError, statusCode: number | und
   }
 }
 
-/**
- * One route's series, resolved when the route is added: a request adds to
- * Plain numbers. Both per status class: fast 401s and 429s
- * must not hide slow 200s in one histogram.
- */
+/** Per status class: fast 401s and 429s must not hide slow 200s in one histogram. */
 interface RouteSeries {
   count: CounterSeries[]
   duration: HistogramSeries[]
@@ -65,14 +54,12 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
   const leave = (): void => { metrics.inFlight-- }
   app.addHook('onRequest', (_request, reply, done) => {
     metrics.inFlight++
-    // 'close' fires once for every response, also when the client went away before the answer.
-    // `on`, not `once`: once wraps the listener in a new function per request; a response is never reused.
+    // 'close' fires once for every response, also a client gone; `on` because `once` wraps the listener per request.
     reply.raw.on('close', leave)
     done()
   })
 
-  // Each route gets its own onResponse hook holding its series (the route
-  // template, e.g. "/api/portfolio/update", never the URL the client sent).
+  // Labelled by the route template, never the URL the client sent.
   app.addHook('onRoute', (route) => {
     const byMethod = new Map<string, RouteSeries>()
     for (const method of [route.method].flat()) byMethod.set(method, seriesFor(metrics, route.url, method))
@@ -83,7 +70,6 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
     }
     route.onResponse = [route.onResponse ?? []].flat().concat(onResponse)
   })
-  // Requests no route matched: one fixed label, whatever the method (also never the raw URL).
   const unmatched = new Map<string, RouteSeries>()
   app.addHook('onResponse', (request, reply, done) => {
     if (request.is404) {
@@ -104,10 +90,8 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
 export interface ObservedMetrics { metrics: GatewayMetrics, stop: () => void }
 
 /**
- * Metrics for one gateway: its own registry and the engine client's observers.
- * Per call only when something will scrape them (METRICS_PORT is not 0); the
- * cluster's events are rare (ejections, retries) and counted always. `stop`
- * ends the cluster observation.
+ * Metrics for one gateway and the engine client's observers. Per-call series only when something scrapes them; the
+ * cluster's events are rare and counted always.
  */
 export function observedMetrics (engine: EngineMetricsSource, opts: { perCall: boolean }): ObservedMetrics {
   const metrics = new GatewayMetrics({
@@ -120,7 +104,6 @@ export function observedMetrics (engine: EngineMetricsSource, opts: { perCall: b
     budgetExhausted: () => { metrics.engineRetryBudgetSpent() },
     lookup: (name, error) => { if (error !== undefined) metrics.engineLookupFailed(name) }
   })
-  // An address that left the set takes its series with it (a headless Service's pods come and go).
   engine.observeRemovals((endpoint) => { metrics.engineEndpointGone(endpoint) })
   if (opts.perCall) {
     engine.observe((call, outcome, seconds, endpoint) => metrics.engineCall(call, outcome, seconds, endpoint))

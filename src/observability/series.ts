@@ -1,12 +1,7 @@
 /**
- * Counters and histograms for the request path: each series is a plain object
- * the caller resolves once (per route, per engine call) and then bumps with one
- * addition. prom-client's own Counter and Histogram check and hash the label
- * set on every `inc`/`observe`, bound children included: for the request and
- * engine series that measured 6 µs per proxied ping, a tenth of its cost
- * (docs/performance-history.md). These families hand prom-client, at scrape time, the
- * same values its own metrics would (`get()`), and prom-client writes the
- * exposition: `test/series.test.ts` compares the two texts.
+ * Counters and histograms for the request path: each series is a plain object resolved once and bumped with one
+ * addition, since prom-client's own classes hash the label set on every `inc`/`observe` (docs/performance-history.md).
+ * At scrape time prom-client gets the values its own metrics would give; test/series.test.ts compares the two texts.
  */
 import type { Metric, MetricObjectWithValues, MetricValueWithName, Registry } from 'prom-client'
 
@@ -42,11 +37,7 @@ abstract class Family<L extends string, S> {
     return entry.series
   }
 
-  /**
-   * Forget every series whose labels include these (e.g. an engine endpoint
-   * that left the set, DECISIONS 24): it is no longer written, and a
-   * caller that kept it counts into nothing. Not per request.
-   */
+  /** Forget every series whose labels include these; a caller that kept one counts into nothing. */
   remove (labels: Partial<Labels<L>>): void {
     const given = Object.entries(labels) as Array<[L, string]>
     for (const [key, entry] of this.#series) {
@@ -55,9 +46,7 @@ abstract class Family<L extends string, S> {
   }
 
   protected abstract create (): S
-  /** A series is written from its first count on, as prom-client's bound children are: resolving one adds nothing to
-   * the scrape.
-   */
+  /** Written from its first count on, as prom-client's bound children are. */
   protected abstract used (series: S): boolean
   protected abstract values (labels: Labels<L>, series: S): Collected[]
 
@@ -75,7 +64,6 @@ abstract class Family<L extends string, S> {
     } as unknown as MetricObjectWithValues<MetricValueWithName<string>>
   }
 
-  /** prom-client's Registry.resetMetrics() calls this on every metric. */
   reset (): void {
     this.#series.clear()
   }

@@ -1,26 +1,15 @@
 /**
- * GET /status on the metrics listener: what Envoy's `/clusters` or haproxy's
- * stats page give an operator at 3 a.m., as JSON. The version, the uptime,
- * whether the gateway drains, every engine endpoint with its state, the retry
- * budget in use, the shared store's mode and state, and the key set's state.
- * Never a secret: no URL (a Redis or key-set URL may carry a password or a
- * token), no key material, no token.
- *
- * The parts are read from their owners when the page is asked for, nothing is
- * kept per request. Their types live here, at the bottom, so each owner above
- * (engine-client, limits, auth) can say what it gives.
+ * GET /status on the metrics listener: what Envoy's `/clusters` gives an operator, as JSON. Never a secret: no URL
+ * (it may carry a password), no key material, no token. The types live here, in the lowest layer, so each owner above
+ * can say what it gives.
  */
 import { readFileSync } from 'node:fs'
 
-/** The engine cluster's state (EngineClient.status()). */
 export interface EngineClusterStatus {
   endpoints: Array<{
-    /** host:port, as the metrics label. */
     endpoint: string
-    /** The host name from UPSTREAM_URL (or the IP). */
     name: string
     state: 'up' | 'ejected' | 'draining' | 'unreachable'
-    /** ISO 8601 while ejected. */
     ejectedUntil: string | null
     ejections: number
     inFlight: number
@@ -28,18 +17,16 @@ export interface EngineClusterStatus {
   retryBudget: { retriesInFlight: number, callsInFlight: number, allowed: number }
 }
 
-/** The store of rate limits, idempotency records and upload leases (src/limits). */
 export interface StoreStatus {
   mode: 'memory' | 'single' | 'sentinel' | 'cluster'
-  /** The in-process store is always up. */
   state: 'starting' | 'up' | 'down'
-  /** The servers, Sentinels or cluster nodes configured, as host:port (never a user or password). */
+  /** host:port only, never a user or password. */
   nodes?: string[]
-  /** Replication acknowledgements (DECISIONS 26): a master has a replica; paused after a miss until `pausedUntil`. */
+  /** Replication acknowledgements, paused after a miss until `pausedUntil`. */
   replication?: { replicated: boolean, pausedUntil: string | null }
 }
 
-/** The identity provider's key set (src/auth/key-set.ts): ids and algorithms only. */
+/** The identity provider's key set: ids and algorithms only. */
 export interface KeySetStatus {
   mode: 'jwks'
   keys: number
@@ -63,16 +50,13 @@ export interface GatewayStatus {
 
 export interface StatusSources {
   version: string
-  /** ms since the epoch. */
   startedAt: number
   lifecycle: { readonly draining: boolean }
-  /** The engine client: its whole cluster view. */
   engine: { status: () => EngineClusterStatus }
   store: () => StoreStatus
   keySet?: { readonly status: KeySetStatus } | undefined
 }
 
-/** The snapshot, read now from each source. */
 export function gatewayStatus (sources: StatusSources, now = Date.now()): GatewayStatus {
   return {
     version: sources.version,

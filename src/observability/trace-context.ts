@@ -1,12 +1,7 @@
 /**
- * W3C Trace Context (https://www.w3.org/TR/trace-context/): the gateway is one
- * span of the client's trace. A valid `traceparent` from the client keeps its
- * trace id; anything else starts a new trace. The engine gets the same trace id
- * with the gateway's own span id as parent-id, and every log line of the
- * request carries `traceId` beside `reqId` (request-logger.ts), so one
- * request can be followed across both services. The trace is made the first
- * time something asks for it, never for a request that neither calls the
- * engine nor logs.
+ * W3C Trace Context (https://www.w3.org/TR/trace-context/): a valid client `traceparent` keeps its trace id, anything
+ * else starts a new trace; the engine and every log line get the same id, so one request can be followed across both
+ * services. The trace is made when first asked for, never for a request that neither calls the engine nor logs.
  */
 import { BlockList, isIP, type Socket } from 'node:net'
 import type { IncomingMessage } from 'node:http'
@@ -30,22 +25,14 @@ export interface TraceParent {
 
 /** version-traceid-parentid-flags, lowercase hex only (spec §3.2.2): 55 characters. */
 const VERSION_00 = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/
-/**
- * A later version: the same first four fields, and after them nothing or a
- * dash and more (spec §3.2.4, "versioning of traceparent"); ff is invalid.
- */
+/** A later version: the same first four fields, then nothing or a dash and more (spec §3.2.4); ff is invalid. */
 const LATER_VERSION = /^(?!ff)[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(?:-.*)?$/
 const ALL_ZERO_TRACE = '0'.repeat(32)
 const ALL_ZERO_PARENT = '0'.repeat(16)
 
-/**
- * Parse a client's header strictly; undefined for anything the spec says to
- * ignore. The fields sit at fixed offsets in every version, so one test
- * without captures and three slices do it.
- */
+/** Parse a client's header strictly; undefined for anything the spec says to ignore. */
 export function parseTraceParent (header: string | string[] | undefined): TraceParent | undefined {
-  // Several traceparent headers are invalid (spec §3.2: one header only); Node joins repeated ones
-  // with ", ", which a later version's free tail would otherwise accept.
+  // Repeated headers are invalid (spec §3.2); Node joins them with ", ", which a later version's tail would accept.
   if (typeof header !== 'string' || header.length > 512 || header.includes(',')) return undefined
   const valid = header.startsWith('00') ? header.length === 55 && VERSION_00.test(header) : LATER_VERSION.test(header)
   if (!valid) return undefined
@@ -65,64 +52,47 @@ function nonZeroId (bytes: number, zero: string): string {
 export const newTraceId = (): string => nonZeroId(16, ALL_ZERO_TRACE)
 export const newSpanId = (): string => nonZeroId(8, ALL_ZERO_PARENT)
 
-/** The header for the engine: version 00 (the one this gateway speaks), the trace id, the gateway's span as parent. */
+/** Version 00, the one this gateway speaks. */
 export function formatTraceParent (traceId: string, spanId: string, flags: string): string {
   return `00-${traceId}-${spanId}-${flags}`
 }
 
 interface Trace {
   traceId: string
-  /** The `traceparent` the engine gets, made when the engine call first asks for it (or set by the tracer). */
   traceparent: string | undefined
-  /** The client's valid `traceparent`, parsed: the trace continued; undefined for a trace the gateway started. */
+  /** Undefined for a trace the gateway started. */
   client: TraceParent | undefined
 }
 
 const kTrace = Symbol('trace')
 type TracedRequest = IncomingMessage & { [kTrace]?: Trace }
 
-/** The client's trace continued, or a new one. */
 function newTrace (raw: IncomingMessage): Trace {
   const given = parseTraceParent(raw.headers[TRACEPARENT_HEADER])
   return { traceId: given?.traceId ?? newTraceId(), traceparent: undefined, client: given }
 }
 
-/**
- * This request's trace, made the first time anything asks (the engine call,
- * a log line) and then kept on the raw request: one per request, whoever
- * asks first.
- */
+/** Kept on the raw request, made by whoever asks first. */
 function traceOf (raw: IncomingMessage): Trace {
   return ((raw as TracedRequest)[kTrace] ??= newTrace(raw))
 }
 
-/**
- * Replace the `traceparent` the engine gets (the tracer's own span, or its
- * not-sampled decision), keeping the request's trace: a field of the trace
- * kept on the raw request, so no property is redefined per request.
- */
+/** Replace the `traceparent` the engine gets, keeping the request's trace. */
 export function setTraceparent (raw: IncomingMessage, traceparent: string): void {
   traceOf(raw).traceparent = traceparent
 }
 
-/** The client's valid `traceparent` (the one parse of it), or undefined when the gateway started the trace. */
 export function clientTraceParent (raw: IncomingMessage): TraceParent | undefined {
   return traceOf(raw).client
 }
 
-/** The trace id every log line of the request carries beside `reqId`. */
 export function traceIdOf (raw: IncomingMessage): string {
   return traceOf(raw).traceId
 }
 
 /**
- * Every request has its trace: `request.traceparent` for the engine call,
- * with the gateway's own span id. Its sampled flag is the client's only when
- * the client is a trusted proxy (TRUST_PROXY, as for X-Forwarded-For): the
- * engine follows that flag, so anyone else could have every request it sends
- * recorded there. Other bits are cleared (spec §3.2.2.5). A trace the gateway
- * starts is not sampled: it records no spans of its own (tracing.ts, when on,
- * replaces the header with its own decision).
+ * `request.traceparent` for the engine call, with the gateway's own span id. The sampled flag is the client's only
+ * from a trusted proxy: the engine follows it, so anyone else could have every request recorded there.
  */
 export function installTraceContext (app: FastifyInstance, trustProxy: readonly string[] | undefined): void {
   const trusted = trustedPeers(trustProxy)
@@ -138,9 +108,7 @@ export function installTraceContext (app: FastifyInstance, trustProxy: readonly 
   })
 }
 
-/** Whether a peer address is one of `entries` (addresses or CIDRs, already checked by config.ts); IPv4-mapped IPv6
- * peers match IPv4 entries.
- */
+/** Whether a peer address is one of `entries` (addresses or CIDRs); IPv4-mapped IPv6 peers match IPv4 entries. */
 export function trustedPeers (entries: readonly string[] | undefined): (address: string | undefined) => boolean {
   if (entries === undefined || entries.length === 0) return () => false
   const list = new BlockList()
@@ -153,10 +121,7 @@ export function trustedPeers (entries: readonly string[] | undefined): (address:
     address !== undefined && isIP(address) !== 0 && list.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')
 }
 
-/**
- * The client behind a socket: its peer, or, when the peer is a trusted proxy, the nearest address in
- * X-Forwarded-For that is not one (what Fastify's `request.ip` says, for answers given in front of it).
- */
+/** The client behind a socket as Fastify's `request.ip` says it, for answers given in front of Fastify. */
 export function clientAddressOf (
   trustProxy: readonly string[] | undefined
 ): (socket: Socket, raw: IncomingMessage | undefined) => string {

@@ -1,24 +1,16 @@
 /**
- * The gateway's spans (DECISIONS 29), installed only when an OTLP endpoint is
- * configured: with tracing off, no hook, no decorator, no observer exists.
+ * The gateway's spans (decision: traces), installed only when an OTLP endpoint is configured:
  *
  *   server span   `{method} {route}`, one per request, continuing the client's traceparent
- *                 (its sampled flag is followed only from a TRUST_PROXY peer: see tracing-sdk.ts newTraceDecision)
- *   ├─ client span `{method} {engine path}`, one per engine try (a retry is a second one)
+ *   ├─ client span `{method} {engine path}`, one per engine try
  *   ├─ client span `idempotency claim|complete|release`, a keyed request's store work
  *   └─ internal span `upload connection wait`, a create's turn for an upload connection
  *
- * Attributes are the OpenTelemetry semantic conventions' where one exists,
- * `portfolio.*` where none does. Never a token, a subject, a key or a body:
- * nothing here reads the Authorization header, `request.userId` or a payload.
- *
- * Cost: an unsampled request costs the sampler's decision (Tracing.decide)
- * and nothing else, not even a non-recording span; the engine and store hooks
- * see no trace on it and return at once.
+ * Never a token, a subject, a key or a body. An unsampled request costs the sampler's decision and nothing else.
  */
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import {
   ATTR_DB_OPERATION_NAME, ATTR_DB_SYSTEM_NAME, ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_HEADER, ATTR_HTTP_REQUEST_METHOD,
   ATTR_HTTP_REQUEST_RESEND_COUNT, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_PATH
@@ -35,13 +27,12 @@ export interface RequestTrace {
   readonly span: Span
   readonly tracer: Tracer
   readonly context: Context
-  /** 'redis' or 'memory': the idempotency store's kind. */
   readonly store: 'redis' | 'memory'
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set only on a sampled request while tracing is on (src/observability/tracing.ts). */
+    /** Set only on a sampled request while tracing is on. */
     trace: RequestTrace | undefined
   }
 }
@@ -57,11 +48,7 @@ export const ATTR = {
 
 const REQUEST_ID_ATTR = ATTR_HTTP_REQUEST_HEADER(REQUEST_ID_HEADER)
 
-/**
- * The per-try observer of the engine client (src/engine-client/client.ts,
- * EngineTryObserver), as much of it as a span needs: the client lives in a
- * layer above this one, and satisfies these as it is.
- */
+/** As much of the engine client's per-try observer as a span needs: the client, a layer above, satisfies it. */
 export interface TryInfo {
   call: EngineCallName
   request: { method: string, path: string, traceparent?: string }
@@ -76,65 +63,25 @@ export interface TrySpan {
 interface TryObservable { observeTries: (observer: { startTry: (info: TryInfo) => TrySpan | undefined }) => void }
 
 export interface TracingInstallOptions {
-  /** The idempotency store's kind, for db.system.name. */
   store: 'redis' | 'memory'
   /** TRUST_PROXY's addresses and CIDRs: the peers whose sampled flag is followed. */
   trustProxy?: readonly string[] | undefined
 }
 
-/**
- * The server span's hooks, right after installTraceContext, and the engine
- * client's per-try spans.
- */
+/** The server span's hooks, installed right after installTraceContext, and the engine client's per-try spans. */
 export function installTracing (
   app: FastifyInstance, tracing: Tracing, engine: TryObservable, opts: TracingInstallOptions
 ): void {
   const { tracer } = tracing
   const trusted = trustedPeers(opts.trustProxy)
   app.decorateRequest('trace', undefined)
-
   app.addHook('onRequest', (request, reply, done) => {
-    // The client's traceparent, parsed once (trace-context.ts), so the span, the engine and the log lines
-    // share one trace id.
-    const client = clientTraceParent(request.raw)
-    // A client's sampled flag is followed only from a trusted proxy.
-    const followed = client !== undefined && trusted(request.socket.remoteAddress)
-      ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client))
-      : ROOT_CONTEXT
-    // Anyone else's request is decided as a new trace is, though its trace id is kept (logs, the engine, the span):
-    // a trace the gateway started on its own id, as the ratio sampler decides everywhere; a client's id, which the
-    // client picked, by a random draw (tracing-sdk.ts, decide).
-    const traceId = traceIdOf(request.raw)
-    const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
-    if (decided === undefined) {
-      // The engine follows the gateway's decision, not the client's flag (an untrusted client's, or one
-      // `traceidratio` ignores): not sampled. So a sampled flag on the engine-bound header means recorded here.
-      if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
-      return done()
-    }
-    // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
-    const parent = client !== undefined && followed === ROOT_CONTEXT
-      ? trace.setSpanContext(decided, spanContextOf(client))
-      : decided
-    // A new trace gets the id its log lines already carry.
-    if (client === undefined) tracing.nextTraceId = traceId
-    const span = startServerSpan(tracer, request.method, request.routeOptions.url, parent)
-    tracing.nextTraceId = undefined
-    span.setAttribute(REQUEST_ID_ATTR, [request.id])
+    const span = startRequestSpan(request, tracing, trusted)
+    if (span === undefined) return done()
     request.trace = { span, tracer, context: trace.setSpan(recordedChild(ROOT_CONTEXT), span), store: opts.store }
     // The engine-bound header carries this span's id and its sampled flag.
     setTraceparent(request.raw, traceparentOf(span))
-    // The client went away before the answer: the span still ends, and says so. Watched on the recorded
-    // requests alone (Fastify's onRequestAbort hook would add a listener to every request), and on the
-    // response: a client gone after sending its whole body leaves the request not `aborted`, and the
-    // answer, written to a dead socket, never reaches onResponse.
-    const res = reply.raw
-    res.once('close', () => {
-      if (!res.writableFinished && span.isRecording()) {
-        span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
-        span.end()
-      }
-    })
+    endWhenClientLeaves(reply.raw, span)
     done()
   })
   app.addHook('onError', (request, _reply, error, done) => {
@@ -146,18 +93,58 @@ export function installTracing (
     if (t !== undefined && t.span.isRecording()) endServerSpan(t.span, reply.statusCode)
     done()
   })
-
   engine.observeTries({ startTry: (info) => startTrySpan(tracer, info) })
 }
 
 /**
- * A client span for one engine try, under the server span the try's traceparent names; none for an
- * unsampled request.
+ * The request's server span, or undefined when it is not sampled. The span, the engine and the log lines share the
+ * one trace id trace-context.ts parsed or made.
  */
+function startRequestSpan (
+  request: FastifyRequest, tracing: Tracing, trusted: (address: string | undefined) => boolean
+): Span | undefined {
+  const client = clientTraceParent(request.raw)
+  const followed = client !== undefined && trusted(request.socket.remoteAddress)
+    ? trace.setSpanContext(ROOT_CONTEXT, spanContextOf(client))
+    : ROOT_CONTEXT
+  // Anyone else's request is decided as a new trace is: a gateway-made id by the ratio sampler, as everywhere; a
+  // client's id, which the client picked, by a random draw (tracing-sdk.ts, decide).
+  const traceId = traceIdOf(request.raw)
+  const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
+  if (decided === undefined) {
+    // The engine follows the gateway's decision, not the client's flag: a sampled engine-bound header means recorded.
+    if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+    return undefined
+  }
+  // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
+  const parent = client !== undefined && followed === ROOT_CONTEXT
+    ? trace.setSpanContext(decided, spanContextOf(client))
+    : decided
+  // A new trace gets the id its log lines already carry.
+  if (client === undefined) tracing.nextTraceId = traceId
+  const span = startServerSpan(tracing.tracer, request.method, request.routeOptions.url, parent)
+  tracing.nextTraceId = undefined
+  span.setAttribute(REQUEST_ID_ATTR, [request.id])
+  return span
+}
+
+/**
+ * A client gone before the answer still ends the span, saying so. Watched on the response of recorded requests
+ * only: onRequestAbort would add a listener to every request, and misses a client that sent its whole body.
+ */
+function endWhenClientLeaves (res: FastifyReply['raw'], span: Span): void {
+  res.once('close', () => {
+    if (!res.writableFinished && span.isRecording()) {
+      span.setAttribute(ATTR_ERROR_TYPE, 'client_aborted')
+      span.end()
+    }
+  })
+}
+
+/** A client span for one engine try, under the server span its traceparent names; none for an unsampled request. */
 export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefined {
   const header = info.request.traceparent
-  // "00-<trace id>-<span id>-<flags>": only a recorded request's header is sampled (installTracing), and only
-  // it gets try spans.
+  // Only a recorded request's header is sampled (installTracing).
   if (header === undefined || (header.charCodeAt(54) & 1) === 0) return undefined
   const parent = parseTraceParent(header)
   if (parent === null) return undefined
@@ -190,12 +177,11 @@ export function startTrySpan (tracer: Tracer, info: TryInfo): TrySpan | undefine
   }
 }
 
-/** A client's parsed traceparent as the remote parent of a span. */
 function spanContextOf (parent: TraceParent): SpanContext {
   return { traceId: parent.traceId, spanId: parent.parentId, traceFlags: parseInt(parent.flags, 16), isRemote: true }
 }
 
-/** "host:port" or "[v6]:port", as the metrics' endpoint label. */
+/** "host:port" or "[v6]:port". */
 function hostPort (endpoint: string): { host: string, port: number | undefined } {
   const colon = endpoint.lastIndexOf(':')
   if (colon === -1 || endpoint.endsWith(']')) return { host: endpoint, port: undefined }
@@ -203,10 +189,7 @@ function hostPort (endpoint: string): { host: string, port: number | undefined }
   return { host: host.startsWith('[') ? host.slice(1, -1) : host, port: Number(endpoint.slice(colon + 1)) }
 }
 
-/**
- * A span for one operation of a keyed request's idempotency store (DECISIONS 16); undefined unless the
- * request is sampled.
- */
+/** A span for one idempotency store operation; undefined unless the request is sampled. */
 export function startStoreSpan (request: FastifyRequest, operation: 'claim' | 'complete' | 'release'): Span | undefined {
   const t = request.trace
   if (t === undefined) return undefined
@@ -226,7 +209,7 @@ export function endStoreSpan (span: Span | undefined, err?: unknown): void {
   span.end()
 }
 
-/** The time a create waited for an upload connection (DECISIONS 23), from `askedAt` (performance.now()) to now. */
+/** The time a create waited for an upload connection, from `askedAt` (performance.now()) to now. */
 export function traceUploadWait (request: FastifyRequest, askedAt: number): void {
   const t = request.trace
   if (t === undefined) return

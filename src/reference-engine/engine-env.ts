@@ -1,7 +1,4 @@
-/**
- * The standalone engine's environment -> validated settings. Pure: the caller
- * passes the environment in, so tests can too (the same reader as src/config.ts, src/env.ts).
- */
+/** The standalone engine's environment, validated; the caller passes it in, so tests can too. */
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Type, type Static } from '@sinclair/typebox'
@@ -9,24 +6,19 @@ import { readEnv } from '../shared/env.js'
 import { DEFAULT_KEY_TTL_S } from './store.js'
 
 /**
- * DECISIONS 24-25: the gateways check each engine's /health every 5 s, so a
- * production notice shorter than that could close the listener before a
- * gateway has seen the 500 and stopped sending.
+ * Gateways check each engine's /health this often, so a shorter production notice could close the listener before a
+ * gateway has seen the 500 and stopped sending (decision: the engine drains too).
  */
 export const GATEWAY_HEALTH_INTERVAL_MS = 5_000
 export const PRODUCTION_DRAIN_NOTICE_MS = GATEWAY_HEALTH_INTERVAL_MS
 /** Upper bound of the notice: a deployment's grace period has to fit it plus the requests in flight. */
 const MAX_DRAIN_NOTICE_MS = 120_000
 /**
- * The shutdown after the notice (standalone.ts): the listener stops accepting,
- * open connections get DRAIN_IDLE_GRACE_MS to send their last request (as the
- * gateway's), and requests in flight get IN_FLIGHT_GRACE_MS to finish; past
- * it the process exits 1. deploy/kubernetes/engine-deployment.yaml's grace
- * period is checked against these (test/deploy-timelines.test.ts).
+ * After the notice, open connections get DRAIN_IDLE_GRACE_MS to send their last request and requests in flight get
+ * IN_FLIGHT_GRACE_MS; test/deploy-timelines.test.ts checks the Kubernetes grace period against them.
  */
 export const DRAIN_IDLE_GRACE_MS = 1_000
 export const IN_FLIGHT_GRACE_MS = 25_000
-/** A key's record lives from a minute (tests, trials) to 30 days. */
 const MAX_IDEMPOTENCY_TTL_S = 2_592_000
 
 export const EngineEnv = Type.Object({
@@ -43,23 +35,18 @@ export type EngineEnv = Static<typeof EngineEnv>
 
 export interface EngineSettings {
   readonly port: number
-  /** Set: Prometheus metrics on GET /metrics at this port of `host` (src/reference-engine/metrics.ts); unset: none. */
+  /** Set: GET /metrics at this port of `host`; unset: none. */
   readonly metricsPort?: number
   readonly host: string
   readonly imageDir: string
-  /** DECISIONS 25: how long /health answers 500 and every answer says `connection: close` before the listener closes.
-   *
-   */
+  /** How long /health answers 500 and every answer says `connection: close` before the listener closes. */
   readonly drainNoticeMs: number
-  /** DECISIONS 16: how long the record of an owner's Idempotency-Key (its portfolio, its form's fingerprint) lives.
-   *
-   */
+  /** How long the record of an owner's Idempotency-Key lives. */
   readonly idempotencyTtlS: number
-  /** Set: portfolios and the create deduplication live in this Redis; unset: in memory. */
   readonly redisUrl?: string
 }
 
-/** Its message is one line that names the variable and what it should be. */
+/** Its message is one line naming the variable and what it should be. */
 export class EngineEnvError extends Error {
   override name = 'EngineEnvError'
 }
@@ -69,10 +56,9 @@ export function defaultImageDir (): string {
 }
 
 export function loadEngineEnv (env: Record<string, string | undefined>): EngineSettings {
-  // Empty counts as unset here too, so an empty ENGINE_IMAGE_DIR also gets the default.
   const read = readEnv(EngineEnv, { ...env, ENGINE_IMAGE_DIR: env['ENGINE_IMAGE_DIR'] || defaultImageDir() })
   if (!read.ok) {
-    // A Redis URL may carry a password: never echo it (as the gateway does for REDIS_URL).
+    // A Redis URL may carry a password.
     const shown = read.name === 'ENGINE_REDIS_URL' ? '(hidden)' : JSON.stringify(read.given)
     throw new EngineEnvError(`${read.name}=${shown} is invalid: expected ${read.expected}`)
   }

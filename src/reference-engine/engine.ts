@@ -1,8 +1,6 @@
 /**
- * The reference portfolio engine: an embeddable Fastify instance that
- * implements the upstream contract v1 (DECISIONS "The upstream contract").
- * No side effects: it reads no environment and does not listen; standalone.ts
- * and the gateway do that.
+ * The reference portfolio engine (decision: upstream contract), an embeddable Fastify instance. It reads no
+ * environment and does not listen: standalone.ts and the gateway do that.
  */
 import { mkdir } from 'node:fs/promises'
 import fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
@@ -19,30 +17,21 @@ import { MemoryPortfolioStore } from './memory-store.js'
 import type { EngineMetrics } from './metrics.js'
 import { traceRequests } from '../shared/tracing-spans.js'
 import type { Tracer } from '@opentelemetry/api'
-// Declares route `config.handler`, the name an error reports as `function`, for gateway and engine alike.
+// Declares route `config.handler`, the name an error reports as `function`.
 import type {} from '../shared/route-config.js'
 
 export interface EngineOptions {
-  /** Where uploaded images are stored; created when missing. */
   imageDir: string
-  /** The `source` of every structured error. */
   serviceName?: string
   logger?: FastifyServerOptions['logger']
-  /** Keep portfolios in this Redis (ENGINE_REDIS_URL), shared with other engines; unset: in this process's memory. */
+  /** Keep portfolios in this Redis, shared with other engines; unset: in this process's memory. */
   redisUrl?: string
-  /** How long the record of a create's Idempotency-Key lives (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
   idempotencyTtlMs?: number
-  /**
-   * Set `draining` when shutdown starts (standalone.ts, DECISIONS 25): /health
-   * then answers 500 and every answer says `connection: close`. Embedded in
-   * the gateway the engine never drains on its own, so this is left out.
-   */
+  /** Set `draining` when shutdown starts (standalone.ts); the gateway's embedded engine never drains on its own. */
   lifecycle?: EngineLifecycle
-  /** Count requests, store state and drain state here (the standalone engine's ENGINE_METRICS_PORT); unset: no metrics.
-   *
-   */
+  /** Where requests, store state and drain state are counted (ENGINE_METRICS_PORT); unset: no metrics. */
   metrics?: EngineMetrics
-  /** A server span per request, under the caller's traceparent (DECISIONS 29); unset: no tracing hooks at all. */
+  /** A server span per request, under the caller's traceparent; unset: no tracing hooks at all. */
   tracer?: Tracer
 }
 
@@ -50,17 +39,13 @@ export interface EngineLifecycle {
   readonly draining: boolean
 }
 
-/** The health error shape (schemas/errors.ts), as the gateway's own /health answers while it drains. */
+/** As the gateway's own /health answers while it drains. */
 export const DRAINING_HEALTH: HealthError = Object.freeze({ status: 'error', message: 'shutting down' })
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The engine's store, memory or Redis (only set on instances made by buildEngine). */
     portfolioStore: PortfolioStore
-    /**
-     * The in-memory store, for tests and tools in this process that read it
-     * synchronously. Reading it on an engine that keeps its data in Redis throws.
-     */
+    /** The in-memory store, read synchronously by tests and tools; throws on an engine that uses Redis. */
     portfolios: MemoryPortfolioStore
   }
 }
@@ -68,36 +53,43 @@ declare module 'fastify' {
 export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
 
 /**
- * The engine reads an upload while the gateway receives it (up to 180 s) and
- * the gateway's engine leg may add UPSTREAM_TIMEOUT_MS (at most 600 s) on top:
- * 180 s + 600 s. test/create-timing.test.ts holds it to the gateway's limits.
+ * The engine reads an upload while the gateway receives it (up to 180 s), and the gateway's engine leg may add
+ * UPSTREAM_TIMEOUT_MS (at most 600 s) on top; test/create-timing.test.ts holds it to the gateway's limits.
  */
 export const ENGINE_REQUEST_TIMEOUT_MS = 180_000 + 600_000
 
 export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance> {
   const serviceName = opts.serviceName ?? DEFAULT_SERVICE_NAME
   await mkdir(opts.imageDir, { recursive: true })
-
   const app = fastify({
     logger: opts.logger ?? false,
-    // DECISIONS 10: the gateway sends its request id; log under that, not a new one.
+    // The gateway sends its request id: the engine logs under that one (decision: request ids).
     requestIdHeader: REQUEST_ID_HEADER,
     bodyLimit: LIMITS.updateBodyMaxBytes,
-    // Longer than the gateway pool's keep-alive, so the engine never closes a
-    // socket the pool is about to reuse.
+    // Longer than the gateway pool's keep-alive, so the engine never closes a socket the pool is about to reuse.
     keepAliveTimeout: 72_000,
-    // A 10 MiB image over a slow client still fits; a stalled one does not hold a socket forever.
-    // At least the gateway's upload allowance, so an upload the gateway accepts never times out here.
     requestTimeout: ENGINE_REQUEST_TIMEOUT_MS,
     connectionTimeout: 0,
-    // As the gateway: a request that arrives on an open connection while the
-    // engine closes is served (with `connection: close`), not refused with
-    // Fastify's own 503, which is outside the contract (DECISIONS 25).
+    // A request on an open connection while the engine closes is served with `connection: close`, not refused with
+    // Fastify's own 503, which is outside the contract (decision: the engine drains too).
     return503OnClosing: false,
     // The gateway's schema compiler and options: one schema, one way of counting.
     ajv: SCHEMA_VALIDATION
   })
+  const store = await openStore(app, opts)
+  // The gateway's limits, every one set, since busboy's defaults (Infinity for most) are not a policy. Text parts
+  // declared as JSON are read as streams, so busboy counts them as files.
+  await app.register(multipart, { limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts }, isPartAFile })
+  handleErrors(app, serviceName)
+  if (opts.tracer !== undefined) traceRequests(app, opts.tracer)
+  const lifecycle = opts.lifecycle ?? { draining: false }
+  opts.metrics?.instrument(app, { store, storeKind: opts.redisUrl === undefined ? 'memory' : 'redis', lifecycle })
+  addHealth(app, store, lifecycle)
+  await app.register(portfolioRoutes, { store, imageDir: opts.imageDir })
+  return app
+}
 
+async function openStore (app: FastifyInstance, opts: EngineOptions): Promise<PortfolioStore> {
   const keyTtl = opts.idempotencyTtlMs === undefined ? {} : { keyTtlMs: opts.idempotencyTtlMs }
   // ioredis loads only for an engine that keeps its portfolios in Redis.
   const store: PortfolioStore = opts.redisUrl === undefined
@@ -110,18 +102,14 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
       throw new Error('this engine keeps its portfolios in Redis: use portfolioStore')
     }
   })
-  // The store's connection goes with the engine: onClose runs after the HTTP
-  // server has closed and its last request has finished (test/engine-redis.test.ts).
+  // onClose runs after the HTTP server has closed and its last request has finished (test/engine-redis.test.ts).
   app.addHook('onClose', async () => {
     await store.close()
   })
+  return store
+}
 
-  // The gateway's limits, so a form the gateway accepts is one the engine
-  // accepts; every one set, since busboy's defaults (Infinity for most) are not a policy.
-  // Text parts declared as JSON are read as text streams, so busboy counts them as files; the image is still taken
-  // once, by name.
-  await app.register(multipart, { limits: { ...CREATE_FORM_LIMITS, files: CREATE_FORM_LIMITS.parts }, isPartAFile })
-
+function handleErrors (app: FastifyInstance, serviceName: string): void {
   app.setErrorHandler(function engineErrorHandler (err, request, reply) {
     const engineError = toEngineError(err)
     // An outage of the store is the store's (logged once by it), not a failure of this request's code.
@@ -143,14 +131,11 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     const error = new EngineError('NOT_FOUND', `route ${request.method} ${request.url.split('?')[0] ?? ''} not found`)
     return reply.code(error.statusCode).send(structuredError(serviceName, 'notFound', error.code, error.message))
   })
+}
 
-  if (opts.tracer !== undefined) traceRequests(app, opts.tracer)
-
-  const lifecycle = opts.lifecycle ?? { draining: false }
-  opts.metrics?.instrument(app, { store, storeKind: opts.redisUrl === undefined ? 'memory' : 'redis', lifecycle })
-  // DECISIONS 25: while draining, each answer ends its connection, so a
-  // kept-alive client (the gateway's pool) opens its next one elsewhere and no
-  // request is sent on a socket in the moment the listener closes it.
+function addHealth (app: FastifyInstance, store: PortfolioStore, lifecycle: EngineLifecycle): void {
+  // While draining, each answer ends its connection, so a kept-alive client (the gateway's pool) opens its next one
+  // elsewhere and sends nothing on a socket the listener is closing.
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (lifecycle.draining) reply.header('connection', 'close')
     done(null, payload)
@@ -159,7 +144,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
   app.get('/health', { config: { handler: 'health' } }, async function health (_request, reply): Promise<
     EngineHealth | HealthError
   > {
-    // A 500 takes this engine out of the gateways' rotation at their next check (DECISIONS 24).
+    // A 500 takes this engine out of the gateways' rotation at their next check (decision: several engine endpoints).
     if (lifecycle.draining) {
       reply.code(500)
       return DRAINING_HEALTH
@@ -168,7 +153,4 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     const ok = services.database === SERVICE_CONNECTED && services.cache === SERVICE_CONNECTED
     return { status: ok ? 'ok' : 'degraded', services: { database: services.database, cache: services.cache } }
   })
-
-  await app.register(portfolioRoutes, { store, imageDir: opts.imageDir })
-  return app
 }

@@ -1,9 +1,4 @@
-/**
- * The engine's error catalogue: each code with its status, in one place, and
- * the one wire shape they all take (schemas/errors.ts StructuredError).
- * It imports nothing else of the engine: the stores, the image receiver and
- * the routes all throw its errors, so it sits below them (no import cycle).
- */
+/** The engine's error catalogue and its wire shape; it imports nothing else of the engine, which all throws these. */
 import type { StructuredError } from '../../schemas/errors.js'
 import { LIMITS } from '../../schemas/portfolio.js'
 import { clientErrorMessage } from '../shared/client-errors.js'
@@ -12,34 +7,26 @@ export const ENGINE_ERRORS = Object.freeze({
   VALIDATION_ERROR: 400,
   UNAUTHORIZED: 401,
   NOT_FOUND: 404,
-  /** DECISIONS 16: this owner's Idempotency-Key created a portfolio from a different form. */
+  /** This owner's Idempotency-Key created a portfolio from a different form. */
   IDEMPOTENCY_KEY_REUSED: 422,
   INTERNAL_ERROR: 500,
-  /** The store (Redis) cannot be reached or timed out: a retry may succeed, and with its Idempotency-Key cannot create
-   * a second portfolio.
-   */
+  /** The store cannot be reached or timed out: a retry with its Idempotency-Key may succeed, never twice. */
   SERVICE_UNAVAILABLE: 503
 })
 export type EngineErrorCode = keyof typeof ENGINE_ERRORS
 
 /** Shown for every 5xx: internals (paths, stack, driver messages) stay in the log. */
 export const INTERNAL_ERROR_MESSAGE = 'Internal error'
-/** As the gateway words it (src/http/errors.ts): one reused key reads the same from either side. */
+/** As the gateway words it: one reused key reads the same from either side. */
 export const KEY_REUSED_MESSAGE = 'this Idempotency-Key was used for a different request'
 export const STORE_UNAVAILABLE_MESSAGE = 'portfolio store unavailable, retry later'
 /** Sent with SERVICE_UNAVAILABLE: the store reconnects within about a second. */
 export const STORE_RETRY_AFTER_S = 1
 
-/**
- * The store cannot be reached or answered too late: the engine answers 503
- * (SERVICE_UNAVAILABLE above), since the request may succeed on a retry
- * and, with its Idempotency-Key, will not create a second portfolio.
- */
+/** The store cannot be reached or answered too late: answered 503 SERVICE_UNAVAILABLE. */
 export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError'
-  /** False when the command never left this process; true when it may have run (a timeout, a connection lost
-   * mid-command).
-   */
+  /** True when the command may have run (a timeout, a connection lost mid-command). */
   readonly maybeWritten: boolean
 
   constructor (message: string, maybeWritten: boolean, options?: ErrorOptions) {
@@ -72,11 +59,8 @@ export function structuredError (source: string, fn: string, code: EngineErrorCo
 interface ErrorLike { code?: unknown, statusCode?: unknown, message?: unknown }
 
 /**
- * Turn whatever a handler or Fastify threw into the engine's catalogue.
- * Client mistakes that Fastify or the multipart parser detect (bad JSON, body
- * too large, wrong content type, too many parts) all become 400
- * VALIDATION_ERROR: the contract knows no other 4xx for bad input. Anything
- * without a 4xx status is a 500 whose message hides the cause.
+ * Whatever a handler or Fastify threw, in the catalogue: every client mistake is 400 VALIDATION_ERROR, since the
+ * contract knows no other 4xx for bad input, and anything else a 500 whose message hides the cause.
  */
 export function toEngineError (err: unknown): EngineError {
   if (err instanceof EngineError) return err

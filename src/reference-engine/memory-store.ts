@@ -1,7 +1,4 @@
-/**
- * The store in this process's memory: right for one engine (the embedded one,
- * or `npm run engine` without ENGINE_REDIS_URL). Always connected.
- */
+/** The store in this process's memory, right for one engine. */
 import type { TargetPosition } from '../../schemas/portfolio.js'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
@@ -9,24 +6,17 @@ import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, type KeyRecord, type P
 const CONNECTED: StoreState = Object.freeze({ database: SERVICE_CONNECTED, cache: SERVICE_CONNECTED })
 
 export interface MemoryPortfolioStoreOptions {
-  /** How long a key's record lives, in milliseconds (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
   keyTtlMs?: number
 }
 
 interface HeldKey {
   readonly record: KeyRecord
-  /** performance.now() past which the record is gone. */
   readonly expiresAt: number
 }
 
 export class MemoryPortfolioStore implements PortfolioStore {
   readonly #portfolios = new Map<string, Portfolio>()
-  /**
-   * owner + Idempotency-Key -> its record (DECISIONS 16): one key never creates
-   * two portfolios while the record lives. Every record lives the same time,
-   * so the Map's insertion order is also expiry order: expired records are
-   * dropped from its front, and memory stays bounded by the creates of one lifetime.
-   */
+  /** Every record lives the same time, so insertion order is expiry order: expired records drop from the front. */
   readonly #byKey = new Map<string, HeldKey>()
   readonly #keyTtlMs: number
 
@@ -34,17 +24,16 @@ export class MemoryPortfolioStore implements PortfolioStore {
     this.#keyTtlMs = opts.keyTtlMs ?? DEFAULT_KEY_TTL_S * 1000
   }
 
-  /** The data lives in this process, so it is reachable whenever the engine answers. */
   async state (): Promise<StoreState> {
     return CONNECTED
   }
 
-  /** For tests and tools in this process: how many portfolios exist. */
+  /** For tests and tools in this process. */
   get size (): number {
     return this.#portfolios.size
   }
 
-  /** For tests and tools in this process: any portfolio by id, synchronously. */
+  /** For tests and tools in this process: any owner's portfolio. */
   get (id: string): Portfolio | undefined {
     return this.#portfolios.get(id)
   }
@@ -81,7 +70,7 @@ export class MemoryPortfolioStore implements PortfolioStore {
 
   async close (): Promise<void> {}
 
-  /** The key's record unless it has expired; drops every expired record first (the oldest come first). */
+  /** The key's record unless it has expired; drops every expired record first. */
   #liveKey (id: string): KeyRecord | undefined {
     const now = performance.now()
     for (const [oldest, held] of this.#byKey) {

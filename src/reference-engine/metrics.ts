@@ -1,13 +1,7 @@
 /**
- * The standalone engine's own Prometheus metrics, so an operator sees each
- * engine, not only the gateways' view of it: requests by route template and
- * status class with a latency histogram, the state of its store, and whether it
- * is draining (DECISIONS 25). Served on a listener of its own
- * (ENGINE_METRICS_PORT), never on the port the gateways call, as the gateway
- * keeps /metrics off its public port (DECISIONS 18).
- *
- * Label values come from the route table and fixed sets, never from the
- * request, so a caller cannot grow the series count.
+ * The standalone engine's own Prometheus metrics, so an operator sees each engine, not only the gateways' view of it.
+ * Served on a port of their own, as the gateway's (decision: metrics). Label values never come from the request, so
+ * a caller cannot grow the series count.
  */
 import { createServer, type Server } from 'node:http'
 import { once } from 'node:events'
@@ -15,19 +9,18 @@ import type { FastifyInstance } from 'fastify'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
 
-/** Methods a label may name; any other (PROPFIND, MKCALENDAR, ...) is `other`, so no client adds series. */
+/** Any other method is `other`, so no client adds series. */
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'])
 import type { PortfolioStore } from './store.js'
 
-/** 1 ms to 10 s, the gateway's buckets: an engine answers in milliseconds, an upload may take seconds. */
+/** The gateway's buckets. */
 const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
-/** The route label of a request no route matched: never the raw URL. */
 const UNMATCHED_ROUTE = 'unmatched'
 const SERVICES = ['database', 'cache'] as const
 
 export interface EngineMetricsSubject {
   store: PortfolioStore
-  /** 'memory' or 'redis': the store's kind, never its URL (that may carry a password). */
+  /** The store's kind, never its URL: that may carry a password. */
   storeKind: 'memory' | 'redis'
   lifecycle: { readonly draining: boolean }
 }
@@ -54,9 +47,7 @@ export class EngineMetrics {
     collectDefaultMetrics({ register: this.registry, prefix: 'portfolio_engine_' })
   }
 
-  /** Counts every answer of `app` and watches its store and drain state; buildEngine calls it before any route is
-   * added.
-   */
+  /** Counts every answer of `app` and watches its store and drain state; called before any route is added. */
   instrument (app: FastifyInstance, { store, storeKind, lifecycle }: EngineMetricsSubject): void {
     // Asked at each scrape, as GET /health asks it: a Redis PING, never a remembered value.
     new Gauge({
@@ -92,10 +83,7 @@ export class EngineMetrics {
     })
   }
 
-  /**
-   * GET /metrics on `host:port`. Rejects when the port is taken, so the caller
-   * can stop with a line that names ENGINE_METRICS_PORT.
-   */
+  /** GET /metrics on `host:port`; rejects when the port is taken, so the caller can name ENGINE_METRICS_PORT. */
   async listen (host: string, port: number): Promise<Server> {
     const server = createServer((req, res) => {
       if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {

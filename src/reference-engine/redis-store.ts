@@ -1,27 +1,13 @@
 /**
- * The store in Redis (ENGINE_REDIS_URL), so engines behind a
- * balancer agree: a create on one and an update on another find the same
- * portfolio, and one owner's Idempotency-Key creates one portfolio whichever
- * engines receive it.
- *
- * Keys carry the owner in a hash tag, `{owner}`, so one owner's portfolios and
- * keys share a slot and each script's keys are in one slot on a cluster too
- * (DECISIONS 26). The owner is percent-encoded inside the tag: an owner with
- * `{` or `}` could otherwise end the tag early or leave it empty.
+ * The store in Redis (ENGINE_REDIS_URL), so engines behind a balancer agree on portfolios and on keys.
  *
  *   pe:portfolio:{owner}:<id>  hash: `record` (JSON, all but the targets), `target_positions` (JSON)
- *   pe:key:{owner}:<key>       string, JSON {"portfolio_id","fingerprint"}: the portfolio
- *                              that key created and its form's fingerprint; it expires
- *                              after the key lifetime (ENGINE_IDEMPOTENCY_TTL_S, DECISIONS 16)
+ *   pe:key:{owner}:<key>       JSON {"portfolio_id","fingerprint"}, expiring after the key lifetime
  *
- * Keying a portfolio by owner and id makes a foreign id and an unknown id the
- * same miss (DECISIONS 1) without reading anything. Target positions are a
- * field of their own, so an update is one HSET of JSON made by this process
- * (a Lua cjson round trip would shorten allocations to 14 digits).
- *
- * An outage must cost milliseconds, as the gateway's Redis store does: short
- * connect and command timeouts, no offline queue (a command while
- * disconnected fails at once), and reconnection forever in the background.
+ * The owner's hash tag keeps each script's keys in one cluster slot (decision: redis with more than one node); it is
+ * percent-encoded, since a `{` or `}` would end the tag early. Keyed by owner, a foreign id is the same miss as an
+ * unknown one. Targets are JSON made here, since a Lua cjson round trip would shorten allocations to 14 digits.
+ * An outage must cost milliseconds: short timeouts, no offline queue, reconnection forever in the background.
  */
 import { once } from 'node:events'
 import { Redis } from 'ioredis'
@@ -43,11 +29,8 @@ import {
 const PREFIX = 'pe:'
 
 /**
- * A key's record written by an engine before fingerprints is a bare portfolio
- * id (never JSON) with no expiry. Whenever one is read it is given the key
- * lifetime from then on, so it ends like every other record instead of
- * guarding its key forever. Lua, with the key's record in KEYS[1] and the
- * lifetime in ms in the given ARGV slot; leaves the record in `prior`.
+ * Reads KEYS[1] into `prior`. A record older engines wrote is a bare id with no expiry: it gets the key lifetime
+ * (ARGV[ttlArg], ms) when read, so it does not guard its key forever.
  */
 const READ_KEY_RECORD = (ttlArg: number): string => `
 local prior = redis.call('GET', KEYS[1])
@@ -59,11 +42,7 @@ end`
 const GET_KEY = `${READ_KEY_RECORD(1)}
 return prior`
 
-/**
- * KEYS[1] the key's record, KEYS[2] the new portfolio; ARGV: key record,
- * portfolio record, targets, key lifetime in ms. The first create with a key
- * wins; the answer is the record that stands for the key.
- */
+/** KEYS: the key's record, the new portfolio; ARGV: key record, portfolio record, targets, key lifetime in ms. */
 const INSERT_ONCE = `${READ_KEY_RECORD(4)}
 if prior then return prior end
 redis.call('HSET', KEYS[2], 'record', ARGV[2], 'target_positions', ARGV[3])
@@ -76,11 +55,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'target_positions', ARGV[1])
 return 1`
 
-/**
- * Replies that mean "no master to write to right now" (a failover, a replica
- * still loading): unavailable, like a refused connection. Any other reply
- * error is a bug here, and stays a 500.
- */
+/** Replies that mean "no master to write to right now": unavailable; any other reply error is a bug, a 500. */
 const UNAVAILABLE_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS) /
 
 type Scripts = Redis & {
@@ -100,19 +75,17 @@ type Scripts = Redis & {
 export interface RedisPortfolioStoreOptions {
   url: string
   log: FastifyBaseLogger
-  /** Per-command bound, health PING included; default 500 ms, under the gateway's 1 s health-check timeout. */
+  /** Default 500 ms, under the gateway's 1 s health-check timeout. */
   commandTimeoutMs?: number
-  /** How long a key's record lives, in milliseconds (ENGINE_IDEMPOTENCY_TTL_S); default 48 h. */
   keyTtlMs?: number
 }
 
-/** All of a stored portfolio but its targets, as written to `record`. */
 type PortfolioRecord = Omit<Portfolio, 'target_positions'>
 
 export class RedisPortfolioStore implements PortfolioStore {
   readonly #redis: Scripts
   readonly #keyTtlMs: number
-  /** Last state logged: each change is one line, not one per failed reconnect. */
+  /** Each change is one line, not one per failed reconnect. */
   #state: 'starting' | 'up' | 'down' = 'starting'
 
   constructor (opts: RedisPortfolioStoreOptions) {
@@ -123,7 +96,6 @@ export class RedisPortfolioStore implements PortfolioStore {
       enableOfflineQueue: false,
       // A command cut off by a dropped connection is sent once more after reconnecting: both scripts may run twice.
       maxRetriesPerRequest: 1,
-      // Reconnect forever: 50 ms, 100 ms, ... capped at 1 s.
       retryStrategy: (times) => Math.min(times * 50, 1_000),
       enableReadyCheck: true
     }) as Scripts
@@ -150,16 +122,13 @@ export class RedisPortfolioStore implements PortfolioStore {
       try {
         if ((await this.#redis.ping()) === 'PONG') database = SERVICE_CONNECTED
       } catch {
-        // Timed out or cut off: disconnected, which is what /health reports.
       }
     }
-    // The reference engine has no cache apart from its store: it reports the store's state for both.
+    // The reference engine has no cache apart from its store.
     return { database, cache: database }
   }
 
-  /** Resolves once the connection is ready (at once when it is): for tools and tests that must not start disconnected.
-   *
-   */
+  /** Resolves once the connection is ready, for tools and tests that must not start disconnected. */
   async connected (): Promise<void> {
     if (this.#redis.status !== 'ready') await once(this.#redis, 'ready')
   }
@@ -168,7 +137,6 @@ export class RedisPortfolioStore implements PortfolioStore {
     const fields = await this.#run(() => this.#redis.hgetall(portfolioKey(owner, id)))
     const { record, target_positions: targets } = fields
     if (record === undefined || targets === undefined) return undefined
-    // Written only by this class, from a Portfolio.
     return freezePortfolio({
       ...(JSON.parse(record) as PortfolioRecord),
       target_positions: JSON.parse(targets) as TargetPosition[]
@@ -218,9 +186,9 @@ export class RedisPortfolioStore implements PortfolioStore {
     this.#redis.disconnect()
   }
 
-  /** One command: an outage (refused, timed out, no master) becomes StoreUnavailableError, answered 503. */
+  /** One command; an outage becomes StoreUnavailableError, answered 503. */
   async #run<T>(command: () => Promise<T>): Promise<T> {
-    // Not connected: refused here, so the caller knows nothing was written (no offline queue either).
+    // Refused here, so the caller knows nothing was written.
     if (this.#redis.status !== 'ready') { throw new StoreUnavailableError(`portfolio store unavailable: redis ${this.#redis.status}`, false) }
     try {
       return await command()
@@ -244,14 +212,9 @@ function serialize (portfolio: Portfolio): { record: string; targets: string } {
   return { record: JSON.stringify(record), targets: JSON.stringify(copyTargets(targets)) }
 }
 
-/**
- * A key's record as stored. An engine before fingerprints stored the bare
- * portfolio id (a UUID, never JSON), with no expiry: still honoured, as the same
- * form, until the key lifetime has passed since it was first read here (GET_KEY, INSERT_ONCE).
- */
+/** A bare id, as older engines stored it, is honoured as the same form until READ_KEY_RECORD's lifetime ends. */
 function parseKeyRecord (stored: string): KeyRecord {
   if (!stored.startsWith('{')) return { portfolioId: stored, fingerprint: undefined }
-  // Written only by this class.
   const parsed = JSON.parse(stored) as { portfolio_id: string; fingerprint: string }
   return { portfolioId: parsed.portfolio_id, fingerprint: parsed.fingerprint }
 }

@@ -1,8 +1,4 @@
-/**
- * The engine as its own process (`npm run engine`), so the gateway can point
- * UPSTREAM_URL at it like any real upstream. The only engine file with side
- * effects: environment, listen, signals.
- */
+/** The engine as its own process (`npm run engine`): the only engine file that reads the environment or listens. */
 import '../shared/runtime-guard.js'
 import type { Server } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -30,8 +26,7 @@ try {
   process.exit(1)
 }
 
-// DECISIONS 29: the gateway's OTEL_* variables, as the engine (service portfolio-engine); unset endpoint: no SDK
-// loaded.
+// The gateway's OTEL_* variables (decision: traces); with no endpoint, no SDK is loaded.
 const otel = readEnv(OtelEnv, process.env)
 const traced = otel.ok
   ? tracingSettingsOf(otel.value, 'portfolio-engine', process.env)
@@ -55,13 +50,11 @@ const engine = await buildEngine({
   lifecycle,
   idempotencyTtlMs: settings.idempotencyTtlS * 1000,
   ...(tracing === undefined ? {} : { tracer: tracing.tracer }),
-  // Engines that share a Redis (and ENGINE_IMAGE_DIR) agree on every portfolio.
   ...(settings.redisUrl === undefined ? {} : { redisUrl: settings.redisUrl })
 })
 
-// DECISIONS 25, SIGTERM/SIGINT: the notice (/health 500, `connection: close` on
-// every answer, so the gateways' checks take this engine out of rotation), then
-// stop accepting, finish the requests in flight, exit 0.
+// On SIGTERM/SIGINT the notice comes first, so the gateways' checks take this engine out of rotation before it stops
+// accepting (decision: the engine drains too).
 closeWithGrace(
   { delay: settings.drainNoticeMs + DRAIN_IDLE_GRACE_MS + IN_FLIGHT_GRACE_MS },
   async ({ signal, err }) => {

@@ -1,9 +1,6 @@
 /**
- * The engine re-checks every input against the shared schemas: the gateway
- * validates first, but an internal service that trusts its caller turns one
- * gateway bug into bad data. It compiles them with the gateway's Ajv
- * configuration and words failures with the gateway's mapper
- * (shared/schema-validation.ts), so both legs count and answer alike.
+ * The engine re-checks every input with the gateway's schemas and wording: a service that trusts its caller turns
+ * one gateway bug into bad data.
  */
 import type { FastifyRequest } from 'fastify'
 import { CreatePortfolioFields, UpdatePortfolioBody } from '../../schemas/portfolio.js'
@@ -20,7 +17,6 @@ function check<T> (request: FastifyRequest, schema: object, data: unknown, root:
 
 export function parseUpdateBody (request: FastifyRequest): UpdatePortfolioBody {
   const body = check<UpdatePortfolioBody>(request, UpdatePortfolioBody, request.body, 'body')
-  // DECISIONS 3, the rules across positions: the same function the gateway applies.
   const problem = targetPositionsProblem(body.target_positions)
   if (problem !== undefined) throw validationError(problem)
   return body
