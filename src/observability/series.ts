@@ -6,7 +6,7 @@
  * engine series that measured 6 µs per proxied ping, a tenth of its cost
  * (docs/performance-history.md). These families hand prom-client, at scrape time, the
  * same values its own metrics would (`get()`), and prom-client writes the
- * exposition: `test/series.test.ts` compares the two texts.
+ * exposition: `test/observability/series.test.ts` compares the two texts.
  */
 import type { Metric, MetricObjectWithValues, MetricValueWithName, Registry } from 'prom-client'
 

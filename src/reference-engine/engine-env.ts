@@ -22,7 +22,7 @@ const MAX_DRAIN_NOTICE_MS = 120_000
  * open connections get DRAIN_IDLE_GRACE_MS to send their last request (as the
  * gateway's), and requests in flight get IN_FLIGHT_GRACE_MS to finish; past
  * it the process exits 1. deploy/kubernetes/engine-deployment.yaml's grace
- * period is checked against these (test/deploy-timelines.test.ts).
+ * period is checked against these (test/deploy/timelines.test.ts).
  */
 export const DRAIN_IDLE_GRACE_MS = 1_000
 export const IN_FLIGHT_GRACE_MS = 25_000

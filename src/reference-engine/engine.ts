@@ -70,7 +70,7 @@ export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
 /**
  * The engine reads an upload while the gateway receives it (up to 180 s) and
  * the gateway's engine leg may add UPSTREAM_TIMEOUT_MS (at most 600 s) on top:
- * 180 s + 600 s. test/create-timing.test.ts holds it to the gateway's limits.
+ * 180 s + 600 s. test/routes/create/timing.test.ts holds it to the gateway's limits.
  */
 export const ENGINE_REQUEST_TIMEOUT_MS = 180_000 + 600_000
 
@@ -111,7 +111,7 @@ export async function buildEngine (opts: EngineOptions): Promise<FastifyInstance
     }
   })
   // The store's connection goes with the engine: onClose runs after the HTTP
-  // server has closed and its last request has finished (test/engine-redis.test.ts).
+  // server has closed and its last request has finished (test/reference-engine/redis-store.test.ts).
   app.addHook('onClose', async () => {
     await store.close()
   })

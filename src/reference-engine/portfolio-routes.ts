@@ -111,7 +111,7 @@ export async function portfolioRoutes (app: FastifyInstance, opts: PortfolioRout
         }
         // The loop ends only once busboy has seen the end of the HTTP body, so the
         // request is complete here; a client that hangs up earlier makes the loop
-        // throw instead (test/engine-abort.test.ts holds @fastify/multipart to that).
+        // throw instead (test/reference-engine/abort.test.ts holds @fastify/multipart to that).
         const valid = parseCreateFields(request, Object.fromEntries(fields))
 
         // DECISIONS 16: a repeated key with the same form answers the portfolio
