@@ -3,7 +3,8 @@
  * each folder of src/ only looks down, no two files of src/ import each other
  * (directly or round a loop), and the reference engine imports nothing of the
  * gateway but src/shared/ and schemas/. The layer order is written down once,
- * in LAYERS below; CONTRIBUTING.md points here.
+ * in LAYERS below; CONTRIBUTING.md points here. And the tests' own layout:
+ * test/ mirrors src/, so a source file's tests are where its path says.
  *
  * Imports are read with TypeScript's own parser: every static `import` and
  * `export ... from`, type-only ones included (a type is a dependency too, and
@@ -284,4 +285,87 @@ t.test('the function-length rule finds a long function, named where it is assign
   const body = Array.from({ length: 3 }, () => '  x++').join('\n')
   const source = parsed('src/a.ts', `const handler = () => {\n${body}\n}\nfunction short () {}`)
   t.same(longFunctions(source, 4), ['src/a.ts:handler (5)'])
+})
+
+/**
+ * Where a test file lives, so a reader finds a source file's tests beside its path: test/ mirrors src/
+ * (test/engine-client/ for src/engine-client/, test/routes/create/ for src/routes/create/), and the tests of
+ * src/'s top-level files sit in test/ itself, each named for its file (server-drain.test.ts tests src/server.ts).
+ * Tests with no single source of src/ live in one of these folders, each for what its name says.
+ */
+const CROSS_CUTTING_TEST_FOLDERS: readonly string[] = [
+  'test/bench', // bench/'s smoke runs, which npm test runs after the others (.taprc)
+  'test/bench-modules', // bench/'s modules, in the main run
+  'test/client', // the typed client of client/, and the README's snippet of it
+  'test/deploy', // deploy/: the recipes, their configs and the local topology
+  'test/docs', // the manual against the code
+  'test/e2e', // the gateway and the reference engine together
+  'test/project', // the repository's own rules: layout, builds, CI, the helpers, private internals
+  'test/schemas', // schemas/
+  'test/whole-machine' // timing under load, run alone at the end (.taprc's serial rule)
+]
+
+/** Each test file out of place, with why. `srcEntries` are src/'s folders and top-level files, relative to src/. */
+function misplacedTests (testFiles: readonly string[], srcEntries: ReadonlySet<string>): string[] {
+  const topLevel = [...srcEntries].filter((entry) => entry.endsWith('.ts')).map((entry) => entry.slice(0, -3))
+  return testFiles.flatMap((file) => {
+    const folder = path.posix.dirname(file)
+    const name = path.posix.basename(file, '.test.ts')
+    if (folder === 'test') {
+      const named = topLevel.some((source) => name === source || name.startsWith(source + '-'))
+      return named ? [] : [`${file}: test/ itself holds only tests named for a top-level file of src/`]
+    }
+    if (srcEntries.has(folder.slice('test/'.length)) || CROSS_CUTTING_TEST_FOLDERS.includes(folder)) return []
+    return [`${file}: ${folder}/ mirrors no folder of src/ and is not in CROSS_CUTTING_TEST_FOLDERS`]
+  })
+}
+
+/** src/'s folders (as engine-client, routes/create) and top-level files (as server.ts). */
+function srcEntries (): Set<string> {
+  const entries = new Set<string>()
+  for (const file of sourceFiles('src')) {
+    const rel = file.slice('src/'.length)
+    if (!rel.includes('/')) entries.add(rel)
+    for (let dir = path.posix.dirname(rel); dir !== '.'; dir = path.posix.dirname(dir)) entries.add(dir)
+  }
+  return entries
+}
+
+const TEST_FILES = sourceFiles('test').filter((file) => file.endsWith('.test.ts'))
+
+t.test('every test file lives in the folder that mirrors its source, or in a named cross-cutting folder', async (t) => {
+  t.ok(TEST_FILES.length > 100, `${TEST_FILES.length} test files read`)
+  t.same(misplacedTests(TEST_FILES, srcEntries()), [])
+  t.same(CROSS_CUTTING_TEST_FOLDERS.filter((folder) => !TEST_FILES.some((file) => path.posix.dirname(file) === folder)),
+    [], 'cross-cutting folders without a test: take them off')
+})
+
+/**
+ * Per folder, not per file: most files of src/ are tested as behaviour over real sockets through the whole app
+ * (a create's route, form writer and upload clock at once), which a test reaches through test/helpers' build(),
+ * not by importing the file or being named for it; about 40 of the 100 files have neither, and naming a test for
+ * each would split behaviour tests along the code's seams instead of along what they check.
+ */
+t.test('every folder of src/ has tests in the folder that mirrors it', async (t) => {
+  const folders = [...srcEntries()].filter((entry) => !entry.endsWith('.ts'))
+  t.ok(folders.length > 5, `${folders.length} folders of src/ read`)
+  t.same(folders.filter((folder) => !TEST_FILES.some((file) => path.posix.dirname(file) === `test/${folder}`)), [],
+    'folders of src/ with no test/<folder>/*.test.ts')
+})
+
+t.test('the test-layout rule finds a test put back at the wrong place', async (t) => {
+  const entries = new Set(['http', 'routes', 'routes/create', 'server.ts'])
+  t.same(misplacedTests([
+    'test/http/request-id.test.ts',
+    'test/routes/create/abort.test.ts',
+    'test/server-drain.test.ts',
+    'test/deploy/haproxy.test.ts',
+    'test/create-abort.test.ts',
+    'test/helpers/stray.test.ts',
+    'test/engine-client/timeout.test.ts'
+  ], entries), [
+    'test/create-abort.test.ts: test/ itself holds only tests named for a top-level file of src/',
+    'test/helpers/stray.test.ts: test/helpers/ mirrors no folder of src/ and is not in CROSS_CUTTING_TEST_FOLDERS',
+    'test/engine-client/timeout.test.ts: test/engine-client/ mirrors no folder of src/ and is not in CROSS_CUTTING_TEST_FOLDERS'
+  ])
 })
