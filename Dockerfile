@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Node.js 24, in maintenance LTS until 2028-04-30 (docs/decisions/0035-a-maintained-runtime.md). The compose
-# file passes the same line, and test/runtime.test.ts keeps both, the manifests and package.json in step.
+# file passes the same line, and test/shared/runtime.test.ts keeps both, the manifests and package.json in step.
 ARG NODE_MAJOR=24
 # Build stage: compile the TypeScript with the dev dependencies.
 FROM node:${NODE_MAJOR}-bookworm-slim AS build

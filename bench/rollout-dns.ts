@@ -1,6 +1,6 @@
 /**
  * Figures for a rollout by DNS (DECISIONS 24): the scenario of
- * test/engine-rollout.test.ts (both engines replaced, each new one added to
+ * test/engine-client/rollout.test.ts (both engines replaced, each new one added to
  * the name, then an old one removed and sent SIGTERM at once, under a steady
  * load of pings and updates), with the load kept up long enough after the
  * rollout to see how long the gateway keeps answering 502. Prints the count of

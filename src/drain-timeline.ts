@@ -1,7 +1,7 @@
 /**
  * The gateway's shutdown timeline (server.ts; DECISIONS 12 and 25), apart from
  * server.ts's side effects so the deployment recipe's grace periods can be
- * checked against the numbers the code uses (test/deploy-timelines.test.ts).
+ * checked against the numbers the code uses (test/deploy/timelines.test.ts).
  */
 export const GATEWAY_DRAIN = Object.freeze({
   /** In production /health answers 500 this long before the listener closes; development closes at once. */

@@ -2,7 +2,7 @@
  * The gateway as a real process (src/server.ts, src/cli/token.ts): refusing bad
  * configuration with one line, the development path with the embedded engine,
  * and the token CLI. Shutdown and the metrics listener are in
- * server-shutdown.test.ts (one file took most of tap's per-file limit on a busy runner).
+ * test/server-shutdown.test.ts (one file took most of tap's per-file limit on a busy runner).
  */
 import { createHmac } from 'node:crypto'
 import t from 'tap'

@@ -14,7 +14,7 @@
  * that throws from onRequestStart has its request failed and dropped with the
  * socket left as it was (writeH1 catches around request.onConnect; _resume
  * then splices the request out and goes on with the next): so a given-up try
- * throws there. test/engine-client-queue-leave.test.ts counts the engine's
+ * throws there. test/engine-client/queue-leave.test.ts counts the engine's
  * connections to hold undici to it.
  */
 import type { Dispatcher } from 'undici'

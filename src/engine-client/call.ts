@@ -203,7 +203,7 @@ export class Call implements AttemptOwner {
     }
     if (this.#deadlineAt !== 0) {
       // A first try's clock is the whole deadline, as a whole number: calls asked in the same
-      // millisecond share one timer list and time out together (test/engine-client-timeout.test.ts).
+      // millisecond share one timer list and time out together (test/engine-client/timeout.test.ts).
       const remaining = this.#tried === undefined ? this.#deadlineMs : this.#deadlineAt - performance.now()
       const lastChance = !this.#perTry || remaining <= ctx.tryTimeoutMs
       attempt.timer = setTimeout(

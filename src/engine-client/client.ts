@@ -219,7 +219,7 @@ export class EngineClient {
     // `pool.stats` builds a PoolStats that walks every connection (five getters,
     // 128 clients each): measured at 6-8% of the gateway's CPU when read per
     // request. The queued count itself is one field of the pool: read that.
-    // test/engine-client-queued.test.ts fails if undici renames it.
+    // test/engine-client/queued.test.ts fails if undici renames it.
     const queued = queuedSymbolOf(this.#set.list[0]!.pool)
     this.#queued =
       queued === undefined

@@ -4,7 +4,7 @@
  * for a request target. The load shedder answers in front of Fastify and must
  * See what the router will see: `/%61pi/...` and absolute
  * targets (`GET http://host/api/...`) reach the /api routes; `//api/...` does
- * not (a 404). test/router-path.test.ts holds this against the real router.
+ * not (a 404). test/http/router-path.test.ts holds this against the real router.
  */
 
 /** '/api/x' style targets need no work: most requests cost one startsWith. */

@@ -1,7 +1,8 @@
 /**
  * Counters and histograms for the request path: each series is a plain object resolved once and bumped with one
  * addition, since prom-client's own classes hash the label set on every `inc`/`observe` (docs/performance-history.md).
- * At scrape time prom-client gets the values its own metrics would give; test/series.test.ts compares the two texts.
+ * At scrape time prom-client gets the values its own metrics would give; test/observability/series.test.ts compares the
+ * two texts.
  */
 import type { Metric, MetricObjectWithValues, MetricValueWithName, Registry } from 'prom-client'
 

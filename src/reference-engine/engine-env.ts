@@ -15,7 +15,7 @@ export const PRODUCTION_DRAIN_NOTICE_MS = GATEWAY_HEALTH_INTERVAL_MS
 const MAX_DRAIN_NOTICE_MS = 120_000
 /**
  * After the notice, open connections get DRAIN_IDLE_GRACE_MS to send their last request and requests in flight get
- * IN_FLIGHT_GRACE_MS; test/deploy-timelines.test.ts checks the Kubernetes grace period against them.
+ * IN_FLIGHT_GRACE_MS; test/deploy/timelines.test.ts checks the Kubernetes grace period against them.
  */
 export const DRAIN_IDLE_GRACE_MS = 1_000
 export const IN_FLIGHT_GRACE_MS = 25_000

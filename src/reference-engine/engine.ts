@@ -54,7 +54,7 @@ export const DEFAULT_SERVICE_NAME = 'portfolio-engine'
 
 /**
  * The engine reads an upload while the gateway receives it (up to 180 s), and the gateway's engine leg may add
- * UPSTREAM_TIMEOUT_MS (at most 600 s) on top; test/create-timing.test.ts holds it to the gateway's limits.
+ * UPSTREAM_TIMEOUT_MS (at most 600 s) on top; test/routes/create/timing.test.ts holds it to the gateway's limits.
  */
 export const ENGINE_REQUEST_TIMEOUT_MS = 180_000 + 600_000
 
@@ -102,7 +102,8 @@ async function openStore (app: FastifyInstance, opts: EngineOptions): Promise<Po
       throw new Error('this engine keeps its portfolios in Redis: use portfolioStore')
     }
   })
-  // onClose runs after the HTTP server has closed and its last request has finished (test/engine-redis.test.ts).
+  // onClose runs after the HTTP server has closed and its last request has finished
+  // (test/reference-engine/redis-store.test.ts).
   app.addHook('onClose', async () => {
     await store.close()
   })

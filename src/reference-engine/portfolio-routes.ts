@@ -143,7 +143,7 @@ async function readCreateForm (request: FastifyRequest, imageDir: string, leftov
     fields.set(name, part.value)
   }
   // The loop ends only once busboy has seen the end of the body; a client that hangs up earlier makes it throw
-  // (test/engine-abort.test.ts holds @fastify/multipart to that).
+  // (test/reference-engine/abort.test.ts holds @fastify/multipart to that).
   return { fields, received }
 }
 

@@ -4,7 +4,7 @@
  * Imported first by each entry point, so it runs before any dependency is evaluated.
  */
 
-/** The same range as package.json `engines.node` (test/runtime.test.ts keeps them equal). */
+/** The same range as package.json `engines.node` (test/shared/runtime.test.ts keeps them equal). */
 export const SUPPORTED_NODE = '^22.19.0 || ^24.0.0 || >=26.0.0'
 
 /** The line the image ships and CI runs the whole suite on. */

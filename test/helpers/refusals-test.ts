@@ -1,7 +1,7 @@
-/** The write-first refusal tests (test/early-answers-refusals*.test.ts). */
+/** The write-first refusal tests (test/routes/create/early-answers-refusals-<kind>.test.ts, one file a kind). */
 import type { Test } from 'tap'
 import { build } from './app.js'
-import { readItsAnswer, runRefusal, type Refusal, type Run, type StartGateway } from './refusals.js'
+import { readItsAnswer, refusalsOf, runRefusal, type RefusalKind, type Run, type StartGateway } from './refusals.js'
 import { describe, viaPython, viaRawSocket } from './write-first.js'
 
 /** The tests' gateway: build() in this process, closed as soon as its refusal has been tried. */
@@ -32,11 +32,13 @@ const AT_ONCE = 1
 export const ANSWERED_WITHIN_MS = 4_000
 
 /**
- * Each refusal from python's http.client and a raw socket, small form and
+ * Each refusal of `kind` from python's http.client and a raw socket, small form and
  * 9 MiB: each client reads its exact answer, long before the linger's bounds.
  */
-export function writeFirstClientsReadEveryRefusal (t: Test, refusals: readonly Refusal[]): void {
-  t.test('python http.client and a raw socket, writing the whole body first, read every refusal at once', async (t) => {
+export function writeFirstClientsReadEveryRefusal (t: Test, kind: RefusalKind): void {
+  const refusals = refusalsOf(kind)
+  t.test(`python http.client and a raw socket, writing the whole body first, read every ${kind} refusal at once`, async (t) => {
+    t.ok(refusals.length > 0, `refusals of kind ${kind}: ${refusals.map((r) => r.name).join(', ')}`)
     const runs: Run[] = []
     for (let at = 0; at < refusals.length; at += AT_ONCE) {
       const batch = await Promise.all(refusals.slice(at, at + AT_ONCE).map(async (refusal) => await runRefusal(startInProcess(t), refusal, { 'python http.client': viaPython, 'raw socket': viaRawSocket }, ['small', '9 MiB'])))

@@ -2,7 +2,7 @@
  * Every refusal of a create (and update's 400 on a body past its limit), as a
  * request any client can send and the exact answer it must read, with what
  * the gateway and the engine double need for it. Shared by the tests
- * (test/early-answers-refusals*.test.ts) and the before/after table
+ * (test/routes/create/early-answers-refusals-<kind>.test.ts, one file a kind) and the before/after table
  * (bench/refusals.ts), which runs them against any build of the gateway.
  */
 import { json, startStubUpstream, type StubUpstream } from '../../fixtures/stub-upstream.js'
@@ -30,8 +30,17 @@ export interface GatewaySetup {
   uploadStallTimeoutMs?: number
 }
 
+/**
+ * What refuses, which is what a test file of the refusals is about: the form's own fields and parts, a body
+ * past its size limit, the fair-upload limits (the per-user cap, the upload connections), the engine's own
+ * answer mid-upload, the engine's faults mid-upload.
+ */
+export const REFUSAL_KINDS = ['form', 'size', 'uploads', 'engine', 'engine-faults'] as const
+export type RefusalKind = typeof REFUSAL_KINDS[number]
+
 export interface Refusal {
   name: string
+  kind: RefusalKind
   gateway?: GatewaySetup
   /** Makes the engine double behave (answer early, reset, stop reading). */
   engine?: (stub: StubUpstream) => void
@@ -124,6 +133,7 @@ async function started (stub: StubUpstream, count: number): Promise<void> {
 export const REFUSALS: readonly Refusal[] = [
   {
     name: 'bad field before the image',
+    kind: 'form',
     request: (size, sub) =>
       create(
         sub,
@@ -138,6 +148,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'bad field after the image',
+    kind: 'form',
     request: (size, sub) =>
       create(
         sub,
@@ -152,6 +163,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'not an image',
+    kind: 'form',
     request: (size, sub) =>
       create(
         sub,
@@ -162,6 +174,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'a second file',
+    kind: 'form',
     request: (size, sub) =>
       create(
         sub,
@@ -172,6 +185,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'over the size limit',
+    kind: 'size',
     // Past the limit whatever the column says: 10 MiB of image and the fields.
     request: (_size, sub) =>
       create(
@@ -183,6 +197,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: '429 too many uploads',
+    kind: 'uploads',
     gateway: { env: { UPLOAD_MAX_PER_USER: '2' } },
     hold: async (url, stub) => await holdUploads(url, stub, HELD_USER, 2),
     heldUser: true,
@@ -192,6 +207,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: '503 uploads busy',
+    kind: 'uploads',
     gateway: { env: { UPLOAD_MAX_CONNECTIONS: '1' } },
     hold: async (url, stub) => await holdUploads(url, stub, 'holder', 1),
     engine: (stub) => {
@@ -203,6 +219,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'engine answers mid-upload',
+    kind: 'engine',
     engine: (stub) => {
       stub.early = (req, res) => {
         req.resume()
@@ -215,6 +232,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: 'engine answers mid-upload, Idempotency-Key',
+    kind: 'engine',
     engine: (stub) => {
       stub.early = (req, res) => {
         req.resume()
@@ -227,6 +245,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: '502 engine reset mid-upload',
+    kind: 'engine-faults',
     engine: (stub) => {
       stub.early = (req) => {
         req.socket.resetAndDestroy()
@@ -238,6 +257,7 @@ export const REFUSALS: readonly Refusal[] = [
   },
   {
     name: '504 engine stops reading mid-upload',
+    kind: 'engine-faults',
     gateway: { uploadStallTimeoutMs: 300 },
     engine: (stub) => {
       stub.reading = false
@@ -258,6 +278,7 @@ export const REFUSALS: readonly Refusal[] = [
  */
 export const CHUNKED_TOO_LARGE: Refusal = {
   name: 'over the size limit, chunked',
+  kind: 'size',
   request: (_size, sub) => ({
     ...create(
       sub,
@@ -273,6 +294,7 @@ export const CHUNKED_TOO_LARGE: Refusal = {
 /** Update's 400 past its 64 KiB body limit: a 70 KiB JSON body, declared. */
 export const UPDATE_TOO_LARGE: Refusal = {
   name: 'update body over its limit',
+  kind: 'size',
   request: (_size, sub) => ({
     path: '/api/portfolio/update',
     headers: { authorization: `Bearer ${hs256({ sub })}`, 'content-type': 'application/json' },
@@ -289,6 +311,12 @@ export const UPDATE_TOO_LARGE: Refusal = {
     }
   }
 }
+
+/** Every refusal the tests run: the create's, the chunked body's and update's. */
+export const EVERY_REFUSAL: readonly Refusal[] = [...REFUSALS, CHUNKED_TOO_LARGE, UPDATE_TOO_LARGE]
+
+/** The refusals of one kind, in their order above. */
+export const refusalsOf = (kind: RefusalKind): Refusal[] => EVERY_REFUSAL.filter((r) => r.kind === kind)
 
 let bigUpdate: Buffer | undefined
 function updateBody (size: number): Buffer {

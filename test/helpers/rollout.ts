@@ -8,7 +8,7 @@
  * name once ready; then an old one is removed from the name and gets SIGTERM
  * at the same moment (it drains, DECISIONS 25). Twice.
  *
- * Used by test/engine-rollout.test.ts, and by bench/rollout-dns.ts for the
+ * Used by test/engine-client/rollout.test.ts, and by bench/rollout-dns.ts for the
  * before/after figures (it needs nothing the gateway did not have before).
  */
 import { once } from 'node:events'

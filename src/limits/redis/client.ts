@@ -23,7 +23,7 @@
  *   killed its healthy successor up to a second later, whose own commands
  *   then timed out, and so on: after a SIGSTOPped Redis was continued, the
  *   gateway fell back to "Redis down" for seconds at a time
- *   (test/redis-hang.test.ts).
+ *   (test/limits/redis/hang.test.ts).
  *
  * Sentinel: ioredis asks the Sentinels for the master and checks its role on
  * connect. A dead master's connection fails (closed, or socketTimeout when it
@@ -32,7 +32,7 @@
  * failoverDetector is off: its subscription, left over from the old
  * connection, could end a reconnect already under way on `+switch-master`,
  * and a client that has ended never reconnects (seen in
- * test/redis-sentinel.test.ts, about 4 runs in 10 on a loaded machine).
+ * test/limits/redis/sentinel.test.ts, about 4 runs in 10 on a loaded machine).
  * Cluster: ioredis follows MOVED and ASK, refreshing its slot map. The
  * Cluster client has no offline queue; its per-node connections always have
  * one (ioredis forces `enableOfflineQueue: true` there, and its types refuse
