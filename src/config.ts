@@ -107,28 +107,66 @@ export class ConfigError extends Error {
 
 /** Parse and check the environment. Throws ConfigError on the first bad value; `env` is never changed. */
 export function loadConfig (env: Record<string, string | undefined>): GatewayConfig {
-  const read = readEnv(Env, env)
-  if (!read.ok) {
-    // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown =
-      read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS')
-        ? '(hidden)'
-        : JSON.stringify(withoutCredentials(read.given))
-    throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
-  }
-  const parsed = read.value
+  const parsed = readChecked(env)
   const production = parsed.NODE_ENV === 'production'
   const jwt = jwtConfig(parsed, production)
   const upstreamUrls = parsed.UPSTREAM_URL === undefined ? undefined : upstreamOrigins(parsed.UPSTREAM_URL)
-  const upstreamUrl = upstreamUrls?.[0]
   const upstreamTryTimeoutMs = parsed.UPSTREAM_TRY_TIMEOUT_MS ?? Math.max(1, Math.floor(parsed.UPSTREAM_TIMEOUT_MS / 3))
-  if (upstreamTryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
+  checkCombinations(parsed, production, upstreamTryTimeoutMs, upstreamUrls !== undefined)
+  const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
+  const upstreamDnsServers =
+    parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
+  const redis = redisConfigOf(parsed)
+  if (!redis.ok) throw new ConfigError(redis.message)
+  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
+  if (!tracing.ok) throw new ConfigError(tracing.message)
+  if (parsed.GATEWAY_WORKERS > 1) checkWorkers(parsed, redis.value !== undefined, jwt.generated)
+  return Object.freeze({
+    production,
+    port: parsed.PORT,
+    host: parsed.HOST,
+    logLevel: parsed.LOG_LEVEL,
+    jwt: Object.freeze(jwt),
+    ...(upstreamUrls === undefined ? {} : { upstreamUrl: upstreamUrls[0]!, upstreamUrls: Object.freeze(upstreamUrls) }),
+    upstreamTryTimeoutMs,
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
+    ...(upstreamDnsServers === undefined ? {} : { upstreamDnsServers }),
+    metricsPort: parsed.METRICS_PORT,
+    limits: limitsConfig(parsed, redis.value),
+    ...(trustProxy === undefined ? {} : { trustProxy }),
+    uploads: Object.freeze({ maxPerUser: parsed.UPLOAD_MAX_PER_USER, maxConnections: parsed.UPLOAD_MAX_CONNECTIONS }),
+    ...(tracing.value === undefined ? {} : { tracing: tracing.value }),
+    linger: Object.freeze({
+      bodyFactor: parsed.LINGER_BODY_FACTOR,
+      maxSockets: parsed.LINGER_MAX_SOCKETS,
+      maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
+    }),
+    workers: parsed.GATEWAY_WORKERS
+  })
+}
+
+/** The environment read against its schema; a bad value stops start-up with one line. */
+function readChecked (env: Record<string, string | undefined>): Env {
+  const read = readEnv(Env, env)
+  if (read.ok) return read.value
+  // Keys and secrets never reach a log or a terminal, even when they are wrong.
+  const shown =
+    read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS')
+      ? '(hidden)'
+      : JSON.stringify(withoutCredentials(read.given))
+  throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
+}
+
+/** Values each valid alone that cannot go together. */
+function checkCombinations (parsed: Env, production: boolean, tryTimeoutMs: number, engineSet: boolean): void {
+  if (tryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
     throw new ConfigError(
-      `UPSTREAM_TRY_TIMEOUT_MS=${upstreamTryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
+      `UPSTREAM_TRY_TIMEOUT_MS=${tryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
     )
   }
-  if (production && upstreamUrl === undefined) {
-    // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
+  if (production && !engineSet) {
+    // The embedded engine keeps its data in memory (decision: production means a real engine).
     throw new ConfigError(
       "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
     )
@@ -145,46 +183,15 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
         `one address cannot have more lingering connections than all of them; set it at most ${all}`
     )
   }
-  const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
-  const upstreamDnsServers =
-    parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
-  const redis = redisConfigOf(parsed)
-  if (!redis.ok) throw new ConfigError(redis.message)
-  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
-  if (!tracing.ok) throw new ConfigError(tracing.message)
-  if (parsed.GATEWAY_WORKERS > 1) checkWorkers(parsed, redis.value !== undefined, jwt.generated)
+}
+
+function limitsConfig (parsed: Env, redis: RedisConfig | undefined): LimitsConfig {
   return Object.freeze({
-    production,
-    port: parsed.PORT,
-    host: parsed.HOST,
-    logLevel: parsed.LOG_LEVEL,
-    jwt: Object.freeze(jwt),
-    ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
-    ...(upstreamUrls === undefined ? {} : { upstreamUrls: Object.freeze(upstreamUrls) }),
-    upstreamTryTimeoutMs,
-    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
-    upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
-    ...(upstreamDnsServers === undefined ? {} : { upstreamDnsServers }),
-    metricsPort: parsed.METRICS_PORT,
-    limits: Object.freeze({
-      ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
-      ...(redis.value === undefined ? {} : { redis: Object.freeze(redis.value) }),
-      idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
-      shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
-      upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
-    }),
-    ...(trustProxy === undefined ? {} : { trustProxy }),
-    uploads: Object.freeze({
-      maxPerUser: parsed.UPLOAD_MAX_PER_USER,
-      maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
-    }),
-    ...(tracing.value === undefined ? {} : { tracing: tracing.value }),
-    linger: Object.freeze({
-      bodyFactor: parsed.LINGER_BODY_FACTOR,
-      maxSockets: parsed.LINGER_MAX_SOCKETS,
-      maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
-    }),
-    workers: parsed.GATEWAY_WORKERS
+    ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
+    ...(redis === undefined ? {} : { redis: Object.freeze(redis) }),
+    idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
+    shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
+    upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
   })
 }
 
