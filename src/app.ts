@@ -1,5 +1,5 @@
 /**
- * buildApp: the whole request path, registered in the order it runs.
+ * The whole request path, registered in the order it runs.
  *
  *   request -> [in front of Fastify (http/front.ts): no Host 400, Expect 417, /api/* while overloaded 503]
  *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler
@@ -49,11 +49,11 @@ export interface AppDeps {
   lifecycle?: Lifecycle
   /** How long the engine may stop reading an upload (tests shorten it). */
   uploadStallTimeoutMs?: number
-  /** The minimum-rate rule for uploads (DECISIONS 23; tests shorten it). */
+  /** The uploads' minimum rate; tests shorten it. */
   uploadMinRate?: MinRateOptions
-  /** What reading the rest of refused bodies may cost (DECISIONS 32): overrides LINGER_* for a test. */
+  /** Overrides LINGER_* for a test. */
   linger?: Partial<LingerLimits>
-  /** OTLP traces (DECISIONS 29) when an endpoint is set; absent: no tracing hook at all. */
+  /** Absent: no tracing hook at all. */
   tracing?: Tracing
 }
 
