@@ -1,5 +1,5 @@
 /**
- * buildApp: the whole request path, registered in the order it runs.
+ * The whole request path, registered in the order it runs.
  *
  *   request -> [in front of Fastify (http/front.ts): no Host 400, Expect 417, /api/* while overloaded 503]
  *           -> request id, trace context, metrics -> [bearer scope: JWT, rate limit] -> schema -> handler
@@ -49,56 +49,25 @@ export interface AppDeps {
   lifecycle?: Lifecycle
   /** How long the engine may stop reading an upload (tests shorten it). */
   uploadStallTimeoutMs?: number
-  /** The minimum-rate rule for uploads (DECISIONS 23; tests shorten it). */
+  /** The uploads' minimum rate; tests shorten it. */
   uploadMinRate?: MinRateOptions
-  /** What reading the rest of refused bodies may cost (DECISIONS 32): overrides LINGER_* for a test. */
+  /** Overrides LINGER_* for a test. */
   linger?: Partial<LingerLimits>
-  /** OTLP traces (DECISIONS 29) when an endpoint is set; absent: no tracing hook at all. */
+  /** Absent: no tracing hook at all. */
   tracing?: Tracing
 }
 
 export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<FastifyInstance> {
   const lifecycle = deps.lifecycle ?? { draining: false }
-  // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
-  // A refused body is read on while the client keeps up the uploads' minimum rate (DECISIONS 32).
+  // A refused body is read on while the client keeps up the uploads' minimum rate.
   const lingerRate = new MinRate(deps.uploadMinRate ?? MIN_RATE)
   const linger = new Lingers({ ...config.linger, ...deps.linger },
     (received, cut) => lingerRate.watchReceived(received, cut), clientAddressOf(config.trustProxy))
   const shedder = new LoadShedder()
-  // One access line per request, also for a client that left (499) and the router's refusals, instead of Fastify's two.
+  // One access line per request, also for a client that left (499) and the router's refusals.
   const accessLines = new AccessLines()
-  const app = Fastify({
-    serverFactory: (handler) => createFrontServer(handler, { shed: (req) => shedder.verdict(req), lifecycle, linger }),
-    ...(deps.logger === undefined ? { logger: false } : { loggerInstance: deps.logger }),
-    genReqId: requestIdFrom,
-    requestIdHeader: false,
-    logController: accessLines,
-    // Each request's logger carries traceId beside reqId (W3C trace context), and costs nothing until it writes.
-    childLoggerFactory: requestLoggerFactory,
-    // Requests on open keep-alive sockets are still served while draining; /health says 500.
-    return503OnClosing: false,
-    bodyLimit: SERVER_LIMITS.bodyLimitBytes,
-    // DECISIONS 27: X-Forwarded-For is believed only from TRUST_PROXY's peers (request.ip).
-    trustProxy: config.trustProxy === undefined ? false : [...config.trustProxy],
-    // Requests the router cannot even read (bad percent-encoding, a parameter
-    // too long) bypass hooks and the error handler: answer them here, in the
-    // simple shape, with the request id, and without echoing the URL.
-    clientErrorHandler: clientErrorAnswerer(linger, (status, code, reqId) => {
-      app.log.warn({ reqId, status, code }, 'request refused by the HTTP parser')
-    }),
-    frameworkErrors (error, request, reply) {
-      request.log.info({ code: error.code }, 'request rejected')
-      ;(reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
-    },
-    // The same compiler configuration as the reference engine (DECISIONS 6: no coercion).
-    ajv: SCHEMA_VALIDATION
-  })
-  // The server from serverFactory is ours: Fastify applies no timeouts to it, so they are all set here.
-  app.server.keepAliveTimeout = SERVER_LIMITS.keepAliveTimeoutMs
-  app.server.requestTimeout = SERVER_LIMITS.requestTimeoutMs
-  app.server.setTimeout(idleTimeoutMs(config))
-  app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
-  app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
+  const app = createFastify(config, deps, { lifecycle, linger, shedder, accessLines })
+  setServerLimits(app, config)
 
   // 1. Every response, errors and 404s included, carries the request id.
   app.decorateRequest('userId', '')
@@ -108,14 +77,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   })
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
   closeConnectionsWhenNeeded(app, lifecycle, linger)
-  installTraceContext(app, config.trustProxy)
-  if (deps.tracing !== undefined) installTracing(app, deps.tracing, deps.engine, { store: config.limits.redis === undefined ? 'memory' : 'redis', trustProxy: config.trustProxy })
-  // Per-request series only when something scrapes them: with METRICS_PORT=0 the request path pays nothing.
-  if (config.metricsPort !== 0) installRequestMetrics(app, deps.metrics)
-  logEngineEvents(app, deps.engine)
-  // The level is fixed at start; a quieter level then costs nothing. The access line has a
-  // fixed shape and goes straight to the log's destination: no child logger, no object walk.
-  accessLines.start(app.log)
+  installObservability(app, config, deps, accessLines)
 
   // 2. Errors: one handler, one catalogue.
   installErrorHandling(app)
@@ -124,8 +86,70 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   await registerOpenApi(app)
   await app.register(livenessRoutes, { lifecycle })
 
-  // 4. Bearer routes (shed in front of Fastify when overloaded): the JWT hook
-  //    before the body is read or any handler runs, then the per-user rate limit.
+  // 4. Bearer routes: the JWT hook before the body is read or any handler runs, then the per-user rate limit.
+  await registerBearerRoutes(app, config, deps, shedder)
+  return app
+}
+
+interface FrontParts { lifecycle: Lifecycle, linger: Lingers, shedder: LoadShedder, accessLines: AccessLines }
+
+function createFastify (config: GatewayConfig, deps: AppDeps, front: FrontParts): FastifyInstance {
+  const { lifecycle, linger, shedder, accessLines } = front
+  const app = Fastify({
+    // Load shedding stands in front of Fastify: a refusal must cost far less than an answer.
+    serverFactory: (handler) => createFrontServer(handler, { shed: (req) => shedder.verdict(req), lifecycle, linger }),
+    ...(deps.logger === undefined ? { logger: false } : { loggerInstance: deps.logger }),
+    genReqId: requestIdFrom,
+    requestIdHeader: false,
+    logController: accessLines,
+    // Each request's logger carries traceId beside reqId, and costs nothing until it writes.
+    childLoggerFactory: requestLoggerFactory,
+    // Requests on open keep-alive sockets are still served while draining; /health says 500.
+    return503OnClosing: false,
+    bodyLimit: SERVER_LIMITS.bodyLimitBytes,
+    // X-Forwarded-For is believed only from TRUST_PROXY's peers (decision: TLS and HTTP/2 end at the load balancer).
+    trustProxy: config.trustProxy === undefined ? false : [...config.trustProxy],
+    // Requests the router cannot read bypass hooks and the error handler: answered here, without echoing the URL.
+    clientErrorHandler: clientErrorAnswerer(linger, (status, code, reqId) => {
+      app.log.warn({ reqId, status, code }, 'request refused by the HTTP parser')
+    }),
+    frameworkErrors (error, request, reply) {
+      request.log.info({ code: error.code }, 'request rejected')
+      ;(reply as FastifyReply).code(400).header(REQUEST_ID_HEADER, request.id).send({ error: 'malformed URL' })
+    },
+    // The reference engine's compiler configuration: no coercion (decision: strict JSON).
+    ajv: SCHEMA_VALIDATION
+  })
+  return app
+}
+
+/** The server from serverFactory is ours: Fastify applies no timeouts to it. */
+function setServerLimits (app: FastifyInstance, config: GatewayConfig): void {
+  app.server.keepAliveTimeout = SERVER_LIMITS.keepAliveTimeoutMs
+  app.server.requestTimeout = SERVER_LIMITS.requestTimeoutMs
+  app.server.setTimeout(idleTimeoutMs(config))
+  app.server.maxHeadersCount = SERVER_LIMITS.maxHeaderCount
+  app.server.headersTimeout = SERVER_LIMITS.headersTimeoutMs
+}
+
+function installObservability (
+  app: FastifyInstance, config: GatewayConfig, deps: AppDeps, accessLines: AccessLines
+): void {
+  installTraceContext(app, config.trustProxy)
+  if (deps.tracing !== undefined) {
+    const store = config.limits.redis === undefined ? 'memory' : 'redis'
+    installTracing(app, deps.tracing, deps.engine, { store, trustProxy: config.trustProxy })
+  }
+  // With METRICS_PORT=0 nothing scrapes the per-request series, so the request path pays nothing for them.
+  if (config.metricsPort !== 0) installRequestMetrics(app, deps.metrics)
+  logEngineEvents(app, deps.engine)
+  // The access line has a fixed shape and goes straight to the log's destination: no child logger, no object walk.
+  accessLines.start(app.log)
+}
+
+async function registerBearerRoutes (
+  app: FastifyInstance, config: GatewayConfig, deps: AppDeps, shedder: LoadShedder
+): Promise<void> {
   const authenticate = await createAuthenticator(app, { jwt: config.jwt, keySet: deps.keySet })
   const callTimeoutMs = SERVER_LIMITS.requestTimeoutMs + config.upstreamTimeoutMs
   const limits = buildLimits(app, config.limits, { ...deps, shedder, callTimeoutMs })
@@ -133,7 +157,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
     api.addHook('onRequest', authenticate)
     if (limits.rateLimit !== undefined) api.addHook('onRequest', limits.rateLimit)
     await api.register(async function invitedOnceAdmitted (routes) {
-      // Expect: 100-continue: these routes' bodies are invited now (DECISIONS 21).
+      // A refused client never sends its body: it is invited once admitted (decision: every answer has a shape).
       routes.addHook('onRequest', inviteBody)
       const probeTimeoutMs = Math.min(config.upstreamTimeoutMs, 2_000)
       await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs })
@@ -141,8 +165,7 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
         prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency, engineTimeoutMs: config.upstreamTimeoutMs
       })
     })
-    // Create invites its body itself, once it will really stream: after its upload cap,
-    // Idempotency-Key claim and upload connection (DECISIONS 21).
+    // Create invites its body itself, once it will really stream: after its upload cap, key claim and connection.
     await api.register(createPortfolioRoutes, {
       prefix: '/portfolio',
       engine: deps.engine,
@@ -156,6 +179,4 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
       ...(deps.tracing === undefined ? {} : { uploadWaited: traceUploadWait })
     })
   }, { prefix: '/api' })
-
-  return app
 }

@@ -1,9 +1,6 @@
 /**
- * compose(config): the one place where the gateway's parts are built and
- * wired, each handed what it uses: tracing, the embedded reference engine
- * (no UPSTREAM_URL), the engine client, metrics, the limits' store, the key
- * set, then the app. The process (main.ts), the tests' build() and the bench
- * all start a gateway here, and stop it with the one close() it returns.
+ * The one place the gateway's parts are built and handed what they use, so the process, the tests and the bench
+ * start the same gateway and stop it with one close().
  */
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -24,19 +21,16 @@ import { buildEngine } from './reference-engine/engine.js'
 import type { Lifecycle } from './routes/health.js'
 import type { Tracing } from './shared/tracing-sdk.js'
 
-/** pino's options and the stream its lines go to (stdout when absent). */
 export type LogOptions = LoggerOptions & { stream?: DestinationStream }
 
 /** What a caller may set beyond the config: the process's logger, and what tests shorten or inject. */
 export interface ComposeOverrides {
-  /** Absent: nothing is logged. */
   log?: LogOptions
   lifecycle?: Lifecycle
   /** Engine pool settings on top of the config's (tests: a small pool, short keep-alive, an injected lookup). */
   engine?: Partial<EnginePoolOptions>
   /** A tracing provider the caller started and will shut down; absent: started here when the config asks. */
   tracing?: Tracing
-  /** Key-set fetch bounds (tests shorten the timeout). */
   keySet?: KeySetBounds
   /** The request path's timings that tests shorten. */
   app?: Pick<AppDeps, 'uploadStallTimeoutMs' | 'uploadMinRate' | 'linger'>
@@ -59,7 +53,6 @@ export interface Gateway {
 /** How long the last spans get to leave on close: a dead collector never holds the exit up longer. */
 const TRACE_FLUSH_MS = 2_000
 
-/** UPSTREAM_* onto the engine client's options. */
 export function engineClientOptions (config: GatewayConfig, url: string | readonly string[]): EnginePoolOptions {
   return {
     url,
@@ -130,7 +123,7 @@ async function assemble (config: GatewayConfig, overrides: ComposeOverrides, par
   }
 }
 
-/** Traces only when an OTLP endpoint is set; otherwise the SDK is not even loaded (DECISIONS 29). */
+/** Without an OTLP endpoint the tracing SDK is not even loaded. */
 async function startTracing (config: GatewayConfig, parts: Parts): Promise<Tracing | undefined> {
   if (config.tracing === undefined) return undefined
   const tracing = (await import('./shared/tracing-sdk.js')).startTracing(config.tracing)

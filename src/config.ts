@@ -1,7 +1,4 @@
-/**
- * Environment -> validated, frozen configuration. Nothing here reads
- * `process.env` itself: the caller passes the environment in, so tests can too.
- */
+/** Environment -> validated, frozen configuration; the caller passes the environment in, so tests can too. */
 import { createPrivateKey, createPublicKey, randomBytes } from 'node:crypto'
 import { isIP } from 'node:net'
 import { Env } from '../schemas/env.js'
@@ -23,7 +20,6 @@ interface JwtClaimsConfig {
 /** One key: an HS256 secret or a PEM public key. */
 export interface JwtStaticKeyConfig extends JwtClaimsConfig {
   readonly source: 'static'
-  /** HS256 secret or PEM public key. */
   readonly key: string
   /** The only algorithm accepted: pinned, never taken from the token. */
   readonly algorithm: JwtAlgorithm
@@ -31,7 +27,7 @@ export interface JwtStaticKeyConfig extends JwtClaimsConfig {
   readonly generated: boolean
 }
 
-/** The identity provider's JSON Web Key Set (DECISIONS 13): each key pins its own algorithm. */
+/** The identity provider's JSON Web Key Set: each key pins its own algorithm. */
 export interface JwtKeySetConfig extends JwtClaimsConfig {
   readonly source: 'jwks'
   readonly jwksUrl: string
@@ -51,31 +47,27 @@ export interface GatewayConfig {
   readonly jwt: JwtConfig
   /** Unset: the gateway starts the embedded reference engine. */
   readonly upstreamUrl?: string
-  /** Every base URL of UPSTREAM_URL, in order (DECISIONS 24); upstreamUrl is the first. */
+  /** Every base URL of UPSTREAM_URL, in order; upstreamUrl is the first. */
   readonly upstreamUrls?: readonly string[]
   /** One try of a GET when another endpoint can take a retry (UPSTREAM_TRY_TIMEOUT_MS). */
   readonly upstreamTryTimeoutMs: number
   readonly upstreamTimeoutMs: number
-  /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS, DECISIONS 24). */
+  /** How often UPSTREAM_URL's host names are resolved again (UPSTREAM_DNS_REFRESH_MS). */
   readonly upstreamDnsRefreshMs: number
   /** UPSTREAM_DNS_SERVERS, as setServers takes them; absent: the system resolver (getaddrinfo). */
   readonly upstreamDnsServers?: readonly string[]
-  /** The metrics listener's port on `host`; 0: no metrics listener (DECISIONS 18). */
+  /** The metrics listener's port on `host`; 0: no metrics listener. */
   readonly metricsPort: number
   readonly limits: LimitsConfig
-  /** TRUST_PROXY: the peers whose X-Forwarded-For is believed (DECISIONS 27); absent: none. */
+  /** TRUST_PROXY: the peers whose X-Forwarded-For is believed; absent: none. */
   readonly trustProxy?: readonly string[]
-  /** Fair uploads (DECISIONS 23). */
   readonly uploads: UploadsConfig
-  /** OTLP traces (DECISIONS 29); absent: no endpoint set, tracing off. */
+  /** Absent: no OTLP endpoint set, tracing off. */
   readonly tracing?: TracingSettings
-  /** Reading the rest of refused bodies (DECISIONS 32). */
   readonly linger: LingerConfig
-  /** GATEWAY_WORKERS: gateway processes on one port (DECISIONS 35, "Workers"). */
   readonly workers: number
 }
 
-/** LINGER_BODY_FACTOR, LINGER_MAX_SOCKETS and LINGER_MAX_PER_ADDRESS. */
 export interface LingerConfig {
   readonly bodyFactor: number
   readonly maxSockets: number
@@ -88,11 +80,10 @@ export interface UploadsConfig {
   readonly maxConnections: number
 }
 
-/** Rate limits, load shedding and idempotency (DECISIONS 14-17). */
 export interface LimitsConfig {
   /** 0: no rate limit. */
   readonly ratePerMinute: number
-  /** Unset: counters and records live in the process (DECISIONS 17, 26). */
+  /** Unset: counters and records live in the process. */
   readonly redis?: RedisConfig
   readonly idempotencyTtlS: number
   /** 0: the event loop is not watched. */
@@ -107,28 +98,66 @@ export class ConfigError extends Error {
 
 /** Parse and check the environment. Throws ConfigError on the first bad value; `env` is never changed. */
 export function loadConfig (env: Record<string, string | undefined>): GatewayConfig {
-  const read = readEnv(Env, env)
-  if (!read.ok) {
-    // Keys and secrets never reach a log or a terminal, even when they are wrong.
-    const shown =
-      read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS')
-        ? '(hidden)'
-        : JSON.stringify(withoutCredentials(read.given))
-    throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
-  }
-  const parsed = read.value
+  const parsed = readChecked(env)
   const production = parsed.NODE_ENV === 'production'
   const jwt = jwtConfig(parsed, production)
   const upstreamUrls = parsed.UPSTREAM_URL === undefined ? undefined : upstreamOrigins(parsed.UPSTREAM_URL)
-  const upstreamUrl = upstreamUrls?.[0]
   const upstreamTryTimeoutMs = parsed.UPSTREAM_TRY_TIMEOUT_MS ?? Math.max(1, Math.floor(parsed.UPSTREAM_TIMEOUT_MS / 3))
-  if (upstreamTryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
+  checkCombinations(parsed, production, upstreamTryTimeoutMs, upstreamUrls !== undefined)
+  const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
+  const upstreamDnsServers =
+    parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
+  const redis = redisConfigOf(parsed)
+  if (!redis.ok) throw new ConfigError(redis.message)
+  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
+  if (!tracing.ok) throw new ConfigError(tracing.message)
+  if (parsed.GATEWAY_WORKERS > 1) checkWorkers(parsed, redis.value !== undefined, jwt.generated)
+  return Object.freeze({
+    production,
+    port: parsed.PORT,
+    host: parsed.HOST,
+    logLevel: parsed.LOG_LEVEL,
+    jwt: Object.freeze(jwt),
+    ...(upstreamUrls === undefined ? {} : { upstreamUrl: upstreamUrls[0]!, upstreamUrls: Object.freeze(upstreamUrls) }),
+    upstreamTryTimeoutMs,
+    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
+    upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
+    ...(upstreamDnsServers === undefined ? {} : { upstreamDnsServers }),
+    metricsPort: parsed.METRICS_PORT,
+    limits: limitsConfig(parsed, redis.value),
+    ...(trustProxy === undefined ? {} : { trustProxy }),
+    uploads: Object.freeze({ maxPerUser: parsed.UPLOAD_MAX_PER_USER, maxConnections: parsed.UPLOAD_MAX_CONNECTIONS }),
+    ...(tracing.value === undefined ? {} : { tracing: tracing.value }),
+    linger: Object.freeze({
+      bodyFactor: parsed.LINGER_BODY_FACTOR,
+      maxSockets: parsed.LINGER_MAX_SOCKETS,
+      maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
+    }),
+    workers: parsed.GATEWAY_WORKERS
+  })
+}
+
+/** The environment read against its schema; a bad value stops start-up with one line. */
+function readChecked (env: Record<string, string | undefined>): Env {
+  const read = readEnv(Env, env)
+  if (read.ok) return read.value
+  // Keys and secrets never reach a log or a terminal, even when they are wrong.
+  const shown =
+    read.name.startsWith('JWT_') || REDIS_SECRET_VARIABLES.has(read.name) || read.name.endsWith('_HEADERS')
+      ? '(hidden)'
+      : JSON.stringify(withoutCredentials(read.given))
+  throw new ConfigError(`${read.name}=${shown} is invalid: ${read.problem}; expected ${read.expected}`)
+}
+
+/** Values each valid alone that cannot go together. */
+function checkCombinations (parsed: Env, production: boolean, tryTimeoutMs: number, engineSet: boolean): void {
+  if (tryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
     throw new ConfigError(
-      `UPSTREAM_TRY_TIMEOUT_MS=${upstreamTryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
+      `UPSTREAM_TRY_TIMEOUT_MS=${tryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
     )
   }
-  if (production && upstreamUrl === undefined) {
-    // DECISIONS 20: the embedded engine keeps its data in memory; it is for development and tests.
+  if (production && !engineSet) {
+    // The embedded engine keeps its data in memory (decision: production means a real engine).
     throw new ConfigError(
       "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
     )
@@ -145,53 +174,19 @@ export function loadConfig (env: Record<string, string | undefined>): GatewayCon
         `one address cannot have more lingering connections than all of them; set it at most ${all}`
     )
   }
-  const trustProxy = parsed.TRUST_PROXY === undefined ? undefined : trustedProxies(parsed.TRUST_PROXY)
-  const upstreamDnsServers =
-    parsed.UPSTREAM_DNS_SERVERS === undefined ? undefined : dnsServers(parsed.UPSTREAM_DNS_SERVERS)
-  const redis = redisConfigOf(parsed)
-  if (!redis.ok) throw new ConfigError(redis.message)
-  const tracing = tracingSettingsOf(parsed, 'portfolio-gateway', env)
-  if (!tracing.ok) throw new ConfigError(tracing.message)
-  if (parsed.GATEWAY_WORKERS > 1) checkWorkers(parsed, redis.value !== undefined, jwt.generated)
+}
+
+function limitsConfig (parsed: Env, redis: RedisConfig | undefined): LimitsConfig {
   return Object.freeze({
-    production,
-    port: parsed.PORT,
-    host: parsed.HOST,
-    logLevel: parsed.LOG_LEVEL,
-    jwt: Object.freeze(jwt),
-    ...(upstreamUrl === undefined ? {} : { upstreamUrl }),
-    ...(upstreamUrls === undefined ? {} : { upstreamUrls: Object.freeze(upstreamUrls) }),
-    upstreamTryTimeoutMs,
-    upstreamTimeoutMs: parsed.UPSTREAM_TIMEOUT_MS,
-    upstreamDnsRefreshMs: parsed.UPSTREAM_DNS_REFRESH_MS,
-    ...(upstreamDnsServers === undefined ? {} : { upstreamDnsServers }),
-    metricsPort: parsed.METRICS_PORT,
-    limits: Object.freeze({
-      ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
-      ...(redis.value === undefined ? {} : { redis: Object.freeze(redis.value) }),
-      idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
-      shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
-      upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
-    }),
-    ...(trustProxy === undefined ? {} : { trustProxy }),
-    uploads: Object.freeze({
-      maxPerUser: parsed.UPLOAD_MAX_PER_USER,
-      maxConnections: parsed.UPLOAD_MAX_CONNECTIONS
-    }),
-    ...(tracing.value === undefined ? {} : { tracing: tracing.value }),
-    linger: Object.freeze({
-      bodyFactor: parsed.LINGER_BODY_FACTOR,
-      maxSockets: parsed.LINGER_MAX_SOCKETS,
-      maxPerAddress: parsed.LINGER_MAX_PER_ADDRESS
-    }),
-    workers: parsed.GATEWAY_WORKERS
+    ratePerMinute: parsed.RATE_LIMIT_PER_MINUTE,
+    ...(redis === undefined ? {} : { redis: Object.freeze(redis) }),
+    idempotencyTtlS: parsed.IDEMPOTENCY_TTL_S,
+    shedEventLoopDelayMs: parsed.SHED_EVENT_LOOP_DELAY_MS,
+    upstreamMaxQueue: parsed.UPSTREAM_MAX_QUEUE
   })
 }
 
-/**
- * Several workers are several processes: whatever one keeps in memory the
- * others do not see, so what must be shared has to live outside them.
- */
+/** Whatever one worker keeps in memory the others do not see, so what must be shared lives outside them. */
 function checkWorkers (env: Env, shared: boolean, generatedKey: boolean): void {
   const n = `GATEWAY_WORKERS=${env.GATEWAY_WORKERS}`
   if (!shared) {
@@ -245,11 +240,7 @@ function trustedProxies (text: string): readonly string[] {
   return Object.freeze(entries)
 }
 
-/**
- * UPSTREAM_DNS_SERVERS as a list for Resolver.setServers, each entry checked
- * here: an address only (a server named by a name would need a resolver to
- * find the resolver), an optional port 1-65535, IPv6 in brackets when it has one.
- */
+/** Addresses only: a server given by name would need a resolver to find the resolver. */
 function dnsServers (text: string): readonly string[] {
   const entries = text.split(',').map((entry) => entry.trim())
   const bad = entries.find((entry) => !isDnsServer(entry))
@@ -284,9 +275,8 @@ function withoutCredentials (text: string): string {
 }
 
 /**
- * UPSTREAM_URL as the WHATWG URL parser (the one undici uses) reads it: a
- * port it refuses would otherwise surface as a stack trace from `new Pool`.
- * Credentials are refused: the URL is logged, and the password with it.
+ * Read as undici's WHATWG parser reads it, so a bad port is one line, not a stack trace from `new Pool`; credentials
+ * are refused because the URL is logged.
  */
 function upstreamOrigin (text: string): string {
   if (withoutCredentials(text) !== text) {
@@ -308,11 +298,7 @@ function upstreamOrigin (text: string): string {
   return new URL(text).origin
 }
 
-/**
- * UPSTREAM_URL's comma-separated list (DECISIONS 24): each one an origin as
- * upstreamOrigin reads it, none twice (the same engine twice would get twice
- * the share and be ejected twice).
- */
+/** None twice: the same engine twice would get twice the share and be ejected twice. */
 function upstreamOrigins (text: string): string[] {
   const origins = text.split(',').map((part) => upstreamOrigin(part.trim()))
   const twice = origins.find((o, i) => origins.indexOf(o) !== i)
@@ -330,7 +316,7 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
     ...(env.JWT_AUDIENCE === undefined ? {} : { audience: env.JWT_AUDIENCE }),
     clockToleranceS: env.JWT_CLOCK_TOLERANCE_S
   }
-  // DECISIONS 13: exactly one key source.
+  // Exactly one key source (decision: tokens from an identity provider).
   const sources = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name] !== undefined)
   if (sources.length > 1) {
     throw new ConfigError(

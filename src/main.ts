@@ -1,8 +1,4 @@
-/**
- * main(): one gateway process. Config, logger, compose, the metrics listener,
- * listen, and the graceful close on a signal. Importing this module does
- * nothing; src/server.ts runs it.
- */
+/** One gateway process; importing this module does nothing, so tests can. */
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
@@ -26,7 +22,6 @@ export async function main (env: NodeJS.ProcessEnv = process.env): Promise<void>
   if (config.workers > 1) gateway.metrics.registry.setDefaultLabels({ worker: String(worker) })
   const metricsServer = await startMetrics(config, gateway, worker)
   const { app, lifecycle } = gateway
-  /** Worker 0's copies, forked once it listens. */
   let workers: Workers | undefined
   /** A copy that exited unasked: the others are drained and worker 0 exits 1, for the supervisor to restart all. */
   let lostWorker = false
@@ -86,7 +81,7 @@ function configFrom (env: NodeJS.ProcessEnv): GatewayConfig {
   }
 }
 
-/** Metrics on a listener of their own, never the public port (DECISIONS 18); a busy port stops start-up. */
+/** Metrics never share the public port (decision: metrics); a busy port stops start-up. */
 async function startMetrics (
   config: GatewayConfig,
   gateway: Gateway,
@@ -106,7 +101,6 @@ async function startMetrics (
   }
 }
 
-/** A setting the operator must fix: its one line, and exit 1. */
 function exitWith (message: string): never {
   process.stderr.write(`portfolio-gateway: ${message}\n`)
   process.exit(1)

@@ -1,7 +1,3 @@
-/**
- * Where a gateway process's log lines go: JSON lines on stdout, or readable
- * lines for a developer at a terminal.
- */
 import pino, { type DestinationStream } from 'pino'
 import type { LogOptions } from './compose.js'
 import type { GatewayConfig } from './config.js'
@@ -29,28 +25,21 @@ export async function processLog (config: GatewayConfig): Promise<ProcessLog> {
   }
 }
 
-/**
- * A developer at a terminal reads lines, not JSON: pino-pretty formats each line in this process and it
- * is written at once, so lines keep their order with the token banner. Production, and any stdout that
- * is not a terminal (a pipe, a file, a log shipper), gets the JSON lines.
- */
+/** A developer at a terminal reads lines formatted in this process, so they keep their order with the token banner. */
 async function destination (config: GatewayConfig): Promise<DestinationStream> {
   if (config.production || process.stdout.isTTY !== true) return jsonLines()
   // Loaded only here: production and piped runs never pay for pino-pretty's modules at start.
   const { prettyFactory } = await import('pino-pretty')
   const pretty = prettyFactory({ colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' })
-  // A terminal that goes away (the developer closed it) fails every write with EIO: stop writing, and
-  // let the SIGHUP drain run, rather than raise an uncaught error per line while shutting down.
+  // A closed terminal fails every write with EIO: stop writing rather than raise an error per line while draining.
   let terminalGone = false
   process.stdout.on('error', () => { terminalGone = true })
   return { write: (line: string) => { if (!terminalGone) process.stdout.write(pretty(line)) } }
 }
 
 /**
- * pino's asynchronous destination (sonic-boom): lines gather in memory and leave in one write of at
- * least 4 KiB, or every 250 ms when traffic is light, instead of one blocking write(2) per access line
- * (docs/performance-history.md, "Logging"). The buffer is bounded (16 MiB): if stdout stops draining,
- * lines past it are dropped rather than growing memory without limit or blocking requests on the write.
+ * Lines leave in batches instead of one blocking write per access line (docs/performance-history.md, "Logging"); a
+ * stdout that stops draining loses lines past the bound rather than memory or requests.
  */
 function jsonLines (): DestinationStream {
   return pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: 16 * 1024 * 1024, periodicFlush: 250 })

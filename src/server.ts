@@ -1,7 +1,4 @@
-/**
- * The gateway process's entry point, and its only module with side effects:
- * `node dist/src/server.js` (npm start, the image's CMD).
- */
+/** The gateway process's entry point, and its only module with side effects. */
 import './shared/runtime-guard.js'
 import { main } from './main.js'
 

@@ -1,35 +1,23 @@
 /**
- * GATEWAY_WORKERS=N (DECISIONS 35, "Workers"): the process an operator starts
- * is worker 0 and forks N-1 copies of itself. Each is a full gateway listening
- * on PORT with SO_REUSEPORT, so the kernel spreads new connections over them
- * and no process proxies for another. Worker 0 forwards SIGTERM to the copies
- * and exits once they have all drained; a copy whose worker 0 is gone drains too.
+ * GATEWAY_WORKERS=N: full gateways on one port with SO_REUSEPORT, so the kernel spreads connections and no
+ * process proxies for another (docs/decisions/0035-a-maintained-runtime.md, "Workers").
  */
 import { fork, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 
 const WORKER_FLAG = '--gateway-worker='
 
-/** This process's worker index: 0 for the process that was started, i for the copies it forked. */
 export function workerIndex (argv: readonly string[] = process.argv): number {
   const flag = argv.find((arg) => arg.startsWith(WORKER_FLAG))
   return flag === undefined ? 0 : Number(flag.slice(WORKER_FLAG.length))
 }
 
 export interface Workers {
-  /** The copies' process ids, by index (1 to N-1). */
   readonly pids: readonly number[]
-  /** Sends SIGTERM to every copy still running; resolves once all have exited. */
   stop: () => Promise<void>
 }
 
-/**
- * Forks workers 1 to count-1 of this script, with this process's arguments,
- * flags, environment and stdout. They are detached (a process group of their
- * own) so that a terminal's Ctrl-C reaches worker 0 alone, which forwards one
- * SIGTERM: a second signal would end a draining gateway at once.
- * `onLost` is told when a copy exits while no stop was asked for.
- */
+/** Detached, so a terminal's Ctrl-C reaches worker 0 alone: a second signal would end a draining copy at once. */
 export function forkWorkers (
   count: number,
   onLost: (index: number, code: number | null, signal: string | null) => void
@@ -54,10 +42,7 @@ export function forkWorkers (
   }
 }
 
-/**
- * In a forked copy: when worker 0 goes without stopping it (killed, crashed),
- * the IPC channel closes; `drain` then runs the copy's own graceful close.
- */
+/** A copy whose worker 0 died without stopping it drains on its own when the IPC channel closes. */
 export function drainWhenOrphaned (drain: () => void): void {
   process.once('disconnect', drain)
 }

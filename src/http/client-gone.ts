@@ -1,27 +1,16 @@
 /**
- * A signal that a client went away before its answer was sent: the
- * connection closed while the response was unfinished. An IncomingMessage's
- * own 'close' is no use for this: it fires as soon as a body is read whole.
- *
- * Not an AbortSignal: every ping and update carries one, and an AbortController
- * with its EventTarget listener cost a ping about a quarter of its CPU in the
- * bench. This is the part of an AbortSignal the engine client uses, one listener.
- *
- * A response is watched by one 'close' listener, the same function for every
- * response (no closure per request: see docs/performance.md on pretenuring),
- * which finds its request's state on the response. Two things share it: the
- * engine call's signal while a handler waits on the engine (watchClientGone),
- * and the access line, which is told when a response closes without its line
- * (watchResponse): a client that left, or an answer Fastify never reports.
+ * A client gone before its answer was sent: the response closed unfinished (a request's own 'close' fires as
+ * soon as its body is read). Not an AbortSignal, whose EventTarget cost a ping a quarter of its CPU
+ * (docs/performance-history.md); one 'close' listener shared by every response serves both the engine call's
+ * signal and the access line, with no closure per request.
  */
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
 import { validationError } from './errors.js'
 
-/** An 'abort' listener: a function, or an object with handleEvent (as the DOM's EventTarget takes). */
 export type AbandonmentListener = (() => void) | { handleEvent: () => void }
 
-/** Told once when the client is gone (an AbortSignal fits it too). */
+/** An AbortSignal fits it too. */
 export interface Abandonment {
   readonly aborted: boolean
   readonly reason: unknown
@@ -31,29 +20,23 @@ export interface Abandonment {
 
 export interface ClientGone {
   readonly signal: Abandonment
-  /** Stop watching (the answer is being sent or the handler is done). */
   done: () => void
 }
 
 /**
- * Told once when a watched response closes before its line was written:
- * `finished` false is a client that left before the answer finished; true,
- * an answer that went out without the framework reporting it. `cutStatus`:
- * the server itself ended the request (its own timeout, or a raw answer to a
- * parser error), with this status, so the client did not leave.
+ * Told once when a watched response closes before its line was written: unfinished, the client left; finished,
+ * Fastify never reported the answer; with `cutStatus`, the server itself ended the request.
  */
 export type ResponseClosed = (reply: FastifyReply, finished: boolean, cutStatus: number | undefined) => void
 
 const WATCH = Symbol('client-gone watch')
 
-/** One request's state, kept on its response for the shared 'close' listener. */
 class Watch {
   /** The engine call's signal while a handler watches; only the latest watch is told. */
   gone: Gone | undefined = undefined
   closed: ResponseClosed | undefined
   /** `closed` was told: the line is written, nothing else may write one. */
   told = false
-  /** The server ended the request with this status (cutByServer). */
   cutStatus: number | undefined = undefined
 
   constructor (readonly reply: FastifyReply, closed: ResponseClosed | undefined) {
@@ -91,7 +74,6 @@ class Gone implements Abandonment, ClientGone {
 
 const wentAway = (): Error => validationError('the client went away before its answer was sent')
 
-/** The one 'close' listener of every watched response (`this` is the response). */
 function onResponseClose (this: Watched): void {
   const watch = this[WATCH]
   if (watch === undefined) return
@@ -125,10 +107,7 @@ export function watchResponse (reply: FastifyReply, closed: ResponseClosed): voi
   watchOf(reply, closed)
 }
 
-/**
- * The response's line is being written now: a later close tells its watch
- * nothing. False when the watch was told already (the line is written).
- */
+/** The response's line is being written now; false when a close already wrote it. */
 export function answered (reply: FastifyReply): boolean {
   const watch = (reply.raw as Watched)[WATCH]
   if (watch === undefined) return true
@@ -139,11 +118,8 @@ export function answered (reply: FastifyReply): boolean {
 }
 
 /**
- * The server, not the client, ends this response's request: its idle timeout,
- * or a raw answer (408, 400) written onto the socket for a parser error. The
- * line then shows `status` (what was sent, or 408 for a timeout, as nginx
- * logs its own) and not a client that left. Returns the request's id, for the
- * raw answer to carry, when the response is watched. `undefined` takes it back.
+ * The server, not the client, ends this request (its idle timeout, or a raw answer to a parser error), so the line
+ * shows `status` as nginx logs its own, not a client that left. Returns the id for the raw answer to carry.
  */
 export function cutByServer (res: ServerResponse, status: number | undefined): string | undefined {
   const watch = (res as Watched)[WATCH]

@@ -1,7 +1,4 @@
-/**
- * The one error handler: every failure leaves as one of the interface's
- * shapes, and no 5xx carries internals (stack, message of a bug, engine text).
- */
+/** Every failure leaves in one of the interface's shapes, and no 5xx carries internals. */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { clientErrorMessage } from '../shared/client-errors.js'
 import { GatewayError, validationError, wireBody } from './errors.js'
@@ -31,10 +28,8 @@ export function installErrorHandling (app: FastifyInstance): void {
   app.setErrorHandler(function handleError (err: FastifyError, request: FastifyRequest, reply: FastifyReply) {
     const failure = toGatewayError(err, request)
     if (failure.statusCode === 503) {
-      // The gateway's own 503s (store down, overloaded, identity provider down,
-      // uploads busy) are capacity signals: their cause is logged where the
-      // state changes, and counted. A stack per refused request would bury the
-      // 3 a.m. reader in hundreds of identical traces during a Redis failover.
+      // Our own 503s are capacity signals, logged where the state changes: a stack per refused request would bury
+      // the reader in identical traces during a Redis failover.
       request.log.warn({ code: failure.code, reason: failure.message }, 'request refused, retry later')
     } else if (failure.statusCode >= 500) {
       request.log.error({ err: failure.cause ?? err, code: failure.code }, failure.message)
@@ -55,8 +50,7 @@ export function installErrorHandling (app: FastifyInstance): void {
     methodsByPath.set(route.url, methods)
   })
 
-  // An unknown route is answered in onRequest, before any of its body is read:
-  // a not-found handler runs only after Fastify has parsed the body (DECISIONS 21).
+  // In onRequest, before any body is read: a not-found handler runs only after Fastify parsed it.
   app.addHook('onRequest', function routeNotFound (request, _reply, done) {
     if (!request.is404) return done()
     const path = request.url.split('?')[0]!

@@ -1,10 +1,4 @@
-/**
- * The error catalogue and the one place that maps failures to the wire.
- *
- * Every error the gateway answers is a GatewayError with a code from CATALOGUE.
- * The code decides the status and the shape (spec "Errors"): simple
- * `{ error }`, or structured `{ success: false, error: { source, code, message, function } }`.
- */
+/** The error catalogue: a GatewayError's code decides its status and its shape (spec "Errors"). */
 import { errors as undiciErrors } from 'undici'
 import type { SimpleError, StructuredError } from '../../schemas/errors.js'
 
@@ -72,18 +66,14 @@ export const validationError = (message: string): GatewayError => new GatewayErr
 
 /** RFC 6750 section 3: the challenge of a request that sent no bearer token (none, or another scheme). */
 export const BEARER_CHALLENGE = 'Bearer'
-/** RFC 6750 section 3.1: a token was sent and refused; why stays in the log (DECISIONS 9). */
+/** RFC 6750 section 3.1: a token was sent and refused; why stays in the log (decision: identity). */
 export const INVALID_TOKEN_CHALLENGE = 'Bearer error="invalid_token"'
 
 /** A 401 with its challenge: `invalid_token` unless no bearer token was sent at all. */
 export const unauthorized = (message: string, challenge: string = INVALID_TOKEN_CHALLENGE): GatewayError =>
   new GatewayError('UNAUTHORIZED', message, { headers: { 'www-authenticate': challenge } })
 
-/**
- * The body for an error. Structured errors need the failing handler's name
- * (`function`); a route without one (health, ping) answers the simple shape,
- * which the spec uses for every non-portfolio error.
- */
+/** A route without a handler name (health, ping) answers the simple shape, as the spec does outside portfolio. */
 export function wireBody (err: GatewayError, handler: string | undefined): SimpleError | StructuredError {
   if (CATALOGUE[err.code].shape === 'structured' && handler !== undefined) {
     return {
@@ -94,10 +84,7 @@ export function wireBody (err: GatewayError, handler: string | undefined): Simpl
   return { error: err.message }
 }
 
-/**
- * undici and socket error codes, grouped by what they mean for the client
- * (DECISIONS 8). undici's advice: match on `err.code`, never on the class or message.
- */
+/** Grouped by what they mean for the client; undici's advice is to match on `err.code`, never the class. */
 const UNREACHABLE = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -114,13 +101,7 @@ const UNREACHABLE = new Set([
 ])
 const TIMED_OUT = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
 
-/**
- * The engine answered, but not HTTP we can trust: llhttp parse errors (an
- * HTTPParserError carries no code when the bytes are not HTTP at all) and the
- * response-side undici codes. The other UND_ERR_* codes (INVALID_ARG,
- * NOT_SUPPORTED, REQ_CONTENT_LENGTH_MISMATCH, ABORTED, ...) are the gateway's
- * Own doing: a 500, not the engine's fault.
- */
+/** The engine answered, but not HTTP we can trust; the other UND_ERR_* codes are our own doing, a 500. */
 const BAD_RESPONSE = new Set([
   'UND_ERR_HEADERS_OVERFLOW',
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',

@@ -1,10 +1,6 @@
 /**
- * The path Fastify's router (find-my-way 9, with Fastify 5's defaults: case
- * sensitive, no folding of `//` or a trailing `/`, `;` not a delimiter) matches
- * for a request target. The load shedder answers in front of Fastify and must
- * See what the router will see: `/%61pi/...` and absolute
- * targets (`GET http://host/api/...`) reach the /api routes; `//api/...` does
- * not (a 404). test/http/router-path.test.ts holds this against the real router.
+ * The path Fastify's router matches for a request target: the load shedder answers in front of Fastify and must
+ * see what the router will see (`/%61pi/...` and absolute targets reach /api; `//api/...` does not).
  */
 
 /** '/api/x' style targets need no work: most requests cost one startsWith. */

@@ -1,7 +1,4 @@
-/**
- * Liveness and connectivity (spec "GET /health", "GET /ping", "GET /api/health";
- * DECISIONS 11-12).
- */
+/** Liveness and connectivity (spec "GET /health", "GET /ping", "GET /api/health"). */
 import type { FastifyPluginAsync } from 'fastify'
 import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
@@ -9,7 +6,6 @@ import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { parseJson } from '../engine-client/answers.js'
 
-/** Shared with server.ts, which sets `draining` when shutdown starts. */
 export interface Lifecycle {
   draining: boolean
 }
@@ -18,7 +14,6 @@ export interface LivenessOptions {
   lifecycle: Lifecycle
 }
 
-/** GET /health and GET /ping: no authentication, no engine call. */
 export const livenessRoutes: FastifyPluginAsync<LivenessOptions> = async (app, { lifecycle }) => {
   app.get('/health', { schema: { response: { 200: Liveness, 500: HealthError } } }, async (_request, reply) => {
     // Load balancers stop routing to a 500, which is what a draining instance wants.
@@ -38,10 +33,8 @@ export interface EngineHealthOptions {
 const DISCONNECTED = 'disconnected'
 
 /**
- * GET /api/health: always 200; every value comes from probing the engine. With
- * several endpoints (DECISIONS 24) the probe goes where calls go (an endpoint
- * in rotation, so `services` come from a healthy one), and the status is
- * degraded while any endpoint is out of rotation.
+ * Always 200, every value from probing the engine (decision: /api/health always answers 200). The probe goes where
+ * calls go, so `services` come from a healthy endpoint, and the status is degraded while any is out of rotation.
  */
 export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async (app, { engine, probeTimeoutMs }) => {
   app.get('/health', { schema: { response: { 200: ApiHealth } } }, async (request) => {

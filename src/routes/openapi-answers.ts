@@ -356,7 +356,7 @@ export function declaredErrorCodes (
 
 /** The engine's structured errors that a create passes on, by status: the codes the document declares for each. */
 export const CREATE_ENGINE_ERRORS = declaredErrorCodes('POST /api/portfolio/create', [400, 422, 500])
-/** An update can also name a portfolio that is not there (DECISIONS 1). */
+/** An update can also name a portfolio that is not there (decision: unknown portfolio). */
 export const UPDATE_ENGINE_ERRORS = declaredErrorCodes('POST /api/portfolio/update', [400, 404, 422, 500])
 /** A ping has no input to refuse. */
 export const PING_ENGINE_ERRORS = declaredErrorCodes('GET /api/portfolio/ping', [500])

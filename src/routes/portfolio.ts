@@ -2,11 +2,12 @@
  * Portfolio calls (spec "GET /api/portfolio/ping", "POST /api/portfolio/update").
  * Thin: the schema validates, the rules look across positions, the engine answers.
  */
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fastJson from 'fast-json-stringify'
 import { LIMITS, UpdatePortfolioBody } from '../../schemas/portfolio.js'
 import { isEngineUpdateResponse } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
+import type { EngineResponse } from '../engine-client/types.js'
 import { validationError } from '../http/errors.js'
 import { watchClientGone } from '../http/client-gone.js'
 import { assertEngineJson, sendEngineJson, sendEnginePong } from '../engine-client/answers.js'
@@ -30,14 +31,22 @@ export interface PortfolioRouteOptions {
   engineTimeoutMs: number
 }
 
-export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (
-  app,
-  { engine, idempotency, engineTimeoutMs }
-) => {
+export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async (app, opts) => {
   // No handler name: the spec gives ping simple errors only, so its failures stay { error }.
-  // A client that hangs up takes its call out of the queue for an engine connection; a call
-  // already being written to the engine goes on (abandonIfQueued): an update's outcome stays known.
-  app.get('/ping', async function pingPortfolio (request, reply) {
+  app.get('/ping', pingHandler(opts.engine))
+  app.post<{ Body: UpdatePortfolioBody }>(
+    '/update',
+    { bodyLimit: LIMITS.updateBodyMaxBytes, config: { handler: 'updatePortfolio' }, schema: { body: UpdatePortfolioBody } },
+    updateHandler(opts)
+  )
+}
+
+/**
+ * A client that hangs up takes its call out of the queue for an engine connection; a call already being
+ * written to the engine goes on, so an update's outcome stays known.
+ */
+function pingHandler (engine: EngineClient) {
+  return async function pingPortfolio (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
     const gone = watchClientGone(reply)
     try {
       const answer = await engine.call({
@@ -50,46 +59,48 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
     } finally {
       gone.done()
     }
-  })
+  }
+}
 
-  app.post<{ Body: UpdatePortfolioBody }>(
-    '/update',
-    {
-      bodyLimit: LIMITS.updateBodyMaxBytes,
-      config: { handler: 'updatePortfolio' },
-      schema: { body: UpdatePortfolioBody }
-    },
-    async function updatePortfolio (request, reply) {
-      const problem = targetPositionsProblem(request.body.target_positions)
-      if (problem !== undefined) throw validationError(problem)
-      // Written from the validated value: the engine sees exactly what was checked.
-      const body = canonicalUpdate(request.body)
-      const key = idempotencyKeyOf(request)
-      // DECISIONS 16: with an Idempotency-Key, claimed before the engine is asked.
-      const answer = await idempotency.run(request, reply, key, {
-        fingerprint: () => fingerprintOf('update', body),
-        // The body is read: what is left is the engine call, within its deadline.
-        runsForMs: engineTimeoutMs,
-        call: async () => {
-          const gone = watchClientGone(reply)
-          try {
-            const answer = await engine.call({
-              method: 'POST',
-              path: '/api/portfolio/update',
-              ...callerOf(request),
-              contentType: 'application/json',
-              ...(key === undefined ? {} : { idempotencyKey: key }),
-              body,
-              abandonIfQueued: gone.signal
-            })
-            assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER, UPDATE_ENGINE_ERRORS)
-            return answer
-          } finally {
-            gone.done()
-          }
-        }
-      })
-      return answer === undefined ? reply : sendEngineJson(reply, answer)
-    }
-  )
+type UpdateRequest = FastifyRequest<{ Body: UpdatePortfolioBody }>
+
+function updateHandler ({ engine, idempotency, engineTimeoutMs }: PortfolioRouteOptions) {
+  return async function updatePortfolio (request: UpdateRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const problem = targetPositionsProblem(request.body.target_positions)
+    if (problem !== undefined) throw validationError(problem)
+    // Written from the validated value: the engine sees exactly what was checked.
+    const body = canonicalUpdate(request.body)
+    const key = idempotencyKeyOf(request)
+    // With an Idempotency-Key, the key is claimed before the engine is asked.
+    const answer = await idempotency.run(request, reply, key, {
+      fingerprint: () => fingerprintOf('update', body),
+      // The body is read: what is left is the engine call, within its deadline.
+      runsForMs: engineTimeoutMs,
+      call: async () => await callUpdate(engine, request, reply, { key, body })
+    })
+    return answer === undefined ? reply : sendEngineJson(reply, answer)
+  }
+}
+
+interface Update { key: string | undefined, body: string }
+
+async function callUpdate (
+  engine: EngineClient, request: FastifyRequest, reply: FastifyReply, { key, body }: Update
+): Promise<EngineResponse> {
+  const gone = watchClientGone(reply)
+  try {
+    const answer = await engine.call({
+      method: 'POST',
+      path: '/api/portfolio/update',
+      ...callerOf(request),
+      contentType: 'application/json',
+      ...(key === undefined ? {} : { idempotencyKey: key }),
+      body,
+      abandonIfQueued: gone.signal
+    })
+    assertEngineJson(answer, (v) => isEngineUpdateResponse.Check(v), UPDATE_ANSWER, UPDATE_ENGINE_ERRORS)
+    return answer
+  } finally {
+    gone.done()
+  }
 }

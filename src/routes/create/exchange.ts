@@ -1,14 +1,12 @@
 /**
- * One create from admission to its last byte, as named states and one transition table. The table says,
- * for each state and event, the next state and the effects: arming and stopping the engine's clock and
- * the client's minimum rate, taking and giving back the per-user place and the upload connection.
- * The route only says what happened; the order those things may happen in is written here, once.
+ * One create from admission to its last byte, as named states and one transition table. The order in which
+ * a create's steps may happen is written here once, and the route only reports what happened
+ * (decision: a create is one exchange with named states).
  */
 import type { ServerResponse } from 'node:http'
 import { GatewayError, validationError } from '../../http/errors.js'
 import type { UploadShare } from '../../limits/upload-share.js'
-import type { MinRate } from './min-rate.js'
-import { UploadClock } from './upload-clock.js'
+import type { MinRate, RateMeter } from './min-rate.js'
 import type { UploadTiming } from './upload.js'
 
 export type ExchangeState =
@@ -17,11 +15,12 @@ export type ExchangeState =
 
 export type ExchangeEvent =
   | 'claim' | 'read-whole' | 'ask-invite' | 'invite' | 'sniff' | 'whole-form' | 'ask-slot' | 'slot' | 'stream' |
-  'body-sent' | 'headers' | 'call-over' | 'read-rest' | 'abort' | 'end'
+  'hand-over' | 'taken' | 'body-sent' | 'headers' | 'call-over' | 'read-rest' | 'abort' | 'end'
 
 type Effect =
-  | 'takePlace' | 'takeSlot' | 'reportWait' | 'writeContinue' | 'watchInvited' | 'armQueue' | 'armAnswer' |
-  'stopForGood' | 'stopClock' | 'giveSlot' | 'watchRest' | 'abortCall' | 'givePlace' | 'unwatch'
+  | 'takePlace' | 'takeSlot' | 'reportWait' | 'writeContinue' | 'watchInvited' | 'armQueue' | 'armStall' |
+  'disarmStall' | 'armAnswer' | 'stopForGood' | 'stopClock' | 'giveSlot' | 'watchRest' | 'abortCall' |
+  'givePlace' | 'unwatch'
 
 export interface Transition { readonly to: ExchangeState, readonly effects: readonly Effect[] }
 
@@ -34,6 +33,12 @@ const live = (state: ExchangeState): Partial<Record<ExchangeEvent, Transition>> 
   abort: stay(state, 'abortCall'),
   end: stay('done', 'giveSlot', 'givePlace', 'stopClock', 'unwatch')
 })
+/** Once the engine has answered, a chunk undici had already pulled times nothing. */
+const lateChunks = (state: ExchangeState): Partial<Record<ExchangeEvent, Transition>> => ({
+  'hand-over': stay(state),
+  taken: stay(state),
+  'body-sent': stay(state)
+})
 
 /** The one table: a missing (state, event) pair is an illegal transition. */
 export const TRANSITIONS: Readonly<Record<ExchangeState, Partial<Record<ExchangeEvent, Transition>>>> = {
@@ -45,7 +50,10 @@ export const TRANSITIONS: Readonly<Record<ExchangeState, Partial<Record<Exchange
     sniff: stay('sniffing')
   },
   'reading-whole': live('reading-whole'),
-  'awaiting-invite': { ...live('awaiting-invite'), invite: stay('invited', 'takeSlot', 'reportWait', 'writeContinue', 'watchInvited') },
+  'awaiting-invite': {
+    ...live('awaiting-invite'),
+    invite: stay('invited', 'takeSlot', 'reportWait', 'writeContinue', 'watchInvited')
+  },
   invited: { ...live('invited'), sniff: stay('sniffing') },
   sniffing: {
     ...live('sniffing'),
@@ -56,6 +64,8 @@ export const TRANSITIONS: Readonly<Record<ExchangeState, Partial<Record<Exchange
   'awaiting-slot': { ...live('awaiting-slot'), slot: stay('streaming', 'takeSlot', 'reportWait', 'armQueue') },
   streaming: {
     ...live('streaming'),
+    'hand-over': stay('streaming', 'armStall'),
+    taken: stay('streaming', 'disarmStall'),
     'body-sent': stay('awaiting-answer', 'armAnswer'),
     headers: stay('answered', 'stopForGood'),
     'call-over': stay('engine-done', 'giveSlot')
@@ -65,10 +75,13 @@ export const TRANSITIONS: Readonly<Record<ExchangeState, Partial<Record<Exchange
     headers: stay('answered', 'stopForGood'),
     'call-over': stay('engine-done', 'giveSlot')
   },
-  // The engine may answer before the last chunk was written: that chunk's end changes nothing then.
-  answered: { ...live('answered'), 'body-sent': stay('answered'), 'call-over': stay('engine-done', 'giveSlot') },
-  'engine-done': { ...live('engine-done'), 'body-sent': stay('engine-done'), 'read-rest': stay('reading-rest', 'watchRest') },
-  'reading-rest': { ...live('reading-rest'), 'body-sent': stay('reading-rest') },
+  answered: { ...live('answered'), ...lateChunks('answered'), 'call-over': stay('engine-done', 'giveSlot') },
+  'engine-done': {
+    ...live('engine-done'),
+    ...lateChunks('engine-done'),
+    'read-rest': stay('reading-rest', 'watchRest')
+  },
+  'reading-rest': { ...live('reading-rest'), ...lateChunks('reading-rest') },
   // A refusal or a chunk's end that arrives after the end concerns nobody: the call is over.
   done: { abort: stay('done'), 'body-sent': stay('done') }
 }
@@ -96,7 +109,7 @@ export interface ExchangeParts {
   responseTimeoutMs: number
   /** How long the engine may stop reading an upload. */
   stallTimeoutMs: number
-  /** The response the per-user place waits on: it is given back once the answer is out. */
+  /** The per-user place is given back once this response is out. */
   response: ServerResponse
   /** The client's body reads fail with this (a broken minimum rate). */
   cut: (err: GatewayError) => void
@@ -110,13 +123,18 @@ export interface ExchangeParts {
   unwatch?: () => void
 }
 
-export class CreateExchange {
+/**
+ * A create's one owner. Its public surface is the events the route and the form report (each a row of
+ * TRANSITIONS), `signal` for the engine call, `dispose()`, and what tests read: `state`, `endReason`,
+ * `illegal`, `holdsSlot`, `holdsPlace`. The timers, the place and the upload connection are private.
+ */
+export class CreateExchange implements UploadTiming {
   #state: ExchangeState = 'admitted'
   #endReason: EndReason | undefined
   /** The events that had no row, in order: tests read them; the route logs them. */
   readonly illegal: IllegalTransition[] = []
   readonly #parts: ExchangeParts
-  readonly #clock: UploadClock
+  readonly #clock: EngineClock
   readonly #place: Place
   #slot: (() => void) | undefined
   /** An upload connection granted, held once its event is taken. */
@@ -124,21 +142,13 @@ export class CreateExchange {
   #askedAt = 0
   #waited = 0
   #abortReason: GatewayError | undefined
-  /** The form's timing callbacks: the per-chunk ones stay inside the clock, the last is an event. */
-  readonly timing: UploadTiming
+  /** The bytes of the chunk being handed over, for the stall timer and the minimum rate. */
+  #chunkBytes = 0
 
   constructor (parts: ExchangeParts) {
     this.#parts = parts
-    const rate = { watch: parts.minRate, cut: parts.cut }
-    this.#clock = new UploadClock(parts.responseTimeoutMs, parts.stallTimeoutMs, rate)
+    this.#clock = new EngineClock(parts.responseTimeoutMs, parts.stallTimeoutMs, parts.minRate, parts.cut)
     this.#place = new Place(parts.response)
-    const clock = this.#clock
-    this.timing = {
-      handedOver: (bytes) => { clock.handedOver(bytes) },
-      taken: () => { clock.taken() },
-      bodySent: () => { this.#fire('body-sent') },
-      refused: (err) => { this.abort(err) }
-    }
   }
 
   get state (): ExchangeState { return this.#state }
@@ -149,6 +159,8 @@ export class CreateExchange {
   get holdsSlot (): boolean { return this.#slot !== undefined }
   /** The per-user place is held now (tests). */
   get holdsPlace (): boolean { return this.#place.held }
+  /** What the streamed form reports as its chunks go to the engine: the exchange itself. */
+  get timing (): UploadTiming { return this }
 
   /** The per-user place, or 429: refused before any of the body is read. */
   async claim (): Promise<void> {
@@ -186,6 +198,25 @@ export class CreateExchange {
     await this.#takeSlot('slot')
   }
 
+  /** A chunk of `bytes` bytes read from the client goes to the engine connection. */
+  handedOver (bytes: number): void {
+    // After the end the engine call is over: a chunk undici had already pulled concerns nobody.
+    if (this.#state === 'done') return
+    this.#chunkBytes = bytes
+    this.#fire('hand-over')
+  }
+
+  /** The engine connection took the chunk: the next wait is on the client again. */
+  taken (): void {
+    if (this.#state !== 'done') this.#fire('taken')
+  }
+
+  /** The last byte of the form has gone to the engine. */
+  bodySent (): void { this.#fire('body-sent') }
+
+  /** The form was refused mid-upload: the engine request is abandoned with the refusal as its reason. */
+  refused (err: GatewayError): void { this.abort(err) }
+
   /** The engine's response headers are in: the clock stops for good. */
   responded (): void { this.#fire('headers') }
 
@@ -208,8 +239,8 @@ export class CreateExchange {
   }
 
   /**
-   * The create failed with `err`: a refusal of ours aborts the engine request with itself as the
-   * reason, so the try is the client's, never the engine's. Returns what the client is told.
+   * The create failed with `err`: a refusal of ours aborts the engine request with itself as the reason,
+   * so the try is the client's, never the engine's. Returns what the client is told.
    */
   fail (err: unknown): unknown {
     if (err instanceof GatewayError) {
@@ -259,12 +290,14 @@ export class CreateExchange {
       case 'takeSlot': this.#slot = this.#granted; this.#granted = undefined; break
       case 'reportWait': this.#parts.slotWaited?.(this.#askedAt); break
       case 'writeContinue': this.#parts.invite(); break
-      case 'watchInvited': clock.invited(this.#parts.received); break
-      case 'armQueue': clock.queued(Math.max(1, this.#parts.responseTimeoutMs - this.#waited)); break
-      case 'armAnswer': clock.bodySent(); break
-      case 'stopForGood': clock.responded(); break
+      case 'watchInvited': clock.watchInvited(this.#parts.received); break
+      case 'armQueue': clock.armQueue(Math.max(1, this.#parts.responseTimeoutMs - this.#waited)); break
+      case 'armStall': clock.armStall(this.#chunkBytes); break
+      case 'disarmStall': clock.disarmStall(); break
+      case 'armAnswer': clock.armAnswer(); break
+      case 'stopForGood': clock.stopForGood(); break
       case 'stopClock': clock.stop(); break
-      case 'watchRest': clock.readingRest(this.#parts.received); break
+      case 'watchRest': clock.watchRest(this.#parts.received); break
       case 'abortCall': if (this.#abortReason !== undefined) clock.abort(this.#abortReason); break
       case 'giveSlot': this.#giveSlot(); break
       case 'givePlace': this.#place.settled(); break
@@ -276,6 +309,122 @@ export class CreateExchange {
     const release = this.#slot ?? this.#granted
     this.#slot = this.#granted = undefined
     release?.()
+  }
+}
+
+/**
+ * The engine's timers and the client's minimum rate, moved only by the exchange's effects. undici's
+ * headersTimeout follows socket activity while a body is written, so a streamed upload keeps this exact clock:
+ * `UPSTREAM_TIMEOUT_MS` while the call waits for a connection and again once the engine has the whole form, a
+ * stall limit while it takes the upload, and nothing once its headers are in. A limit aborts the engine call.
+ */
+class EngineClock {
+  readonly #abort = new AbortController()
+  readonly #responseTimeoutMs: number
+  readonly #stallTimeoutMs: number
+  readonly #minRate: MinRate
+  readonly #cut: (err: GatewayError) => void
+  #timer: NodeJS.Timeout | undefined
+  #responded = false
+  #stopped = false
+  #meter: RateMeter | undefined
+  #sending = false
+
+  constructor (responseTimeoutMs: number, stallTimeoutMs: number, minRate: MinRate, cut: (err: GatewayError) => void) {
+    this.#responseTimeoutMs = responseTimeoutMs
+    this.#stallTimeoutMs = stallTimeoutMs
+    this.#minRate = minRate
+    this.#cut = cut
+  }
+
+  get signal (): AbortSignal { return this.#abort.signal }
+
+  /** Stops for good first: a timer left armed would hold the request's objects, and a closing process. */
+  abort (reason: GatewayError): void {
+    this.stop()
+    this.#abort.abort(reason)
+  }
+
+  /** Until the engine takes the first bytes, the call waits for a pool connection, and that wait counts. */
+  armQueue (remainingMs: number): void {
+    this.#arm(remainingMs, 'portfolio engine timed out')
+  }
+
+  /** The response body is bounded by undici's bodyTimeout instead. */
+  stopForGood (): void {
+    this.#responded = true
+    this.stop()
+  }
+
+  /** An invited client holds its connection from the invitation: its socket's bytes count until a chunk goes. */
+  watchInvited (received: () => number): void {
+    this.#startMeter()
+    this.#meter?.countReceived(received)
+  }
+
+  /** The client holds an engine connection from its first chunk; the engine must keep reading. */
+  armStall (bytes: number): void {
+    if (this.#responded || this.#stopped) return
+    this.#startMeter()
+    const meter = this.#meter
+    if (meter !== undefined) {
+      meter.countReceived(undefined)
+      meter.bytes += bytes
+      meter.onEngine = true
+    }
+    this.#arm(this.#stallTimeoutMs, 'portfolio engine stopped reading the upload')
+  }
+
+  /** Waiting on the client again: the engine's backpressure is never blamed on it. */
+  disarmStall (): void {
+    if (this.#meter !== undefined) this.#meter.onEngine = false
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+  }
+
+  armAnswer (): void {
+    this.#stopMeter()
+    this.#arm(this.#responseTimeoutMs, 'portfolio engine timed out')
+  }
+
+  /** After stop(): a keyed form's rest is read under the minimum rate, which is how a stalled client is cut off. */
+  watchRest (received: () => number): void {
+    if (this.#meter === undefined) this.#watchClient().countReceived(received)
+  }
+
+  stop (): void {
+    this.#stopped = true
+    this.#stopMeter()
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+  }
+
+  #startMeter (): void {
+    if (this.#sending || this.#responded || this.#stopped) return
+    this.#sending = true
+    this.#watchClient()
+  }
+
+  /** Breaking the rule aborts the engine call (a no-op once it has answered) and fails the client's reads. */
+  #watchClient (): RateMeter {
+    const meter = this.#minRate.watch((err) => {
+      this.#meter = undefined
+      this.#abort.abort(err)
+      this.#cut(err)
+    })
+    this.#meter = meter
+    return meter
+  }
+
+  #stopMeter (): void {
+    this.#meter?.stop()
+    this.#meter = undefined
+  }
+
+  #arm (ms: number, message: string): void {
+    clearTimeout(this.#timer)
+    if (this.#responded || this.#stopped) return
+    this.#timer = setTimeout(() => this.#abort.abort(new GatewayError('UPSTREAM_TIMEOUT', message)), ms)
   }
 }
 

@@ -1,8 +1,4 @@
-/**
- * Encodes the create form for the engine (RFC 7578). The gateway writes its own
- * parts from checked values: field names from the schema, a fixed file name
- * and the sniffed type, so nothing the client chose for headers reaches the engine.
- */
+/** The create form for the engine (RFC 7578), written from checked values so no header the client chose reaches it. */
 import { randomBytes } from 'node:crypto'
 import { imageExtension, type ImageMime } from '../../shared/image-type.js'
 
@@ -18,7 +14,6 @@ export class MultipartWriter {
     return Buffer.from(`--${this.boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="${name}.${imageExtension(mime)}"\r\nContent-Type: ${mime}\r\n\r\n`)
   }
 
-  /** Ends the file part's bytes. */
   readonly fileTail = Buffer.from('\r\n')
 
   end (): Buffer {

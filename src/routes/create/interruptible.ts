@@ -1,18 +1,12 @@
 /**
- * Waits that one event fails all at once: the body cut off mid-read
- * (CreateUpload.cutOff) wakes whatever waits on the form parser.
- *
- * Not `Promise.race([wait, longLived])`: each race leaves a reaction on the
- * long-lived promise, and that reaction holds the race's result until the
- * long-lived promise settles. Every 64 KiB chunk of an image stayed reachable
- * until its upload ended: 16 concurrent 9 MiB uploads grew the gateway's RSS
- * by 135 MB (docs/performance-history.md, "Uploads").
+ * Waits that one event fails all at once, so a body cut off mid-read wakes whatever waits on the form parser.
+ * Not `Promise.race` with a long-lived promise: each race's reaction would keep its chunk reachable until the
+ * upload ended (docs/performance-history.md, "Uploads").
  */
 export class Interruptible {
   #reason: Error | undefined
   readonly #waiting = new Set<(reason: Error) => void>()
 
-  /** Fail every wait in progress and every later one with `reason`; the first reason stays. */
   interrupt (reason: Error): void {
     if (this.#reason !== undefined) return
     this.#reason = reason

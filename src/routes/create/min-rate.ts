@@ -1,35 +1,22 @@
 /**
- * The minimum-rate rule for uploads that hold an engine connection, or an
- * upload connection they were invited with (DECISIONS 23; Apache mod_reqtimeout's `MinRate` is the model): a client
- * that sends no byte for `stallMs` (10 s), or less than `bytesPerS` (4 KiB/s)
- * averaged over any `windowMs` (30 s), is cut off.
- *
- * Cheap per chunk: a chunk adds its length to a number. One ticker for all
- * uploads (running only while one is watched) closes a one-tick bucket per
- * upload and keeps the window's sum, so there is no timer per chunk and none
- * per upload. Ticks while the upload waits on the engine (a chunk handed over
- * and not yet taken: backpressure) do not count against the client, so a slow
- * engine is never blamed on the phone; the engine's own stall limit
- * (UploadClock) covers that.
+ * The minimum rate for an upload that holds an engine connection (decision: uploads share the engine fairly;
+ * the model is Apache mod_reqtimeout's `MinRate`). One ticker for all uploads closes a bucket per upload, so a
+ * chunk costs an addition and no upload has a timer of its own; ticks spent on the engine's backpressure do not
+ * count against the client.
  */
 import { GatewayError } from '../../http/errors.js'
 
 export interface MinRateOptions {
-  /** No byte for this long: cut off (10 s). */
   stallMs: number
-  /** The averaging window (30 s). */
   windowMs: number
-  /** At least this many bytes per second over every window (4096). */
   bytesPerS: number
-  /** Bucket width and check period (1 s); stallMs and windowMs are counted in whole ticks. */
+  /** Bucket width and check period: stallMs and windowMs are counted in whole ticks. */
   tickMs: number
 }
 
 export const MIN_RATE: MinRateOptions = { stallMs: 10_000, windowMs: 30_000, bytesPerS: 4096, tickMs: 1_000 }
 
-/** One upload under watch: the upload's timing callbacks feed it. */
 export class RateMeter {
-  /** Bytes since the last tick. */
   bytes = 0
   /** A chunk is with the engine connection (handed over, not yet taken). */
   onEngine = false
@@ -50,22 +37,16 @@ export class RateMeter {
     this.#cut = cut
   }
 
-  /**
-   * Count what the client's socket receives (an invited client's fields and
-   * image head, read before anything is handed over), or stop (undefined):
-   * handed-over chunks are counted from then on.
-   */
+  /** Before any chunk is handed over, an invited client's progress is what its socket receives. */
   countReceived (received: (() => number) | undefined): void {
     this.#received = received
     this.#receivedSeen = received?.() ?? 0
   }
 
-  /** Stop watching (the body has gone to the engine, or the upload ended). */
   stop (): void {
     this.#watch.unwatch(this)
   }
 
-  /** One tick: the failure if the client broke the rule, else undefined. */
   tick (opts: MinRateOptions, minWindowBytes: number, stallTicks: number): GatewayError | undefined {
     if (this.onEngine) return undefined
     if (this.#received !== undefined) {
@@ -115,7 +96,6 @@ export class MinRate {
     this.#stallTicks = Math.max(1, Math.ceil(opts.stallMs / opts.tickMs))
   }
 
-  /** Watch an upload from now; `cut` is called once if it breaks the rule. */
   watch (cut: (err: GatewayError) => void): RateMeter {
     const meter = new RateMeter(this, this.#buckets, cut)
     this.#meters.add(meter)
@@ -126,10 +106,7 @@ export class MinRate {
     return meter
   }
 
-  /**
-   * Watch what a socket receives (`received`, cumulative) rather than chunks handed over: `cut` once the
-   * rule is broken. Returns the function that stops the watch.
-   */
+  /** A refused body read on to its end is held to the same rule, on its socket's bytes. */
   watchReceived (received: () => number, cut: () => void): () => void {
     const meter = this.watch(() => { cut() })
     meter.countReceived(received)

@@ -1,13 +1,6 @@
 /**
- * Reading the create form while it streams: validated multipart uploads.
- * Text fields are checked one by one as they arrive; the image is
- * checked by its first bytes before the engine is called and by its size as it
- * passes; the engine gets a form re-encoded by MultipartWriter. Memory per
- * upload: the chunk in hand.
- *
- * Every validated field passes through #acceptField and every image chunk
- * through #nextImageChunk: the two places where a digest of the form (for
- * idempotency) can be taken.
+ * The create form, validated while it streams: fields as they arrive, the image by its first bytes before the
+ * engine is called and by its size as it passes, so an upload costs the chunk in hand.
  */
 import { createHash, type Hash } from 'node:crypto'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
@@ -23,32 +16,23 @@ import { toGatewayError } from '../../http/error-handler.js'
 import { describeIssues, shownName, type SchemaIssue } from '../../shared/validation-messages.js'
 import { Interruptible } from './interruptible.js'
 
-/** Callbacks that time the engine, not the client (see UploadClock). */
+/** What the streamed form reports to its create's exchange, which times the engine and the client by it. */
 export interface UploadTiming {
-  /** A chunk of `bytes` bytes, read from the client, is handed to the engine connection. */
   handedOver: (bytes: number) => void
-  /** The engine connection took it: the next wait is on the client again. */
   taken: () => void
-  /** The last byte of the form has gone to the engine. */
   bodySent: () => void
-  /** The form was refused mid-upload: the engine request is to be aborted with `err` as the reason (DECISIONS 22). */
   refused: (err: GatewayError) => void
 }
 
 /** The image part once its first bytes have said PNG or JPEG; nothing of it has gone to the engine yet. */
 export interface SniffedImage {
   mime: ImageMime
-  /** The bytes read to decide the type. */
   head: Buffer[]
 }
 
 type Validate = ((data: unknown) => boolean) & { errors?: unknown }
 
-/**
- * A failure while reading the form: the client's when busboy says the body is
- * broken or @fastify/multipart names a limit (400s); anything else, a bug of
- * ours included, stays an internal error.
- */
+/** A broken body or a named limit is the client's (400); anything else, a bug of ours included, stays a 500. */
 function clientError (err: unknown): GatewayError {
   if (isMalformedMultipart(err)) return validationError('multipart body is malformed or truncated')
   return toGatewayError(err as Error)
@@ -56,13 +40,8 @@ function clientError (err: unknown): GatewayError {
 
 export class CreateUpload {
   readonly writer = new MultipartWriter()
-  /**
-   * Why the form was refused after the engine request had begun. The engine
-   * request was then aborted (DECISIONS 22); the client gets this error, not
-   * the engine's failure.
-   */
+  /** Why the form was refused once the engine request had begun: the client gets this, not the engine's failure. */
   refusal: GatewayError | undefined
-  /** Where reading stands: the image part's bytes, then the parts after it, then the end of the form. */
   #imageEnded = false
   #formEnded = false
   /** Settles when streamBody's generator has exited (undici stops pulling it once the engine answers). */
@@ -72,12 +51,8 @@ export class CreateUpload {
   readonly #checkField: Validate
   readonly #checkForm: Validate
   #image: { part: MultipartFile, chunks: AsyncIterator<Buffer>, sniffer: ImageSniffer } | undefined
-  /** Failed once the body is cut off (see cutOff): wakes every wait on the parser. */
   readonly #reads = new Interruptible()
-  /**
-   * The image bytes as they pass, for the Idempotency-Key fingerprint
-   * (DECISIONS 16); only with a key: hashing 10 MiB costs milliseconds.
-   */
+  /** Only with an Idempotency-Key: hashing 10 MiB costs milliseconds. */
   readonly #imageHash: Hash | undefined
 
   constructor (request: FastifyRequest, opts: { fingerprint: boolean }) {
@@ -92,11 +67,7 @@ export class CreateUpload {
     this.#reads.interrupt(err)
   }
 
-  /**
-   * Read text fields up to the image part, whose first bytes are read and
-   * sniffed before this returns (so a non-image never opens an engine
-   * request), or to the end of the form (undefined).
-   */
+  /** Fields up to the image, whose first bytes are sniffed so a non-image never opens an engine request. */
   async readUntilImage (): Promise<SniffedImage | undefined> {
     try {
       for (;;) {
@@ -105,8 +76,7 @@ export class CreateUpload {
         const part = next.value
         if (part.fieldname === undefined || part.fieldname === '') throw validationError(PART_WITHOUT_NAME)
         if (part.type === 'file' && part.filename === undefined && part.fieldname !== IMAGE_FIELD) {
-          // A text part with a content type that @fastify/multipart would JSON-parse: read as text (see
-          // shared/form-parts.ts).
+          // A text part with a content type @fastify/multipart would JSON-parse is read as text.
           const { value, truncated } = await this.#reads.wait(readTextPart(part.file, CREATE_FORM_LIMITS.fieldSize))
           this.#acceptField(part.fieldname, value, truncated)
           continue
@@ -123,34 +93,21 @@ export class CreateUpload {
     }
   }
 
-  /** The whole form once every part has been read and checked: used when there is no image. */
   bufferedBody (): Buffer {
     this.#checkComplete()
     return Buffer.concat([...this.#encodedFields(), this.writer.end()])
   }
 
   /**
-   * The form for the engine when an image came: the fields read so far, the
-   * image as it arrives, then the rest of the form.
-   *
-   * A refusal from here on (image too large, a bad field after the image, a
-   * broken or cut-off body, a client that left) must not complete the request
-   * at the engine (DECISIONS 8, 22): the generator throws, and undici aborts
-   * the engine request (the socket is destroyed, so the engine never sees a
-   * complete HTTP request). The refusal is kept in `refusal` for the route to
-   * answer with. The closing boundary goes out only once the whole form has
-   * passed its checks.
-   *
-   * Small pieces (fields, the part head) ride with the first image bytes and
-   * the fields after the image with the closing boundary, so each yield is one
-   * socket write. (Gathering image data into 64 KiB writes was measured too:
-   * no change in upload time, so the chunks go on as busboy gives them.)
+   * The form for the engine: the fields so far, the image as it arrives, then the rest. A refusal throws, so
+   * undici destroys the engine socket and the engine never sees a complete request
+   * (decision: a refused create never completes); the closing boundary goes out only once the whole form passed.
    */
   streamBody (image: SniffedImage, timing: UploadTiming): AsyncGenerator<Buffer> {
     const body = this.#streamBody(image, timing)
     const upload = this
     return (async function * () {
-      // Marked once undici starts pulling: a generator never started has no reader to wait for.
+      // A generator never started has no reader for finishReading to wait for.
       let exited!: () => void
       upload.#streaming = new Promise<void>((resolve) => { exited = resolve })
       try {
@@ -176,7 +133,6 @@ export class CreateUpload {
         out = [chunk]
       }
       out = [this.writer.fileTail]
-      // The rest of the form, read and checked like the fields before the image.
       await this.#readAfterImage()
       out.push(...this.#encodedFields().slice(sentBeforeImage))
     } catch (err) {
@@ -191,13 +147,7 @@ export class CreateUpload {
     timing.bodySent()
   }
 
-  /**
-   * Read and check what is left of the form after the engine stopped taking
-   * it (it answered before the upload ended), so that a fingerprint covers the
-   * whole form (DECISIONS 16). Bounded by the same limits as
-   * the upload. Rejects, with `refusal` set, when the form cannot be read to
-   * its end or is not valid.
-   */
+  /** What an early answer left unread, read and checked so that a keyed create's fingerprint covers it all. */
   async finishReading (): Promise<void> {
     // One reader at a time: wait for undici to have let go of the generator.
     await this.#streaming
@@ -212,7 +162,6 @@ export class CreateUpload {
     }
   }
 
-  /** The parts after the image, to the end of the form, which must then be complete. */
   async #readAfterImage (): Promise<void> {
     if (this.#formEnded) return
     const another = await this.readUntilImage()
@@ -221,7 +170,6 @@ export class CreateUpload {
     this.#formEnded = true
   }
 
-  /** Read the image's first bytes until they say PNG or JPEG; refuse anything else before the engine is called. */
   async #sniff (part: MultipartFile): Promise<SniffedImage> {
     const sniffer = new ImageSniffer()
     this.#image = { part, chunks: (part.file as AsyncIterable<Buffer>)[Symbol.asyncIterator](), sniffer }
@@ -254,11 +202,7 @@ export class CreateUpload {
     return this.#reads.wait(iterator.next())
   }
 
-  /**
-   * What makes this form "the same request" (DECISIONS 16): the validated
-   * fields sorted by name, and the image's digest. The boundary and the order
-   * of the parts do not count. Valid once the whole form has been read.
-   */
+  /** "The same request": the validated fields by name and the image's digest, not the boundary or the order. */
   contentDigest (): string {
     if (this.#imageHash === undefined) throw new Error('contentDigest needs an upload built with fingerprint: true')
     return formContent(this.#fields, this.#imageHash.digest('base64url'))

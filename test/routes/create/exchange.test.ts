@@ -234,3 +234,36 @@ t.test('an illegal step throws and is recorded; what it was granted is still giv
   exchange.dispose()
   t.same(share.state.streaming, 0)
 })
+
+t.test('the per-chunk events: they time the engine while streaming, and change nothing once it has answered', async (t) => {
+  const CHUNK_EVENTS: ExchangeEvent[] = ['hand-over', 'taken']
+  const expected: Partial<Record<ExchangeState, string[]>> = {
+    streaming: ['armStall', 'disarmStall'],
+    answered: [],
+    'engine-done': [],
+    'reading-rest': []
+  }
+  for (const state of STATES) {
+    for (const [i, event] of CHUNK_EVENTS.entries()) {
+      const effects = expected[state]
+      if (effects === undefined) {
+        t.throws(() => step(state, event), new IllegalTransition(state, event), `${state} refuses ${event}`)
+      } else {
+        t.equal(step(state, event).to, state, `${state} --${event}--> ${state}`)
+        t.same(step(state, event).effects, effects.slice(i, i + 1), `${state} ${event}: ${effects[i] ?? 'no effect'}`)
+      }
+    }
+  }
+})
+
+t.test('a chunk out of order is an illegal step the exchange records', async (t) => {
+  const { exchange } = rig()
+  await exchange.claim()
+  exchange.sniff()
+  t.throws(() => { exchange.handedOver(1024) }, new IllegalTransition('sniffing', 'hand-over'))
+  t.same(exchange.illegal.map((e) => `${e.state} ${e.event}`), ['sniffing hand-over'])
+  exchange.dispose()
+  exchange.handedOver(1024)
+  exchange.taken()
+  t.equal(exchange.illegal.length, 1, 'after the end a late chunk is dropped, not an illegal step')
+})
