@@ -1,17 +1,11 @@
-/**
- * The gateway's environment (DECISIONS "Configuration"). One schema gives the
- * config type, the validation and the error messages.
- */
+/** The gateway's environment (docs/decisions/configuration.md): type, validation and messages from one schema. */
 import { Type, type Static } from '@sinclair/typebox'
 
-/** src/env.ts accepts only plain digits for these: '40.5' and '4e3' are errors, not 40 and 4. */
+/** Only plain digits: '40.5' and '4e3' are errors, not 40 and 4. */
 const Integer = (min: number, max: number, description: string, dflt: number) =>
   Type.Integer({ minimum: min, maximum: max, default: dflt, description })
 
-/**
- * OpenTelemetry's standard variables (DECISIONS 29), read by the gateway and
- * the standalone engine alike. Unset endpoint: no tracing at all.
- */
+/** OpenTelemetry's standard variables (decision: traces); with no endpoint, no tracing at all. */
 export const OtelEnv = Type.Object({
   OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'base URL of an OTLP/HTTP collector, e.g. http://jaeger:4318 (traces go to its /v1/traces); unset: no traces' })),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://[^\\s]+$', description: 'full URL of an OTLP/HTTP traces endpoint, e.g. http://jaeger:4318/v1/traces (wins over OTEL_EXPORTER_OTLP_ENDPOINT)' })),

@@ -1,10 +1,10 @@
-/** Health and connectivity bodies (spec "Endpoints"; DECISIONS 11-12). */
+/** Health and connectivity bodies (spec "Endpoints"; decisions: api health; liveness). */
 import { Type, type Static } from '@sinclair/typebox'
 
 export const Liveness = Type.Object({
   status: Type.String(),
   timestamp: Type.String({ format: 'date-time' }),
-  /** Seconds since the process started (the spec leaves the unit open; we pick seconds). */
+  /** Seconds: the spec leaves the unit open. */
   uptime: Type.Number()
 }, { $id: 'Liveness' })
 export type Liveness = Static<typeof Liveness>

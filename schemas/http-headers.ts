@@ -1,9 +1,4 @@
-/**
- * Request and response headers of the client contract, as the OpenAPI
- * document describes them (DECISIONS 10, 14-16, 19; W3C Trace Context).
- * The gateway reads these headers in its own code, which is stricter where it
- * must be (src/http/request-id.ts, src/observability/trace-context.ts).
- */
+/** Headers as the OpenAPI document describes them; the gateway's own readers are stricter where they must be. */
 import { Type } from '@sinclair/typebox'
 
 export const RequestIdHeader = Type.String({
@@ -32,13 +27,13 @@ export const IdempotencyKeyHeader = Type.String({
     '(Idempotent-Replayed: true)'
 })
 
-/** The request side of x-request-id: any value is accepted; one that RequestIdHeader does not fit is replaced. */
+/** Any value is accepted; one that RequestIdHeader does not fit is replaced. */
 export const RequestIdParameter = Type.String({
   description: 'Your id for the request: kept when 1-128 visible ASCII characters, otherwise replaced by a new ' +
     'UUID; echoed on every answer and sent to the engine'
 })
 
-/** The request side of traceparent: any value is accepted; one TraceParentHeader does not fit starts a new trace. */
+/** Any value is accepted; one TraceParentHeader does not fit starts a new trace. */
 export const TraceParentParameter = Type.String({
   description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); ' +
     'anything else starts a new trace'

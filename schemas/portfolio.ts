@@ -1,7 +1,4 @@
-/**
- * The client contract for portfolios (spec "Resources", "Endpoints", "Limits";
- * DECISIONS 1-7). Route validation, the engine and the docs read these.
- */
+/** The client contract for portfolios (spec "Resources", "Endpoints", "Limits"), read by routes, engine and docs. */
 import { Type, type Static } from '@sinclair/typebox'
 import { SOLANA_ADDRESS_FORMAT } from './formats.js'
 
@@ -11,11 +8,11 @@ export const LIMITS = Object.freeze({
   descriptionMax: 500,
   walletMin: 32,
   walletMax: 44,
-  /** DECISIONS 5: "10MB" is 10 MiB. */
+  /** "10MB" is 10 MiB (decision: image). */
   imageMaxBytes: 10 * 1024 * 1024,
   targetPositionsMin: 1,
   targetPositionsMax: 100,
-  /** Allowed distance of the allocation sum from 1 (floating-point error, DECISIONS 3). */
+  /** Floating-point error allowed in the allocation sum (decision: allocations). */
   allocationSumTolerance: 1e-9,
   /** 100 positions of two 44-char fields fit in ~10 KiB; anything far larger is not an update. */
   updateBodyMaxBytes: 64 * 1024
@@ -33,7 +30,7 @@ export type PortfolioType = Static<typeof PortfolioType>
 /** Visible ASCII, no spaces or control characters: safe for an engine to use in a path or a key. */
 export const PRINTABLE_ASCII = '^[\\x21-\\x7e]+$'
 
-/** A portfolio id as the client sends it: DECISIONS 1, "missing, empty, not a string" is 400. */
+/** A missing, empty or non-string id is 400 (decision: unknown portfolio). */
 export const PortfolioId = Type.String({ minLength: 1, maxLength: 128, pattern: PRINTABLE_ASCII })
 
 export const TargetPosition = Type.Object(
@@ -78,20 +75,15 @@ export const CreatePortfolioFields = Type.Object(
 )
 export type CreatePortfolioFields = Static<typeof CreatePortfolioFields>
 
-/** One field on its own, as it arrives: checked before the next part is read. */
+/** Checked as each field arrives, before the next part is read. */
 export const CreatePortfolioField = Type.Partial(CreatePortfolioFields, { additionalProperties: false })
 
-/**
- * The whole create body: the image, four fields of at most fieldSize bytes,
- * part heads and boundaries. busboy reads and drops preamble and epilogue
- * bytes without limit, so the request itself needs one.
- */
+/** busboy drops preamble and epilogue bytes without limit, so the whole request needs one. */
 export const CREATE_BODY_MAX_BYTES = LIMITS.imageMaxBytes + 64 * 1024
 
-/** The file part of the create form. */
 export const IMAGE_FIELD = 'image'
 
-/** Multipart limits for create (busboy's names); each breach is a 400 naming it. */
+/** busboy's names; each breach is a 400 naming it. */
 export const CREATE_FORM_LIMITS = Object.freeze({
   /** Bytes: 500 characters of UTF-8 take at most 2000. */
   fieldSize: 2048,
@@ -99,7 +91,7 @@ export const CREATE_FORM_LIMITS = Object.freeze({
   files: 1,
   parts: 5,
   fileSize: LIMITS.imageMaxBytes,
-  /** Per part: busboy reads this many header pairs and bytes and skips the rest unread (it has no error for it). */
+  /** Per part; busboy skips the rest unread, with no error for it. */
   headerPairs: 16,
   headerSize: 1024
 })

@@ -1,8 +1,4 @@
-/**
- * The upstream contract v1 (DECISIONS "The upstream contract"): what the engine
- * must answer. The gateway checks every engine answer against these and turns
- * anything else into a 502.
- */
+/** What the engine must answer (docs/decisions/upstream-contract.md); anything else becomes a 502. */
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { StructuredError } from './errors.js'
@@ -17,7 +13,7 @@ export const EngineHealth = Type.Object({
 })
 export type EngineHealth = Static<typeof EngineHealth>
 
-/** Headers every engine call carries (DECISIONS 9-10). */
+/** Headers every engine call carries (decisions: identity; request ids). */
 export const USER_ID_HEADER = 'x-user-id'
 export const REQUEST_ID_HEADER = 'x-request-id'
 

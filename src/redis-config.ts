@@ -1,9 +1,6 @@
 /**
- * Which Redis the gateway shares its state through (DECISIONS 17, 26): one
- * server (REDIS_URL), a primary watched by Sentinels (REDIS_SENTINELS +
- * REDIS_SENTINEL_NAME), or a Redis Cluster (REDIS_CLUSTER_NODES). Exactly one.
- * Every bad combination is one line that says how to fix it; a password is
- * never part of one.
+ * Which Redis the gateway shares its state through (decision: redis with more than one node): exactly one mode. Every
+ * bad combination is one line that says how to fix it, never quoting a password.
  */
 import { readFileSync } from 'node:fs'
 import { X509Certificate } from 'node:crypto'
@@ -14,7 +11,7 @@ export interface HostPort {
 }
 
 interface RedisCommon {
-  /** The PEM text of REDIS_TLS_CA, read at start. */
+  /** The PEM text, read at start. */
   readonly tlsCa?: string
 }
 
@@ -35,7 +32,6 @@ export type RedisConfig =
       }) |
   (RedisCommon & RedisAuth & { readonly mode: 'cluster'; readonly nodes: readonly HostPort[] })
 
-/** The REDIS_* variables, as the env schema gives them. */
 export interface RedisEnv {
   REDIS_URL?: string | undefined
   REDIS_SENTINELS?: string | undefined
@@ -57,7 +53,7 @@ export const REDIS_SECRET_VARIABLES: ReadonlySet<string> = new Set([
   'REDIS_SENTINEL_PASSWORD'
 ])
 
-/** The Redis to use (undefined: state in the process), or the one-line problem. */
+/** Undefined: state stays in the process. */
 export function redisConfigOf (
   env: RedisEnv
 ): { ok: true; value: RedisConfig | undefined } | { ok: false; message: string } {
@@ -77,6 +73,36 @@ function read (env: RedisEnv): RedisConfig | undefined {
   )
   if (modes.length > 1) { throw new RedisConfigProblem(`${modes.join(' and ')} are ${modes.length === 2 ? 'both' : 'all'} set: ${ONE_OF}`) }
   const mode = modes[0]
+  checkCombination(env, mode)
+  if (mode === undefined) return undefined
+  const tls = env.REDIS_TLS_CA === undefined ? {} : { tlsCa: readCa(env.REDIS_TLS_CA) }
+  const auth = {
+    ...(env.REDIS_USERNAME === undefined ? {} : { username: env.REDIS_USERNAME }),
+    ...(env.REDIS_PASSWORD === undefined ? {} : { password: env.REDIS_PASSWORD })
+  }
+  if (mode === 'REDIS_URL') return { mode: 'single', url: checkedUrl(env), ...tls }
+  if (mode === 'REDIS_SENTINELS') {
+    if (env.REDIS_SENTINEL_NAME === undefined) {
+      throw new RedisConfigProblem(
+        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
+      )
+    }
+    return {
+      mode: 'sentinel',
+      sentinels: hostPorts('REDIS_SENTINELS', env.REDIS_SENTINELS!),
+      name: env.REDIS_SENTINEL_NAME,
+      ...auth,
+      ...(env.REDIS_SENTINEL_PASSWORD === undefined ? {} : { sentinelPassword: env.REDIS_SENTINEL_PASSWORD }),
+      ...tls
+    }
+  }
+  return { mode: 'cluster', nodes: hostPorts('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES!), ...auth, ...tls }
+}
+
+type ModeVariable = 'REDIS_URL' | 'REDIS_SENTINELS' | 'REDIS_CLUSTER_NODES'
+
+/** The variables that belong to another mode, or to none. */
+function checkCombination (env: RedisEnv, mode: ModeVariable | undefined): void {
   if (env.REDIS_SENTINEL_NAME !== undefined && mode !== 'REDIS_SENTINELS') {
     throw new RedisConfigProblem(
       "REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
@@ -104,44 +130,23 @@ function read (env: RedisEnv): RedisConfig | undefined {
   if (env.REDIS_TLS_CA !== undefined && mode === undefined) {
     throw new RedisConfigProblem(`REDIS_TLS_CA is set but no Redis is: ${ONE_OF}, or unset REDIS_TLS_CA`)
   }
-  if (mode === undefined) return undefined
-  const tls = env.REDIS_TLS_CA === undefined ? {} : { tlsCa: readCa(env.REDIS_TLS_CA) }
-  const auth = {
-    ...(env.REDIS_USERNAME === undefined ? {} : { username: env.REDIS_USERNAME }),
-    ...(env.REDIS_PASSWORD === undefined ? {} : { password: env.REDIS_PASSWORD })
+}
+
+function checkedUrl (env: RedisEnv): string {
+  const url = env.REDIS_URL!
+  if (!URL.canParse(url) || new URL(url).hostname === '') {
+    throw new RedisConfigProblem(
+      'REDIS_URL=(hidden) is invalid: not a URL; expected redis://[user:password@]host:port[/db], or rediss:// for TLS'
+    )
   }
-  if (mode === 'REDIS_URL') {
-    const url = env.REDIS_URL!
-    if (!URL.canParse(url) || new URL(url).hostname === '') {
-      throw new RedisConfigProblem(
-        'REDIS_URL=(hidden) is invalid: not a URL; expected redis://[user:password@]host:port[/db], or rediss:// for TLS'
-      )
-    }
-    const port = new URL(url).port
-    if (port !== '' && Number(port) === 0) { throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535') }
-    if (env.REDIS_TLS_CA !== undefined && !url.startsWith('rediss://')) {
-      throw new RedisConfigProblem(
-        'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA'
-      )
-    }
-    return { mode: 'single', url, ...tls }
+  const port = new URL(url).port
+  if (port !== '' && Number(port) === 0) { throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535') }
+  if (env.REDIS_TLS_CA !== undefined && !url.startsWith('rediss://')) {
+    throw new RedisConfigProblem(
+      'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA'
+    )
   }
-  if (mode === 'REDIS_SENTINELS') {
-    if (env.REDIS_SENTINEL_NAME === undefined) {
-      throw new RedisConfigProblem(
-        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
-      )
-    }
-    return {
-      mode: 'sentinel',
-      sentinels: hostPorts('REDIS_SENTINELS', env.REDIS_SENTINELS!),
-      name: env.REDIS_SENTINEL_NAME,
-      ...auth,
-      ...(env.REDIS_SENTINEL_PASSWORD === undefined ? {} : { sentinelPassword: env.REDIS_SENTINEL_PASSWORD }),
-      ...tls
-    }
-  }
-  return { mode: 'cluster', nodes: hostPorts('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES!), ...auth, ...tls }
+  return url
 }
 
 /** `host:port,host:port`, IPv6 literals in brackets; every port 1-65535. */
@@ -159,7 +164,7 @@ function hostPorts (name: string, list: string): HostPort[] {
   })
 }
 
-/** The CA file's PEM text: read once at start, so a missing file stops the start, not the first connect. */
+/** Read at start, so a missing file stops the start, not the first connect. */
 function readCa (path: string): string {
   let pem
   try {
@@ -170,7 +175,6 @@ function readCa (path: string): string {
     )
   }
   try {
-    // The first certificate of the file (a bundle may hold many).
     new X509Certificate(pem)
   } catch {
     throw new RedisConfigProblem(

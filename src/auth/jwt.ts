@@ -1,15 +1,7 @@
 /**
- * Bearer JWT authentication (spec "Authentication"; DECISIONS 9 and 13).
- *
- * Two key sources, one hook:
- * - one static key (JWT_SECRET or JWT_PUBLIC_KEY): @fastify/jwt (fast-jwt)
- *   verifies with the one configured algorithm;
- * - the identity provider's key set (JWT_JWKS_URL): the token's `kid` picks a
- *   key from key-set.ts, the key pins the algorithm, jose verifies.
- * Both check the signature, `exp` and `nbf` (with JWT_CLOCK_TOLERANCE_S), and
- * `iss`/`aud` when configured. Verified identities are cached by the token's
- * hash (token-cache.ts) and never outlive `exp`; a key-set entry is dropped
- * as soon as its key leaves the set (a revoked key is distrusted at once).
+ * Bearer JWT authentication (decisions: identity; tokens from an identity provider): a static key verified by
+ * @fastify/jwt, or the provider's key set, where the token's `kid` picks a key that pins the algorithm. A cached
+ * verification is dropped as soon as its key leaves the set, so a revoked key is distrusted at once.
  */
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
@@ -30,21 +22,19 @@ declare module 'fastify' {
 
 export interface AuthOptions {
   jwt: JwtConfig
-  /** Verified tokens kept; each entry is a hash of the token and a short id. */
   cacheSize?: number
   /** Upper bound on how long a verification is trusted, whatever the token's `exp`. */
   cacheMaxAgeMs?: number
-  /** JWT_JWKS_URL's keys, fetched once already (loadKeySet); required in key-set mode. */
+  /** Required in key-set mode. */
   keySet?: KeySet
 }
 
-/** Key-set fetch settings that tests shorten (the fetch timeout, the body bound). */
 export type KeySetBounds = Partial<Pick<KeySetOptions, 'timeoutMs' | 'maxBodyBytes' | 'minMaxAgeMs'>>
 
 const BEARER = /^Bearer +([A-Za-z0-9_.~+/=-]+) *$/i
 const BEARER_SCHEME = /^Bearer(?: |$)/i
 
-/** What fast-jwt's and jose's error codes mean to the client. The token itself is never echoed. */
+/** The token itself is never echoed. */
 const MISSING_CLAIM = 'token lacks a required claim (sub, exp, and iss/aud when configured)'
 const REASONS: Record<string, string> = {
   FAST_JWT_EXPIRED: 'token expired',
@@ -74,11 +64,7 @@ function identityOf (payload: { sub?: unknown, exp?: unknown }, toleranceS: numb
   return { userId: payload.sub, validUntilMs: ((payload.exp as number) + toleranceS) * 1000 }
 }
 
-/**
- * Register the verifier on `app` and return the onRequest hook that guards a
- * scope. The hook ends the request with 401 (or 503 when the identity
- * provider cannot be reached) before the body is read or any handler runs.
- */
+/** The onRequest hook answers before the body is read or any handler runs. */
 export async function createAuthenticator (app: FastifyInstance, opts: AuthOptions): Promise<onRequestHookHandler> {
   const cache = new TokenCache<SigningKey>({
     ...(opts.cacheSize === undefined ? {} : { max: opts.cacheSize }),
@@ -109,7 +95,6 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
     } catch (err) {
       return done(err as Error)
     }
-    // A static key verifies synchronously: no promise on the HS256/PEM path.
     if (verified instanceof Promise) verified.then(accept, refuse)
     else accept(verified)
 
@@ -121,7 +106,7 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
     }
     function refuse (err: unknown): void {
       if (err instanceof KeyNotFound && err.retryAfterS !== undefined) {
-        // DECISIONS 13: the provider is down, so 503 + Retry-After, never 401 (apps would log users out).
+        // The provider is down: 503, never 401, which would make apps log users out.
         reply.header('retry-after', String(err.retryAfterS))
         request.log.warn({ retryAfterS: err.retryAfterS }, 'token refused: its key cannot be had, identity provider unreachable')
         return done(new GatewayError('AUTH_PROVIDER_UNAVAILABLE'))
@@ -167,10 +152,7 @@ async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig)
 
 export interface KeySetDeps { log: FastifyBaseLogger, metrics: KeySetMetrics, bounds?: KeySetBounds | undefined }
 
-/**
- * The identity provider's key set, fetched once so the gateway listens only after it (DECISIONS 13);
- * a provider down at start is logged, not fatal. The caller closes it.
- */
+/** Fetched before the gateway listens; a provider down at start is logged, not fatal. */
 export async function loadKeySet (jwt: JwtKeySetConfig, deps: KeySetDeps): Promise<KeySet> {
   const { log, metrics, bounds } = deps
   const keySet = new KeySet({ url: jwt.jwksUrl, cooldownMs: jwt.jwksCooldownS * 1000, log, metrics, ...bounds })

@@ -1,31 +1,15 @@
 /**
- * The identity provider's JSON Web Key Set (RFC 7517), cached whole (DECISIONS 13).
- *
- * jose does the cryptography (importJWK here, jwtVerify in jwt.ts). Its
- * `createRemoteJWKSet` was the first choice but lacks what DECISIONS 13 asks:
- * its cooldown counts from the last *successful* fetch, so during an outage
- * every invented `kid` refetches; it never refreshes in the background nor reads
- * Cache-Control; it reads any body size; and it cannot tell which keys left the
- * set, which the verified-token cache needs. So this module owns the fetching
- * and the selection (a few dozen lines) and leaves the crypto to jose.
- *
- * - One fetch in flight at a time; each bounded in time (5 s) and size (256 KiB).
- * - Refreshed in the background before it expires: at 80% of the provider's
- *   Cache-Control max-age, clamped to [60 s, 24 h]; 10 min without one.
- * - An unknown `kid` refetches at most once per cooldown, counted from the
- *   start of the last attempt of any kind (background refreshes included).
- * - A failed fetch keeps the cached keys: an outage logs nobody out.
- *
- * Observability: each attempt is logged (info, or warn when it fails) and
- * counted through `metrics.keySetRefreshed`; each token answered 503 because
- * no key could be had, through `metrics.keySetKeyUnavailable`.
+ * The identity provider's key set, cached whole (decision: tokens from an identity provider). jose's
+ * `createRemoteJWKSet` is not used: during an outage every invented `kid` refetches, it ignores Cache-Control and
+ * body size, and it cannot tell which keys left the set. A failed fetch keeps the cached keys, so an outage logs
+ * nobody out.
  */
 import { importJWK, type CryptoKey, type JWK } from 'jose'
 import { request } from 'undici'
 import type { KeySetMetrics } from '../observability/metrics.js'
 import type { KeySetStatus } from '../observability/status.js'
 
-/** Algorithms a key set may pin; HS* never (a JWK set of public keys has no shared secret). */
+/** HS* never: a set of public keys has no shared secret. */
 const ASYMMETRIC = new Set([
   'RS256',
   'RS384',
@@ -40,28 +24,25 @@ const ASYMMETRIC = new Set([
   'Ed25519'
 ])
 
-/** One usable key and the one algorithm it verifies. */
 export interface SigningKey {
   readonly kid: string | undefined
   readonly alg: string
   readonly key: CryptoKey | Uint8Array
-  /** The JWK as published, to tell an unchanged key from a replaced one on refresh. */
+  /** As published, to tell an unchanged key from a replaced one on refresh. */
   readonly jwk: string
 }
 
 export interface KeySetOptions {
   url: string
   cooldownMs: number
-  /** DECISIONS 13: at most 5 s. */
   timeoutMs?: number
   maxBodyBytes?: number
-  /** Lower bound on the provider's max-age (60 s; tests shorten it). */
   minMaxAgeMs?: number
   log?: { warn: (obj: object, msg: string) => void; info: (obj: object, msg: string) => void }
   metrics?: KeySetMetrics
 }
 
-/** A key lookup ended without a key. `unavailable`: the provider could not be reached; else the kid is unknown. */
+/** With `retryAfterS` the provider could not be reached; without, the kid is unknown. */
 export class KeyNotFound extends Error {
   override name = 'KeyNotFound'
   constructor (
@@ -76,7 +57,6 @@ const DEFAULT_MAX_AGE_MS = 10 * 60_000
 const MIN_MAX_AGE_MS = 60_000
 const MAX_MAX_AGE_MS = 24 * 3600_000
 
-/** The algorithm a JWK pins: its `alg`, else the one its key type implies (DECISIONS 13). */
 export function pinnedAlgorithm (jwk: JWK): string | undefined {
   if (jwk.use !== undefined && jwk.use !== 'sig') return undefined
   if (jwk.alg !== undefined) return ASYMMETRIC.has(jwk.alg) ? jwk.alg : undefined
@@ -86,7 +66,6 @@ export function pinnedAlgorithm (jwk: JWK): string | undefined {
   return undefined
 }
 
-/** How long the provider says its set is fresh (Cache-Control max-age), clamped to sane bounds. */
 export function maxAgeMs (cacheControl: string | string[] | undefined, minMs = MIN_MAX_AGE_MS): number {
   const match = /(?:^|,)\s*max-age=(\d+)/i.exec(String(cacheControl ?? ''))
   if (match === null) return DEFAULT_MAX_AGE_MS
@@ -101,7 +80,6 @@ export class KeySet {
   private lastAttemptAt = -Infinity
   private lastOk = false
   private inFlight: Promise<void> | undefined
-  /** When the last successful fetch ended, and when the next is due (GET /status). */
   private lastFetchedAt: number | undefined
   private nextFetchAt: number | undefined
   private timer: NodeJS.Timeout | undefined
@@ -112,12 +90,11 @@ export class KeySet {
     this.opts = { timeoutMs: 5_000, maxBodyBytes: 256 * 1024, minMaxAgeMs: MIN_MAX_AGE_MS, ...opts }
   }
 
-  /** True while `key` is in the set: a key that left it is distrusted from that refresh on. */
   trusts (key: SigningKey): boolean {
     return this.trusted.has(key)
   }
 
-  /** The key for a token's `kid`; throws KeyNotFound. No network call when the key is cached. */
+  /** Throws KeyNotFound. */
   async keyFor (kid: string | undefined): Promise<SigningKey> {
     let found = this.lookup(kid)
     if (found !== undefined) return found
@@ -139,7 +116,7 @@ export class KeySet {
     return this.keys.find((k) => k.kid === kid)
   }
 
-  /** Fetch the set now, unless a fetch is already in flight (then wait for that one). Never throws. */
+  /** One fetch in flight at a time; never throws. */
   refresh (): Promise<void> {
     this.inFlight ??= this.fetchOnce().finally(() => {
       this.inFlight = undefined
@@ -147,12 +124,11 @@ export class KeySet {
     return this.inFlight
   }
 
-  /** True once a fetch has succeeded and while the last one did (false during an outage). */
   get ready (): boolean {
     return this.lastOk
   }
 
-  /** For GET /status: the keys' ids and algorithms, never their material, nor the URL (it may carry a token). */
+  /** Never the keys' material, nor the URL, which may carry a token. */
   get status (): KeySetStatus {
     const iso = (ms: number | undefined): string | null =>
       ms === undefined || !Number.isFinite(ms) ? null : new Date(ms).toISOString()
@@ -174,6 +150,7 @@ export class KeySet {
 
   private async fetchOnce (): Promise<void> {
     const started = Date.now()
+    // The cooldown counts from any attempt's start, failed ones included, so an outage does not invite refetches.
     this.lastAttemptAt = started
     let nextInMs = this.opts.cooldownMs
     try {
@@ -187,6 +164,7 @@ export class KeySet {
       this.trusted = new Set(this.keys)
       this.lastOk = true
       this.lastFetchedAt = Date.now()
+      // Refreshed in the background before the provider's max-age runs out.
       nextInMs = Math.max(this.opts.cooldownMs, maxAge * 0.8)
       this.opts.log?.info({ url: this.url, keys: keys.length, ms: Date.now() - started }, 'key set fetched')
       this.opts.metrics?.keySetRefreshed(true)

@@ -1,10 +1,4 @@
-/**
- * The verified-token cache. Keyed by the SHA-256 of the
- * token, not the token: an entry costs 43 characters of key whatever the
- * token's size (up to 16 KiB), so 10,000 entries stay under ~2 MB.
- * An entry never outlives the token's `exp` (plus the clock tolerance) nor
- * `maxAgeMs`.
- */
+/** Verified tokens, keyed by the token's SHA-256 so an entry's key is small whatever the token's size. */
 import { hash } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 
@@ -15,7 +9,6 @@ export interface Verified<K> {
 }
 
 export class TokenCache<K = never> {
-  /** Exposed for tests: its keys are hashes. */
   readonly lru: LRUCache<string, Verified<K>>
   private readonly maxAgeMs: number
 
@@ -32,7 +25,7 @@ export class TokenCache<K = never> {
     return this.lru.get(TokenCache.keyOf(token))
   }
 
-  /** `validUntilMs`: the moment the token stops being accepted (exp + tolerance). */
+  /** `validUntilMs` is exp plus the clock tolerance. */
   set (token: string, entry: Verified<K>, validUntilMs: number): void {
     const ttl = Math.min(this.maxAgeMs, validUntilMs - Date.now())
     if (ttl > 0) this.lru.set(TokenCache.keyOf(token), entry, { ttl })

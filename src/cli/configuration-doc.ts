@@ -1,7 +1,4 @@
-/**
- * npm run docs:config: write docs/configuration.md (or the path given) from
- * the environment schemas.
- */
+/** npm run docs:config: writes docs/configuration.md, or the path given. */
 import '../shared/runtime-guard.js'
 import { writeFile } from 'node:fs/promises'
 import { configurationDocument } from './configuration-document.js'

@@ -1,15 +1,8 @@
-/**
- * docs/configuration.md as text, generated from the environment schemas that
- * validate it at start-up (schemas/env.ts for the gateway, the reference
- * engine's own in src/reference-engine/engine-env.ts): one row per variable,
- * so the manual cannot drift from the code. test/cli/configuration-doc.test.ts
- * compares the committed file with this; `npm run docs:config` rewrites it.
- */
+/** docs/configuration.md, generated from the schemas that validate the environment, so it cannot drift from them. */
 import { Kind, type TObject, type TSchema } from '@sinclair/typebox'
 import { Env } from '../../schemas/env.js'
 import { EngineEnv } from '../reference-engine/engine-env.js'
 
-/** What a value must look like, read from the schema (the same rule that rejects a bad one). */
 function allowed (schema: TSchema): string {
   if (schema[Kind] === 'Union') return (schema['anyOf'] as TSchema[]).map((s) => `\`${String(s['const'])}\``).join(', ')
   if (schema[Kind] === 'Integer') return `integer ${String(schema['minimum'])}–${String(schema['maximum'])}`

@@ -1,7 +1,4 @@
-/**
- * The OpenAPI document as text, from a gateway that is built and never listens:
- * what `npm run openapi` commits and what the in-step test compares.
- */
+/** The OpenAPI document as GET /openapi.json serves it, from a gateway built but never listening. */
 import { randomBytes } from 'node:crypto'
 import { compose } from '../compose.js'
 import { loadConfig } from '../config.js'

@@ -15,7 +15,7 @@ function fail (message: string): never {
   process.exit(1)
 }
 
-/** Run `fn`; any error ends the process with one line, never a stack trace. */
+/** Any error ends the process with one line, never a stack trace. */
 function attempt<T> (fn: () => T, what: string): T {
   try {
     return fn()
@@ -32,7 +32,6 @@ const { values } = attempt(() => parseArgs({
   }
 }), 'usage: npm run token -- --sub <user> [--expires-in 1h] [--private-key key.pem]')
 
-// The gateway's own rule: a token it would refuse is not worth printing.
 if (!SANE_SUBJECT.test(values.sub)) fail(`--sub must be ${SUBJECT_RULE}, the rule the gateway applies to sub`)
 
 let config

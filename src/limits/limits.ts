@@ -1,8 +1,4 @@
-/**
- * The limits layer, built once from the config: the store (memory or Redis),
- * the shedder's signals, the rate-limit hook and the idempotency records. What they
- * refuse or let through is counted in the gateway's metrics.
- */
+/** The limits layer: store, shedder signals, rate-limit hook and idempotency records. */
 import type { FastifyBaseLogger, FastifyInstance, onRequestHookHandler } from 'fastify'
 import type { LimitsConfig } from '../config.js'
 import type { EngineClient } from '../engine-client/client.js'
@@ -14,24 +10,20 @@ import { watchEventLoop, type EventLoopWatch, type LoadShedder } from './sheddin
 import type { LimitStore, UploadLeaseStore } from './store.js'
 
 export interface Limits {
-  /** onRequest, after auth; undefined when RATE_LIMIT_PER_MINUTE=0. */
+  /** onRequest, after auth. */
   rateLimit?: onRequestHookHandler
   idempotency: Idempotency
-  /** The per-user upload cap's count across gateways (DECISIONS 23); undefined in the process. */
+  /** Undefined when the store is in the process. */
   uploadCount?: SharedUploadCount
 }
 
-/** What the upload share needs of the shared store (src/limits/upload-share.ts). */
 export interface SharedUploadCount {
   store: UploadLeaseStore
   log: FastifyBaseLogger
   metrics: { uploadCapFailedOpen: () => void }
 }
 
-/**
- * The store of counts, claims and upload leases: in this process, or Redis when configured. The
- * Redis client's modules load only then, so a gateway without Redis starts without them. The caller closes it.
- */
+/** Redis's modules load only when configured, so a gateway without Redis starts without them. */
 export async function openLimitStore (
   config: LimitsConfig,
   deps: { log: FastifyBaseLogger, metrics: RedisStoreMetrics }
@@ -49,10 +41,7 @@ export interface LimitsDeps {
   callTimeoutMs: number
 }
 
-/**
- * Build the layer for `app` on `store`. The event loop is watched from onReady,
- * so start-up work (loading, compiling routes) is not mistaken for load.
- */
+/** The event loop is watched from onReady, so start-up work is not mistaken for load. */
 export function buildLimits (app: FastifyInstance, config: LimitsConfig, deps: LimitsDeps): Limits {
   const { engine, shedder, store, metrics } = deps
   const eventLoop = config.shedEventLoopDelayMs > 0 ? lazyWatch(config.shedEventLoopDelayMs) : undefined
@@ -72,24 +61,15 @@ export function buildLimits (app: FastifyInstance, config: LimitsConfig, deps: L
 }
 
 /**
- * How long an in-flight claim holds: past the longest request the server
- * allows (receiving it, requestTimeout 180 s, then UPSTREAM_TIMEOUT_MS for the
- * engine: `callTimeoutMs`), plus a margin for the server's timeout checks and
- * the store's clocks. Independent of IDEMPOTENCY_TTL_S: a claim that expired
- * while its request still ran would let a retry reach the engine as well. It
- * only matters when an instance dies mid-request; otherwise the claim is
- * completed or released.
+ * A claim outlives the longest request the server allows, since one that expired while its request still ran would
+ * let a retry reach the engine too; it matters only when an instance dies mid-request.
  */
 export function pendingTtlMs (callTimeoutMs: number): number {
   return callTimeoutMs + PENDING_MARGIN_MS
 }
-/**
- * Node checks requestTimeout every connectionsCheckingInterval (30 s by default), so a request can run
- * that much longer.
- */
+/** Node checks requestTimeout every connectionsCheckingInterval (30 s), so a request can run that much longer. */
 export const PENDING_MARGIN_MS = 35_000
 
-/** An event-loop watch that starts measuring when told to; until then nothing lags. */
 function lazyWatch (boundMs: number): EventLoopWatch & { start: () => void } {
   let watch: EventLoopWatch | undefined
   return {

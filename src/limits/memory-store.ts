@@ -1,11 +1,6 @@
 /**
- * The in-process store: right for one instance (DECISIONS 17). Bounded: the
- * least recently used entries go first, and every entry has its TTL.
- *
- * Each subject holds at most `maxRecordsPerSubject` idempotency records: a new
- * claim past that evicts that subject's own oldest record. So one user sending
- * fresh keys as fast as the rate limit allows cannot push the other users'
- * records out of the shared LRU; only many users together fill it.
+ * The in-process store, for one instance (decision: shared state). Each subject's records are capped, evicting its
+ * own oldest, so one user sending fresh keys cannot push other users' records out of the shared LRU.
  */
 import { LRUCache } from 'lru-cache'
 import {
@@ -46,8 +41,7 @@ export class MemoryStore implements LimitStore {
     this.#windows = new LRUCache({ max })
     this.#records = new LRUCache({
       max,
-      // Evicted, expired or deleted: the subject no longer holds it. ('set' is
-      // a record replaced under the same key, which the subject still holds.)
+      // 'set' is a record replaced under the same key, which the subject still holds.
       dispose: (stored, key, reason) => {
         if (reason !== 'set') this.#forget(stored.subject, key)
       }

@@ -1,13 +1,6 @@
 /**
- * The shared store: Redis through ioredis (DECISIONS 17, 26), one server, a
- * Sentinel-watched primary or a Redis Cluster (redis/client.ts: short
- * timeouts, no offline queue, reconnection forever, a hung server detected).
- * The gateway starts while Redis is down.
- *
- * Three clients: counters and upload leases go through one, idempotency
- * records through another, and replication acknowledgements (`WAIT`, which
- * blocks its connection on the server: redis/replication.ts) through a third,
- * so a slow replica never delays a claim, a completion or a count.
+ * The shared store in Redis (decision: shared state). Counters, records and replication acknowledgements each have
+ * their own client, so a slow replica's WAIT never delays a claim, a completion or a count.
  */
 import DataLoader from 'dataloader'
 import type { FastifyBaseLogger } from 'fastify'
@@ -31,12 +24,9 @@ import { RedisHealth, type RedisMetrics } from './redis/health.js'
 /** A window's key outlives it a little, so instances whose clocks differ by that much still share it. */
 const EXPIRY_SLACK_MS = 5_000
 
-/** Hits counted together in one turn, at most. */
 const MAX_BATCH = 512
 
-/** Claims whose answer was lost (timeout, dead socket) and may have been stored: released on reconnect, at most this
- * many.
- */
+/** Claims whose answer was lost but may have been stored, released on reconnect, at most this many. */
 const MAX_ORPHANS = 10_000
 
 interface Scripts {
@@ -57,20 +47,17 @@ interface Scripts {
 type ScriptedClient = RedisClient & Scripts
 
 export interface RedisStoreOptions {
-  /** The Redis to use; a bare URL is REDIS_URL. */
+  /** A bare URL is REDIS_URL. */
   redis: RedisConfig | string
   log: FastifyBaseLogger
   metrics?: RedisMetrics
-  /** Per-command bound; default 300 ms. */
   commandTimeoutMs?: number
-  /** No answer this long while commands wait: the connection is dead; default 1 s. */
   socketTimeoutMs?: number
 }
 
 export class RedisStore implements LimitStore {
   readonly #counters: ScriptedClient
   readonly #records: ScriptedClient
-  /** Replication acknowledgements only: WAIT blocks this connection, and no other. */
   readonly #acks: RedisClient
   readonly #config: RedisConfig
   readonly #cluster: boolean
@@ -79,11 +66,9 @@ export class RedisStore implements LimitStore {
   readonly #health: RedisHealth
   readonly #log: FastifyBaseLogger
   readonly #orphans: Array<{ key: string; pending: string }> = []
-  /** A hang check is pending (#dropIfHung). */
   #hungCheck = false
-  /** The last records went out from a master without replicas: logged once per change. */
+  /** The last records went out from a master without replicas. */
   #alone = false
-  /** A missed round was logged in this turn (#missedRound). */
   #missLogged = false
 
   constructor (opts: RedisStoreOptions) {
@@ -106,10 +91,8 @@ export class RedisStore implements LimitStore {
     this.#records.on('ready', () => {
       void this.#releaseOrphans()
     })
-    // Every hit of one turn of the event loop (all the requests whose tokens
-    // were verified in it) goes to Redis as one script call per slot: one
-    // command's overhead for the batch instead of one per request, and the
-    // same user's hits summed into one INCRBY. DataLoader without its cache keeps every hit.
+    // A turn's hits go as one script call per slot, paying one command's overhead for the batch; no cache, so
+    // every hit counts.
     this.#hits = new DataLoader((hits) => this.#countHits(hits), {
       cache: false,
       maxBatchSize: MAX_BATCH,
@@ -117,32 +100,24 @@ export class RedisStore implements LimitStore {
     })
   }
 
-  /** The counters' client: tests and operators' tools may read it. */
+  /** For tests and operators' tools. */
   get client (): RedisClient {
     return this.#counters
   }
 
-  /**
-   * Count one hit on the key of the current window (windows aligned to the
-   * clock, store.ts), batched with the other hits of this turn. A key that
-   * misses its expiry (the instance died in between) is never counted again,
-   * since the next window has another key.
-   */
+  /** A key that misses its expiry is never counted again, since the next window has another key. */
   async hit (subject: string, windowMs: number): Promise<WindowHit> {
     const { id, resetMs } = currentWindow(windowMs)
     const count = await this.#hits.load({ key: windowKey(subject, id), windowMs })
     return { count, resetMs }
   }
 
-  /**
-   * One batch: the hits of each key summed, and each hit given its own place
-   * in the key's count. One script call for a single server; in a cluster
-   * one per slot (a script's keys must share a slot), each to its node.
+  /** Each hit gets its own place in its key's count; in a cluster, one call per slot, as a script's keys must share
+   * one.
    */
   async #countHits (hits: ReadonlyArray<{ key: string; windowMs: number }>): Promise<Array<number | Error>> {
     const perKey = new Map<string, number>()
     for (const { key } of hits) perKey.set(key, (perKey.get(key) ?? 0) + 1)
-    // Windows of one length per store in practice; the longest one's expiry serves them all.
     const expiryMs = Math.max(...hits.map((h) => h.windowMs)) + EXPIRY_SLACK_MS
     const groups = this.#cluster ? [...groupBySlot([...perKey.keys()]).values()] : [[...perKey.keys()]]
     const totals = new Map<string, number | Error>()
@@ -162,7 +137,7 @@ export class RedisStore implements LimitStore {
         }
       })
     )
-    // The hits of a key get its last counts in arrival order: the first of n gets total - n + 1.
+    // In arrival order: the first of n hits gets total - n + 1.
     const next = new Map<string, number | Error>()
     for (const [key, total] of totals) next.set(key, typeof total === 'number' ? total - perKey.get(key)! + 1 : total)
     return hits.map(({ key }) => {
@@ -185,8 +160,7 @@ export class RedisStore implements LimitStore {
       held = await this.#records.claimRecord(1, k, pending, pendingTtlMs)
     } catch (err) {
       this.#dropIfHung(err)
-      // Sent, maybe stored, answer lost: the claim would block the key (409)
-      // until it expires. Released (if still ours) once Redis answers again.
+      // Maybe stored with its answer lost, it would block the key until it expires: released once Redis answers.
       if (mayHaveRun(err)) this.#rememberOrphan(k, pending)
       throw err
     }
@@ -223,12 +197,7 @@ export class RedisStore implements LimitStore {
     }
   }
 
-  /**
-   * Counted and logged: a missed round once (it pauses acknowledgements for
-   * a few seconds, replication.ts), each record it covered counted; records
-   * that went out unacknowledged meanwhile, or from a master left alone,
-   * counted as unreplicated, logged once per change.
-   */
+  /** Every record missed is counted; a missed round is logged once, a master left alone once per change. */
   #acknowledged (ack: Acknowledgement): void {
     if (ack === 'acked' || ack === 'no_replicas') {
       this.#alone = false
@@ -248,7 +217,7 @@ export class RedisStore implements LimitStore {
     }
   }
 
-  /** True once per missed round (its records all see 'missed' in the same turn). */
+  /** A round's records all see 'missed' in the same turn. */
   #missedRound (): boolean {
     if (this.#missLogged) return false
     this.#missLogged = true
@@ -258,12 +227,6 @@ export class RedisStore implements LimitStore {
     return true
   }
 
-  /**
-   * Upload leases (DECISIONS 23), through the counters' client: one
-   * script call to take a place (which also removes the leases given back
-   * whose ZREM is still unanswered), a ZREM to give it back, and one renewal
-   * call per subject every few seconds while uploads last.
-   */
   readonly uploads: UploadLeaseStore = {
     enterUpload: async (subject, lease, max, leaseMs, ended = []) =>
       (await this.#counted(this.#counters.enterUpload(1, uploadsKey(subject), lease, max, leaseMs, ...ended))) === 1,
@@ -285,7 +248,6 @@ export class RedisStore implements LimitStore {
     }
   }
 
-  /** A counters' command: a timeout is evidence of a hung server, as for the hits. */
   async #counted<T>(command: Promise<T>): Promise<T> {
     try {
       return await command
@@ -314,28 +276,13 @@ export class RedisStore implements LimitStore {
   }
 
   /**
-   * A command without an answer within commandTimeout: the server is taken
-   * for hung at once, and both connections to it dropped. A hung Redis
-   * (stopped, or its host partitioned) keeps its TCP connections open, so
-   * without this every command would wait out its own timeout, one after the
-   * other (a keyed request makes two: its count, then its claim). Destroyed,
-   * a connection fails its queued commands, the next ones fail at once (no
-   * offline queue), and ioredis reconnects in the background. (socketTimeout
-   * does the same after 1 s of silence, in every mode; a cluster's nodes rely
-   * on that alone, since one node's silence says nothing of the others.)
+   * A hung Redis keeps its TCP connections open, so without dropping them every command would wait out its own
+   * timeout in turn. A cluster relies on socketTimeout alone, since one node's silence says nothing of the others.
    */
   #dropIfHung (err: unknown): void {
     if ((err as Error).message !== 'Command timed out' || this.#cluster || this.#hungCheck) return
-    // The evidence is a connection whose *oldest* command has itself timed
-    // out, not the error alone: the command that timed out may have belonged
-    // to a connection already gone, and the oldest command of a busy, healthy
-    // one is often a fresh command still unanswered one turn later. Dropping
-    // on that dropped good connections, whose commands then timed out in
-    // turn, every 300 ms, after a SIGSTOPped Redis was continued.
-    // A timer that fired late (the event loop was busy) is no hang either: the
-    // answers may be waiting in the socket. setImmediate runs after the poll
-    // phase has read every socket, so a connection whose oldest command is
-    // still the same timed-out one then has really received nothing.
+    // The evidence is the connection's oldest command timed out, not the error alone (it may be a gone connection's),
+    // checked after setImmediate, once the poll phase has read every socket, so a late timer is no hang.
     const clients = [this.#counters, this.#records] as Redis[]
     const oldest = clients.map((redis) => redis.commandQueue.peekFront())
     this.#hungCheck = true
@@ -345,12 +292,10 @@ export class RedisStore implements LimitStore {
         const front = redis.commandQueue.peekFront()
         return front !== undefined && front === oldest[i] && timedOut(front.command)
       })
-      // Both connections go to the same server: both are dropped.
       if (silent) {
         for (const redis of clients) {
           if (redis.status === 'ready') redis.stream.destroy()
-          // Only slow: the connection stays, so no 'ready' will come to release
-          // the claims that timed out. Released now, behind them on the same connection.
+          // No 'ready' will come to release the orphans, so they go now, behind the slow commands.
           else void this.#releaseOrphans()
         }
       }
@@ -373,18 +318,14 @@ export class RedisStore implements LimitStore {
   }
 }
 
-/** The pending record of `owner`'s claim: the exact string the compare-and-set scripts compare. */
+/** The exact string the compare-and-set scripts compare. */
 function pendingRecord (owner: string): string {
   return JSON.stringify({ state: 'pending', owner })
 }
 
 /**
- * A queued command that its commandTimeout has rejected: ioredis clears the
- * timer when a command settles, and an answered command leaves the queue, so
- * a command still queued without its timer has waited that long for nothing.
- * (an ioredis internal, listed in docs/architecture.md; were the field ever renamed, every command would
- * count as timed out, which is the check as it was before: still a drop only
- * when the oldest command stays unanswered.)
+ * ioredis clears the timer when a command settles, so a queued command without it timed out (an ioredis internal,
+ * listed in docs/architecture.md).
  */
 function timedOut (command: object): boolean {
   return (command as { _commandTimeoutTimer?: unknown })._commandTimeoutTimer === undefined
@@ -396,14 +337,13 @@ function mayHaveRun (err: unknown): boolean {
   return !message.includes("Stream isn't writeable") && !message.includes('enableOfflineQueue')
 }
 
-/** host:port of a Redis URL: never its user or password. */
+/** Never the URL's user or password. */
 function hostPortOf (url: string): string {
   const { hostname, port } = new URL(url)
   return `${hostname}:${port === '' ? '6379' : port}`
 }
 
 function scripted (client: RedisClient): ScriptedClient {
-  // EVALSHA, and EVAL once when Redis does not know the script yet (ioredis).
   client.defineCommand('countHits', { lua: COUNT_HITS })
   client.defineCommand('claimRecord', { lua: CLAIM })
   client.defineCommand('completeRecord', { lua: COMPLETE })

@@ -1,25 +1,7 @@
 /**
- * Load shedding (DECISIONS 15): a new /api/* request gets 503 with Retry-After
- * at once when the gateway cannot keep up, instead of waiting into a timeout.
- *
- * Two signals, both a cheap read per request:
- * - the engine pool's queue (EngineClient.queueFull: requests waiting for one
- *   of the pool's connections, bounded by UPSTREAM_MAX_QUEUE);
- * - the event loop's delay, from a timer due every 20 ms. A once-a-second
- *   mean (under-pressure's default) averages a stall away. Here the delay is
- *   read live: a request that arrives while the timer is overdue by more than
- *   the bound is refused, so a long turn of the loop (a CPU-bound flood: one
- *   poll phase reading a thousand sockets) refuses its tail instead of making
- *   it wait. After a stall, timers run before the sockets are read, so the
- *   late tick also marks the requests that piled up behind it; the state holds
- *   until the next on-time tick. (Holding longer made a single late tick, e.g.
- *   a process descheduled on a busy machine, refuse a whole second.)
- *
- * A refusal must cost much less than an answer, or refusing cannot get a
- * flooded gateway out of trouble: LoadShedder's verdict is answered in front
- * of Fastify (http/front.ts writes it), with a body serialised once, and it
- * logs one line per second while shedding (with the count) instead of one per
- * request.
+ * Load shedding (decision: load shedding): a new /api/* request gets 503 at once when the engine pool's queue is
+ * full or the event loop is late, instead of waiting into a timeout. A refusal must cost far less than an answer, or
+ * refusing cannot get a flooded gateway out of trouble.
  */
 import type { IncomingMessage } from 'node:http'
 import type { FastifyBaseLogger } from 'fastify'
@@ -37,8 +19,8 @@ export interface EventLoopWatch {
 }
 
 /**
- * Watch the event loop; `lagging()` is true while the timer is overdue by more
- * than `boundMs`, and from a tick that came that late to the next one on time.
+ * `lagging()` reads the delay live rather than a mean, which would average a stall away; a late tick holds until the
+ * next on-time one, because requests that piled up behind a stall are read after the timers run.
  */
 export function watchEventLoop (boundMs: number): EventLoopWatch {
   let expected = performance.now() + SAMPLE_MS
@@ -56,22 +38,15 @@ export function watchEventLoop (boundMs: number): EventLoopWatch {
 }
 
 export interface ShedSignals {
-  /** Undefined when SHED_EVENT_LOOP_DELAY_MS=0. */
   eventLoop?: EventLoopWatch
   engineQueueFull: () => boolean
 }
 
-/** The 503, serialised once: the body and headers front.ts writes for every refusal. */
 const OVERLOADED_ANSWER: FrontAnswer = Object.freeze({ status: 503, body: JSON.stringify(wireBody(overloaded(), undefined)), headers: Object.freeze({ 'retry-after': RETRY_AFTER_S }) })
 
 /**
- * Asked in front of Fastify on the HTTP server (Fastify's `serverFactory`), so
- * a refused request costs Node's parse and one write: no Fastify request and
- * reply, no child logger, no hooks, no access line. Only /api/* is ever shed,
- * as the router sees the path: `/%61pi/...` and `http://host/api/...` are
- * /api/* too (router-path.ts).
- * What it refuses is counted (gateway_rejections_total{reason="shed"}) and
- * logged as one warn line per second with the count.
+ * Asked in front of Fastify, so a refusal costs Node's parse and one write; it logs one line a second while shedding,
+ * not one per request. Paths are judged as the router sees them, so `/%61pi/...` is /api/* too.
  */
 export class LoadShedder {
   #signals: ShedSignals | undefined
@@ -80,19 +55,18 @@ export class LoadShedder {
   #shedSinceLine = 0
   #lineAt = -Infinity
 
-  /** Give it its signals once the app has them; until then nothing is shed. */
+  /** Until armed, nothing is shed. */
   arm (signals: ShedSignals, metrics: LimitsMetrics, log: FastifyBaseLogger): void {
     this.#signals = signals
     this.#metrics = metrics
     this.#log = log
   }
 
-  /** The 503 to answer when overloaded; undefined: the request goes on. */
+  /** Undefined: the request goes on. */
   verdict (req: IncomingMessage): FrontAnswer | undefined {
     const signals = this.#signals
     if (signals === undefined) return undefined
     const url = req.url ?? ''
-    // The common case costs one startsWith; only an odd target is normalised.
     const path = url.startsWith('/api/') ? url : routerPath(url)
     if (path?.startsWith('/api/') !== true) return undefined
     const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
@@ -109,7 +83,6 @@ export class LoadShedder {
   }
 }
 
-/** The 503 of an overloaded gateway (an unread body closes the connection: src/http/connection-close.ts). */
 export function overloaded (): GatewayError {
   return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': RETRY_AFTER_S } })
 }

@@ -1,8 +1,4 @@
-/**
- * Fastify's and @fastify/multipart's client errors, rewritten as messages a
- * client can act on ("reach fields limit" does not say what to change). One
- * table for the gateway and the reference engine.
- */
+/** Fastify's and @fastify/multipart's client errors as messages a client can act on. */
 import { CREATE_FORM_LIMITS, IMAGE_FIELD } from '../../schemas/portfolio.js'
 
 const MESSAGES: Readonly<Record<string, (bodyLimit: number | undefined) => string>> = {
@@ -21,7 +17,6 @@ const MESSAGES: Readonly<Record<string, (bodyLimit: number | undefined) => strin
   FST_MP_PREMATURE_CLOSE: () => 'multipart body ended before the form was complete'
 }
 
-/** The message for a known client error code, or undefined. `bodyLimit`: the route's, for the too-large message. */
 export function clientErrorMessage (code: string, bodyLimit?: number): string | undefined {
   return MESSAGES[code]?.(bodyLimit)
 }

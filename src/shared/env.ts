@@ -1,13 +1,8 @@
-/**
- * Reading an environment against a TypeBox object schema: the one reader
- * behind the gateway's config (src/config.ts) and the standalone engine's
- * (src/reference-engine/engine-env.ts). Pure: the caller passes the environment in.
- */
+/** Reads an environment against a TypeBox object schema, for the gateway and the standalone engine. */
 import type { Static, TObject, TSchema } from '@sinclair/typebox'
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors'
 import { Value } from '@sinclair/typebox/value'
 
-/** The first bad variable: what was given, what is wrong, and the schema's description of what is expected. */
 export interface EnvIssue {
   readonly name: string
   readonly given: string
@@ -20,11 +15,8 @@ export type EnvResult<T> = { readonly ok: true; readonly value: T } | ({ readonl
 const WHOLE_NUMBER = /^\d+$/
 
 /**
- * The schema's variables from `env`. An empty variable counts as unset
- * (`FOO= node ...` is a common way to clear one). An integer must be plain
- * digits before conversion: `Value.Convert` would turn '40.5' into 40 and
- * '4e3' into 4. `env` is never changed: Convert and Default mutate, so they
- * work on a copy, and an issue quotes the text as given.
+ * An empty variable counts as unset (`FOO= node ...` clears one). Integers must be plain digits, since
+ * `Value.Convert` turns '40.5' into 40; Convert and Default mutate, so they work on a copy.
  */
 export function readEnv<T extends TObject> (
   schema: T,

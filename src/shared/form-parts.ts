@@ -1,19 +1,11 @@
 /**
- * How a create form's parts are told apart, for the gateway and the reference
- * engine alike.
- *
- * @fastify/multipart JSON-parses every text part sent with
- * `content-type: application/json` (and has no option to stop it): the value
- * would arrive as an object, and a broken one fails the whole form without
- * naming the field. busboy's `isPartAFile` decides which parts are streams;
- * making those parts streams keeps them away from that parser, and
- * readTextPart reads them as the text they are, bounded like any field.
+ * @fastify/multipart JSON-parses every `application/json` text part, and a broken one fails the form without naming
+ * the field; read as streams, such parts stay text.
  */
 import type { Readable } from 'node:stream'
 
 export const PART_WITHOUT_NAME = 'form part has no name'
 
-/** busboy's test, plus: a part declared as JSON is read as a stream of text, never parsed. */
 export function isPartAFile (
   _fieldName: string | undefined,
   contentType: string | undefined,
@@ -23,9 +15,7 @@ export function isPartAFile (
   return fileName !== undefined || type === 'application/octet-stream' || type.startsWith('application/json')
 }
 
-/** A text part that came as a stream: at most `maxBytes` of it, and whether there was more (then the rest is skipped).
- *
- */
+/** At most `maxBytes`; the rest is skipped. */
 export async function readTextPart (
   stream: Readable,
   maxBytes: number

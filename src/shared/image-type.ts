@@ -1,7 +1,4 @@
-/**
- * What an uploaded image is, decided by its content (DECISIONS 5): the magic
- * bytes, never the declared type or the file name.
- */
+/** An image's type is its magic bytes, never the declared type or the file name (decision: image). */
 export type ImageMime = 'image/png' | 'image/jpeg'
 
 const SIGNATURES: ReadonlyArray<{ mime: ImageMime; name: string; ext: string; magic: Buffer }> = [
@@ -10,20 +7,16 @@ const SIGNATURES: ReadonlyArray<{ mime: ImageMime; name: string; ext: string; ma
 ]
 const SNIFF_BYTES = Math.max(...SIGNATURES.map((s) => s.magic.length))
 
-/** The accepted types by name ("PNG or JPEG"), from the signatures the check uses: the refusal and the OpenAPI document
- * say the same.
- */
+/** From the signatures, so the refusal and the OpenAPI document say the same. */
 export const IMAGE_TYPE_NAMES = SIGNATURES.map((s) => s.name).join(' or ')
 
 export const NOT_AN_IMAGE = `image must be a ${IMAGE_TYPE_NAMES} file`
 
-/** The type the content says it is, or undefined when neither PNG nor JPEG. */
 export function sniffImage (head: Buffer): ImageMime | undefined {
   return SIGNATURES.find(({ magic }) => head.length >= magic.length && head.subarray(0, magic.length).equals(magic))
     ?.mime
 }
 
-/** True while `head` is too short to decide but still starts like a signature. */
 function mayBecomeImage (head: Buffer): boolean {
   return SIGNATURES.some(({ magic }) => head.length < magic.length && magic.subarray(0, head.length).equals(head))
 }
@@ -32,10 +25,7 @@ export function imageExtension (mime: ImageMime): string {
   return SIGNATURES.find((s) => s.mime === mime)?.ext ?? 'bin'
 }
 
-/**
- * Fed chunk by chunk as an upload streams past; decides as soon as the first
- * bytes allow, so a file that is not an image fails at its first chunk.
- */
+/** Decides as soon as the first bytes allow, so a file that is not an image fails at its first chunk. */
 export class ImageSniffer {
   bytes = 0
   mime: ImageMime | undefined

@@ -1,10 +1,6 @@
-/**
- * Rules of the client contract that JSON Schema cannot say (DECISIONS 3).
- * The schema has already checked each position; these look across them.
- */
+/** Rules across positions that JSON Schema cannot say (decision: allocations). */
 import { LIMITS, type TargetPosition } from '../../schemas/portfolio.js'
 
-/** The first cross-position problem, as a message naming the field, or undefined. */
 export function targetPositionsProblem (positions: readonly TargetPosition[]): string | undefined {
   const seen = new Map<string, number>()
   let sum = 0

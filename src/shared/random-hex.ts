@@ -1,14 +1,10 @@
 import { randomFillSync } from 'node:crypto'
 
-/**
- * Random hex strings from a pooled buffer: one randomFillSync per 16 KiB
- * (about 680 requests' trace and span ids) instead of a crypto call per id on
- * the request path. The bytes are the CSPRNG's, each handed out once.
- */
+/** Pooled, to spare the request path a crypto call per id; each CSPRNG byte is handed out once. */
 const pool = Buffer.allocUnsafe(16 * 1024)
 let offset = pool.length
 
-/** `bytes` random bytes as 2 × `bytes` lowercase hex characters (at most the pool's size). */
+/** At most the pool's size. */
 export function randomHex (bytes: number): string {
   if (offset + bytes > pool.length) {
     randomFillSync(pool)

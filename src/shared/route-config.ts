@@ -1,8 +1,4 @@
-/**
- * Route `config.handler`: the name a structured error reports as `function`
- * (`createPortfolio`, `updatePortfolio`), declared once for the gateway and the
- * reference engine alike. Unset: the route's errors are simple.
- */
+/** Route `config.handler`: the `function` a structured error reports; unset, the route's errors are simple. */
 declare module 'fastify' {
   interface FastifyContextConfig {
     handler?: string

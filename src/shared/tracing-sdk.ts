@@ -1,20 +1,7 @@
 /**
- * The OpenTelemetry SDK for one process (DECISIONS 29): a tracer provider
- * that exports over OTLP/HTTP (protobuf), bounded and lossy by design.
- *
- * Nothing is registered globally: no global tracer provider, no context
- * manager (AsyncLocalStorage), no propagator. Callers hand the parent context
- * to each span themselves, so a request pays for the spans it makes and
- * nothing else. The gateway and the standalone engine import this module only
- * when an endpoint is configured.
- *
- * Bounds: at most QUEUE_MAX finished spans wait or travel at once (queued,
- * plus those in an export not yet answered); a span past that is dropped at
- * once, and so is every span of a batch the collector refused, could not be
- * reached for, or did not answer within EXPORT_TIMEOUT_MS, and of the batches
- * that follow such a failure while the exporter backs off. Each drop is
- * counted (`onDropped`). A dead or hanging collector therefore costs a
- * request nothing but a counter increment, and memory stays bounded.
+ * The OpenTelemetry SDK for one process (decision: traces), bounded and lossy by design, so a dead or hanging
+ * collector costs a request only a counter increment. Nothing is registered globally (no context manager or
+ * propagator): callers hand each span its parent, so a request pays only for the spans it makes.
  */
 import {
   ROOT_CONTEXT,
@@ -49,38 +36,27 @@ import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import type { TracingSettings } from './tracing-settings.js'
 import { DECIDED, NEW_TRACE_RECORDED } from './tracing-spans.js'
 
-/** Finished spans held at most (queued or in an unanswered export). */
+/** Finished spans held at most, queued or in an unanswered export; past it a span is dropped and counted. */
 export const QUEUE_MAX = 2048
-/** Spans per OTLP request. */
 export const BATCH_MAX = 512
-/** How long finished spans gather before an export. */
 export const EXPORT_DELAY_MS = 1_000
-/** One export, retries included, is given up after this (its spans are dropped and counted). */
+/** One export, retries included, is given up after this. */
 export const EXPORT_TIMEOUT_MS = 5_000
 
 export interface Tracing {
   readonly tracer: Tracer
-  /** Told how many spans were dropped, each time some are (the gateway counts them in a metric). */
+  /** Told how many spans were dropped, each time some are. */
   onDropped: (count: number) => void
-  /**
-   * The trace id of the next span started without a parent, instead of a
-   * random one: the gateway sets it to the id its log lines already carry.
-   */
+  /** The gateway sets it to the id its log lines already carry, for the next span without a parent. */
   nextTraceId: string | undefined
   /**
-   * The sampling decision for a server span under `parent` (a trusted caller's
-   * span context), or for a new trace when `parent` is ROOT_CONTEXT, made before
-   * any span exists: undefined when it is not recorded (nothing more is built for
-   * the request), else the context to start the span in, which carries the
-   * decision so the span's own sampling returns it unchanged (one decision per
-   * request). A new trace is decided on `ownTraceId`, the id this process gave
-   * it, as OpenTelemetry JS's ratio sampler decides; without one (the id is an
-   * untrusted client's, who could pick it), by a random draw.
+   * Decided before any span exists, so an unrecorded request builds nothing: undefined, or the context to start the
+   * span in, carrying the decision. Without `ownTraceId` (a client's id, which it could pick) a new trace is a draw.
    */
   decide: (parent: Context, ownTraceId?: string) => Context | undefined
-  /** Spans finished and not yet exported or dropped (tests). */
+  /** Spans finished and not yet exported or dropped. */
   readonly pending: number
-  /** Export what is queued, within `timeoutMs`, then stop; spans still queued then are dropped. */
+  /** Spans still queued after `timeoutMs` are dropped. */
   shutdown: (timeoutMs: number) => Promise<void>
 }
 
@@ -90,42 +66,17 @@ export interface TracingTuning {
   exportTimeoutMs?: number
 }
 
-/** The provider for `settings`: an exporter, a bounded batch processor, the sampler. */
+/** An exporter, a bounded batch processor and the sampler. */
 export function startTracing (
   settings: TracingSettings,
   tuning: TracingTuning = {},
   opts: { followCaller?: boolean } = {}
 ): Tracing {
-  const queueMax = tuning.queueMax ?? QUEUE_MAX
-  const exportTimeoutMs = tuning.exportTimeoutMs ?? EXPORT_TIMEOUT_MS
   const state = { pending: 0, onDropped: (_count: number): void => {} }
-  const exporter = new CountingExporter(
-    new OTLPTraceExporter({
-      url: settings.url,
-      headers: { ...settings.headers },
-      timeoutMillis: exportTimeoutMs,
-      // One export at a time leaves the batch processor; the rest are retries and flushes.
-      concurrencyLimit: 4
-    }),
-    state
-  )
-  const batches = new BatchSpanProcessor({
-    exporter,
-    maxQueueSize: queueMax,
-    maxExportBatchSize: Math.min(BATCH_MAX, queueMax),
-    scheduledDelayMillis: tuning.exportDelayMs ?? EXPORT_DELAY_MS,
-    // Past the exporter's own timeout, so the exporter answers first and its spans are counted.
-    exportTimeoutMillis: exportTimeoutMs + 1_000
-  })
   const ids = new GivenTraceIds()
   const sampler = samplerOf(settings, opts.followCaller === true)
   const recordsNewTrace = newTraceDecision(settings)
-  const provider = new TracerProvider({
-    idGenerator: ids,
-    resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
-    sampler: new DecidedFirst(sampler),
-    spanProcessors: [new BoundedSpanProcessor(batches, queueMax, state)]
-  })
+  const provider = providerOf(settings, tuning, { state, ids, sampler })
   const tracer = provider.getTracer('portfolio-gateway')
   return {
     tracer,
@@ -156,21 +107,56 @@ export function startTracing (
     get pending () {
       return state.pending
     },
-    shutdown: async (timeoutMs) => {
-      let timer: NodeJS.Timeout | undefined
-      const bound = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, timeoutMs)
-      })
-      try {
-        await Promise.race([provider.shutdown().catch(() => {}), bound])
-      } finally {
-        clearTimeout(timer)
-      }
-    }
+    shutdown: async (timeoutMs) => { await shutdownWithin(provider, timeoutMs) }
   }
 }
 
-/** Random ids, except a trace id given beforehand (taken once). */
+function providerOf (
+  settings: TracingSettings,
+  tuning: TracingTuning,
+  parts: { state: Pending, ids: IdGenerator, sampler: Sampler }
+): TracerProvider {
+  const queueMax = tuning.queueMax ?? QUEUE_MAX
+  const exportTimeoutMs = tuning.exportTimeoutMs ?? EXPORT_TIMEOUT_MS
+  const exporter = new CountingExporter(
+    new OTLPTraceExporter({
+      url: settings.url,
+      headers: { ...settings.headers },
+      timeoutMillis: exportTimeoutMs,
+      // One export at a time leaves the batch processor; the rest are retries and flushes.
+      concurrencyLimit: 4
+    }),
+    parts.state
+  )
+  const batches = new BatchSpanProcessor({
+    exporter,
+    maxQueueSize: queueMax,
+    maxExportBatchSize: Math.min(BATCH_MAX, queueMax),
+    scheduledDelayMillis: tuning.exportDelayMs ?? EXPORT_DELAY_MS,
+    // Past the exporter's own timeout, so the exporter answers first and its spans are counted.
+    exportTimeoutMillis: exportTimeoutMs + 1_000
+  })
+  return new TracerProvider({
+    idGenerator: parts.ids,
+    resource: resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName }),
+    sampler: new DecidedFirst(parts.sampler),
+    spanProcessors: [new BoundedSpanProcessor(batches, queueMax, parts.state)]
+  })
+}
+
+async function shutdownWithin (provider: TracerProvider, timeoutMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timeoutMs)
+  })
+  try {
+    await Promise.race([provider.shutdown().catch(() => {}), bound])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** A trace id given beforehand is taken once. */
 class GivenTraceIds implements IdGenerator {
   next: string | undefined = undefined
   readonly #random = new RandomIdGenerator()
@@ -209,11 +195,8 @@ class DecidedFirst implements Sampler {
 }
 
 /**
- * The configured sampler, for a trusted parent's requests (the gateway) and
- * every span of the standalone engine. `followCaller` (the engine, which only
- * gateways call): plain `traceidratio` follows the caller's flag too, since it
- * would otherwise decide on a trace id an untrusted client may have picked,
- * which the gateway passes on unrecorded.
+ * With `followCaller` (the engine, called only by gateways) plain `traceidratio` follows the caller's flag, since the
+ * trace id may be one an untrusted client picked.
  */
 function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
   const ratio = new TraceIdRatioBasedSampler(settings.ratio)
@@ -234,14 +217,8 @@ function samplerOf (settings: TracingSettings, followCaller: boolean): Sampler {
 }
 
 /**
- * Whether a new trace is recorded: the sampler's root decision, on the trace id
- * this process gave it (OpenTelemetry JS's ratio sampler, so a service on that
- * SDK sampling on the id decides alike; other SDKs read other bits of the id),
- * or by a random draw when the id came from a client outside TRUST_PROXY: such
- * a request's trace id is kept, but neither its sampled flag nor its id (which
- * the client picks) has a say; otherwise any client could have every request
- * it sends recorded and exported. Envoy follows the client's flag
- * (envoyproxy/envoy#35721); an edge should not.
+ * A client outside TRUST_PROXY has no say, by flag or by its chosen id, or it could have every request recorded and
+ * exported; Envoy follows the client's flag (envoyproxy/envoy#35721), an edge should not.
  */
 function newTraceDecision (settings: TracingSettings): (ownTraceId: string | undefined) => boolean {
   switch (settings.sampler) {
@@ -268,7 +245,7 @@ interface Pending {
   onDropped: (count: number) => void
 }
 
-/** The gate in front of the batch processor: past `max` spans held, a span is dropped and counted. */
+/** Past `max` spans held, a span is dropped and counted. */
 class BoundedSpanProcessor implements SpanProcessor {
   constructor (
     readonly inner: SpanProcessor,
@@ -301,13 +278,7 @@ class BoundedSpanProcessor implements SpanProcessor {
 export const BACKOFF_MIN_MS = 1_000
 export const BACKOFF_MAX_MS = 30_000
 
-/**
- * Counts each batch out of `pending` when the exporter answers, and as
- * dropped when it failed. After a failure the collector is left alone for a
- * while (1 s, doubling to 30 s, reset by a success): batches in that time are
- * dropped at once, so a dead collector costs no encoding, no connection
- * attempts and no retries while it stays dead.
- */
+/** During a backoff batches are dropped at once, so a dead collector costs no encoding, connections or retries. */
 class CountingExporter implements SpanExporter {
   #backoffMs = 0
   #resumeAt = 0
@@ -341,7 +312,6 @@ class CountingExporter implements SpanExporter {
   }
 
   async shutdown (): Promise<void> {
-    // Spans still held when the exporter stops never leave: counted as dropped.
     if (this.state.pending > 0) this.state.onDropped(this.state.pending)
     this.state.pending = 0
     await this.inner.shutdown()

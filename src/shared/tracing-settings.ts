@@ -1,8 +1,4 @@
-/**
- * OpenTelemetry's standard variables (DECISIONS 29) -> tracing settings, for
- * the gateway (src/config.ts) and the standalone engine alike. Pure: nothing
- * here loads the SDK, so a process without an endpoint pays nothing for it.
- */
+/** OpenTelemetry's standard variables read into settings (decision: traces), without loading the SDK. */
 import type { OtelEnv } from '../../schemas/env.js'
 
 export type SamplerName =
@@ -14,55 +10,82 @@ export type SamplerName =
   'parentbased_traceidratio'
 
 export interface TracingSettings {
-  /** The OTLP/HTTP traces URL (…/v1/traces). */
   readonly url: string
-  /** For the collector only; a secret: never logged, never quoted in an error. */
+  /** A secret: never logged, never quoted in an error. */
   readonly headers: Readonly<Record<string, string>>
   readonly serviceName: string
   readonly resourceAttributes: Readonly<Record<string, string>>
   readonly sampler: SamplerName
-  /** The traceidratio samplers' ratio, 0 to 1. */
   readonly ratio: number
 }
 
 export type TracingSettingsResult =
   { readonly ok: true; readonly value: TracingSettings | undefined } | { readonly ok: false; readonly message: string }
 
-/** DECISIONS 29: 1% of new traces; a parent's decision is followed. */
+/** Of new traces; a parent's decision is followed. */
 export const DEFAULT_SAMPLING_RATIO = 0.01
 
 /** An HTTP header name (RFC 9110 token). */
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 
-/** The exporter's variables this process reads itself (OtelEnv); every other one that reaches traces is refused. */
+/** Read by this process itself; every other exporter variable that reaches traces is refused. */
 const SUPPORTED_OTLP = new Set([
   'OTEL_EXPORTER_OTLP_ENDPOINT',
   'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
   'OTEL_EXPORTER_OTLP_HEADERS',
   'OTEL_EXPORTER_OTLP_TRACES_HEADERS'
 ])
-/** Read by the OTLP exporter from process.env behind our back (the others' signals are not). */
+/** Read by the OTLP exporter from process.env behind our back. */
 const READ_BY_EXPORTER = /^OTEL_EXPORTER_OTLP_(?!METRICS_|LOGS_)[A-Z_]+$/
 
+type Problem = { readonly ok: false; readonly message: string }
+
 /**
- * The settings, or undefined when neither endpoint variable is set (tracing
- * off). `env` has been checked against OtelEnv already; this reads what a
- * schema cannot: the key=value lists. `raw`, the whole environment, is
- * searched for OTLP variables the exporter would read on its own (protocol,
- * compression, timeout, certificates...): those are refused, since a value
- * the exporter cannot use would be dropped without a word.
+ * Undefined when neither endpoint variable is set. OTLP variables in `raw` that the exporter would read on its own
+ * are refused, since a value it cannot use would be dropped without a word.
  */
 export function tracingSettingsOf (
   env: OtelEnv,
   defaultServiceName: string,
   raw: Readonly<Record<string, string | undefined>> = {}
 ): TracingSettingsResult {
+  const url = endpointOf(env)
+  if (url === undefined) return { ok: true, value: undefined }
+  if (typeof url !== 'string') return url
+  const unsupported = unsupportedProblem(raw)
+  if (unsupported !== undefined) return unsupported
+  const headers = headersOf(env)
+  if (!headers.ok) return headers
+  const resource = keyValues(env.OTEL_RESOURCE_ATTRIBUTES)
+  if (!resource.ok) {
+    return {
+      ok: false,
+      message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production`
+    }
+  }
+  const ratio = env.OTEL_TRACES_SAMPLER_ARG === undefined ? DEFAULT_SAMPLING_RATIO : Number(env.OTEL_TRACES_SAMPLER_ARG)
+  // The OpenTelemetry specification: OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
+  const serviceName = env.OTEL_SERVICE_NAME ?? resource.value['service.name'] ?? defaultServiceName
+  return {
+    ok: true,
+    value: Object.freeze({
+      url,
+      headers: Object.freeze(headers.value),
+      serviceName,
+      resourceAttributes: Object.freeze(resource.value),
+      sampler: env.OTEL_TRACES_SAMPLER as SamplerName,
+      ratio
+    })
+  }
+}
+
+function endpointOf (env: OtelEnv): string | Problem | undefined {
   const url =
     env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
     (env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined
       ? undefined
       : `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`)
-  if (url === undefined) return { ok: true, value: undefined }
+  if (url === undefined) return undefined
   const endpointName =
     env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
       ? 'OTEL_EXPORTER_OTLP_ENDPOINT'
@@ -73,20 +96,24 @@ export function tracingSettingsOf (
       message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318`
     }
   }
+  return url
+}
 
+function unsupportedProblem (raw: Readonly<Record<string, string | undefined>>): Problem | undefined {
   const unsupported = Object.keys(raw)
     .sort()
     .find(
       (name) => READ_BY_EXPORTER.test(name) && !SUPPORTED_OTLP.has(name) && raw[name] !== undefined && raw[name] !== ''
     )
-  if (unsupported !== undefined) {
-    // Named, never quoted: it may be a key or a header.
-    return {
-      ok: false,
-      message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)`
-    }
+  if (unsupported === undefined) return undefined
+  // Named, never quoted: it may be a key or a header.
+  return {
+    ok: false,
+    message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)`
   }
+}
 
+function headersOf (env: OtelEnv): { ok: true, value: Record<string, string> } | Problem {
   const headers: Record<string, string> = {}
   for (const name of ['OTEL_EXPORTER_OTLP_HEADERS', 'OTEL_EXPORTER_OTLP_TRACES_HEADERS'] as const) {
     const list = keyValues(env[name])
@@ -107,30 +134,10 @@ export function tracingSettingsOf (
     // The OpenTelemetry specification: the signal's own list wins, header by header.
     Object.assign(headers, list.value)
   }
-  const resource = keyValues(env.OTEL_RESOURCE_ATTRIBUTES)
-  if (!resource.ok) {
-    return {
-      ok: false,
-      message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production`
-    }
-  }
-  const ratio = env.OTEL_TRACES_SAMPLER_ARG === undefined ? DEFAULT_SAMPLING_RATIO : Number(env.OTEL_TRACES_SAMPLER_ARG)
-  // The OpenTelemetry specification: OTEL_SERVICE_NAME wins over a service.name in OTEL_RESOURCE_ATTRIBUTES.
-  const serviceName = env.OTEL_SERVICE_NAME ?? resource.value['service.name'] ?? defaultServiceName
-  return {
-    ok: true,
-    value: Object.freeze({
-      url,
-      headers: Object.freeze(headers),
-      serviceName,
-      resourceAttributes: Object.freeze(resource.value),
-      sampler: env.OTEL_TRACES_SAMPLER as SamplerName,
-      ratio
-    })
-  }
+  return { ok: true, value: headers }
 }
 
-/** The W3C Baggage-like list the OpenTelemetry specification uses for both variables. */
+/** The W3C Baggage-like list of the OpenTelemetry specification. */
 function keyValues (
   text: string | undefined
 ): { ok: true; value: Record<string, string> } | { ok: false; entry: number } {

@@ -1,13 +1,10 @@
 /**
- * The one message mapper for schema failures, used by the gateway and the
- * reference engine alike, so both legs answer the same 400 with the same words
- * (DECISIONS 7: name the offending field, e.g.
- * `target_positions[2].allocation must be <= 1`). No Ajv wording reaches a client.
+ * Schema failures in our own words, naming the field (decision: every 400 names the field), shared with the
+ * reference engine so both legs answer alike; no Ajv wording reaches a client.
  */
 import { PRINTABLE_ASCII } from '../../schemas/portfolio.js'
 import { SOLANA_ADDRESS_FORMAT } from '../../schemas/formats.js'
 
-/** The subset of an Ajv error the messages need (Fastify passes Ajv's errors through). */
 export interface SchemaIssue {
   keyword: string
   instancePath: string
@@ -34,7 +31,6 @@ function join (parent: string, child: string): string {
   return parent === '' ? shownName(child) : `${parent}.${shownName(child)}`
 }
 
-/** `1 character`, `30 characters`. */
 function count (limit: unknown, noun: string): string {
   return `${String(limit)} ${noun}${limit === 1 ? '' : 's'}`
 }
@@ -46,7 +42,6 @@ function typeName (type: unknown): string {
   return String(type).split(',').map((t) => ARTICLE[t] ?? `a ${t}`).join(' or ')
 }
 
-/** One readable sentence for one schema failure. `root` names the whole body. */
 export function describeIssue (issue: SchemaIssue, root = 'body'): string {
   const path = fieldPath(issue.instancePath)
   const field = path === '' ? root : path
@@ -87,18 +82,11 @@ export function describeIssue (issue: SchemaIssue, root = 'body'): string {
     case 'anyOf':
       return `${field} has a value that is not allowed`
     default:
-      // oneOf, uniqueItems ...: no rule of ours words these; never Ajv's own text.
       return `${field} is invalid`
   }
 }
 
-/**
- * The message for a failed validation: the first issue, except for a union
- * (anyOf), which Ajv reports as each branch's failure and then `anyOf` itself:
- * a union of literals (TypeBox's enum) is one list, a union of types one
- * "a string or null", any other union one sentence about the field, not the
- * first branch's complaint.
- */
+/** Ajv reports a union as each branch's failure, then `anyOf`: worded as one sentence, not the first branch's. */
 export function describeIssues (issues: readonly SchemaIssue[], root = 'body'): string {
   const last = issues.at(-1)
   if (last === undefined) return `${root} is invalid`

@@ -1,14 +1,4 @@
-/**
- * What the gateway knows of its Redis (DECISIONS 17, 26): up or down (one log
- * line per change, not one per failed reconnect, and `gateway_redis_up`),
- * failovers seen (`gateway_redis_failovers_total`), and records that no
- * replica acknowledged (`gateway_redis_replication_lag_total`).
- *
- * A failover is a role change seen from here: with one server or Sentinel,
- * the master the client reaches after a reconnect is at another address
- * (Sentinel promoted a replica); with a cluster, a master of the last slot
- * map is one no more and another node took its place.
- */
+/** Redis up or down (logged once per change, not per failed reconnect), failovers seen, and replication misses. */
 import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import type { RedisClient } from './client.js'
@@ -16,9 +6,7 @@ import { nodeKey } from './replication.js'
 
 export type ReplicationMiss = 'missed' | 'unreplicated'
 
-/** The metrics the Redis store reports (src/observability/metrics.ts). */
 export interface RedisMetrics {
-  /** Read at scrape time: 1 while every connection is ready. */
   watchRedis: (up: () => boolean) => void
   redisFailedOver: () => void
   redisReplicationMissed: (reason: ReplicationMiss) => void
@@ -28,7 +16,6 @@ export class RedisHealth {
   readonly #clients: readonly RedisClient[]
   readonly #log: FastifyBaseLogger
   readonly #metrics: RedisMetrics | undefined
-  /** Last state logged. */
   #state: 'starting' | 'up' | 'down' = 'starting'
   #master: string | undefined
   #clusterMasters = new Set<string>()
@@ -58,7 +45,6 @@ export class RedisHealth {
     }
   }
 
-  /** For GET /status: as last logged. */
   get state (): 'starting' | 'up' | 'down' {
     return this.#state
   }
@@ -80,6 +66,7 @@ export class RedisHealth {
     this.#state = 'down'
   }
 
+  /** One server or Sentinel: a master at another address after a reconnect is a failover. */
   #masterReached (redis: Redis): void {
     const stream = redis.stream as { remoteAddress?: string, remotePort?: number } | undefined
     if (stream?.remoteAddress === undefined) return
@@ -91,11 +78,7 @@ export class RedisHealth {
     this.#master = address
   }
 
-  /**
-   * A failover in a cluster: a master of the last slot map is a master no
-   * more (gone, or back as a replica) and another node took its place. A new
-   * master beside the old ones (the cluster grew) is no failover.
-   */
+  /** A master replaced is a failover; a new master beside the old ones (the cluster grew) is not. */
   #clusterRefreshed (cluster: Cluster): void {
     const masters = new Set(cluster.nodes('master').map(nodeKey))
     const lost = [...this.#clusterMasters].filter((key) => !masters.has(key))

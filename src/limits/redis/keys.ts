@@ -1,50 +1,35 @@
 /**
- * Key names in Redis (DECISIONS 26): every key carries its user in a hash tag,
- * `pgw:rl:{alice}:29512345`, `pgw:idem:{alice}:<key>` and `pgw:up:{alice}`, so one user's
- * counters and records live in one Redis Cluster slot, and an operator finds
- * them with `redis-cli --scan --pattern '*{alice}*'`.
- *
- * Redis hashes the text between the first `{` and the first `}` after it
- * (Redis Cluster spec, "Hash tags"). A subject holding `}` would end the tag
- * early and `%`, `{`, `}` are percent-encoded, so the tag is always the whole
- * (escaped) subject and nothing in a token can move a key to another slot.
+ * Every key carries its user in a hash tag (`pgw:rl:{alice}:29512345`), so one user's keys share a cluster slot
+ * (decision: redis with more than one node).
  */
 
 const PREFIX = 'pgw:'
 
-/** The subject as it appears between the braces: as it is unless it holds `%`, `{` or `}`. */
+/** `%`, `{` and `}` are percent-encoded, since a `}` would end the tag early and move the key to another slot. */
 export function escapeSubject (subject: string): string {
-  // '' would make an empty tag, which Redis ignores (the whole key is hashed):
-  // '%' alone never comes out of the escaping below, so it cannot collide.
+  // Redis ignores an empty tag; '%' alone never comes out of the escaping, so it cannot collide.
   if (subject === '') return '%'
   return /[%{}]/.test(subject) ? subject.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : subject
 }
 
-/** The hash tag of a subject's keys, braces included. */
 export function hashTag (subject: string): string {
   return `{${escapeSubject(subject)}}`
 }
 
-/** The counter of `subject`'s fixed window number `windowId`. */
 export function windowKey (subject: string, windowId: number): string {
   return `${PREFIX}rl:${hashTag(subject)}:${windowId}`
 }
 
-/** The record of `subject`'s Idempotency-Key `key`. */
 export function recordKey (subject: string, key: string): string {
   return `${PREFIX}idem:${hashTag(subject)}:${key}`
 }
 
-/** `subject`'s uploads in progress: a sorted set of lease ids scored by their expiry (DECISIONS 23). */
+/** A sorted set of lease ids scored by their expiry. */
 export function uploadsKey (subject: string): string {
   return `${PREFIX}up:${hashTag(subject)}`
 }
 
-/**
- * A short-lived key the replication acknowledgement writes before its WAIT,
- * in `subject`'s slot, so in a cluster it reaches the master of the record
- * just stored (replication.ts).
- */
+/** Written before a WAIT, in the record's slot, so in a cluster it reaches the record's master. */
 export function ackKey (subject: string): string {
   return `${PREFIX}ack:${hashTag(subject)}`
 }
@@ -77,7 +62,6 @@ export function keySlot (key: string): number {
   return crc16(bytes) % 16384
 }
 
-/** Keys grouped by slot, each group in first-seen order: one script call per group in a cluster. */
 export function groupBySlot (keys: readonly string[]): Map<number, string[]> {
   const groups = new Map<number, string[]>()
   for (const key of keys) {
