@@ -77,7 +77,7 @@ export function clientErrorAnswerer (
     // A parser in error reports every further chunk, and the end of a body cut short, as another error.
     const linger = lingerOf(socket)
     if (linger !== undefined) {
-      if (socket.readableEnded) linger.finish()
+      if (socket.readableEnded) linger.finish('client_closed')
       else linger.sawBytes()
       return
     }
@@ -105,9 +105,10 @@ export function clientErrorAnswerer (
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.
-    if (inFlight === undefined) socket.write(rawAnswer(err.code, refused))
+    let requestId = newRequestId()
+    if (inFlight === undefined) socket.write(rawAnswer(err.code, refused, requestId))
     else {
-      const requestId = cutByServer(inFlight, answerTo(err.code)[0])
+      requestId = cutByServer(inFlight, answerTo(err.code)[0]) ?? requestId
       // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
       // that half-closed: the answer it cannot take shows which it was (the write fails before the
       // socket closes), and that client left after all.
@@ -119,6 +120,6 @@ export function clientErrorAnswerer (
       })
       if (!inFlight.req.complete) return
     }
-    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
+    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers, requestId)
   }
 }

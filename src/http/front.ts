@@ -27,7 +27,7 @@ import type { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { cutByServer } from './client-gone.js'
-import { bodyLimitOf, endsConnection, lingerOf, type Lingers } from './connection-close.js'
+import { bodyLimitOf, endsConnection, lingerOf, markBodyStart, type Lingers } from './connection-close.js'
 import { requestIdFrom } from './request-id.js'
 import { routerPath } from './router-path.js'
 import { SERVER_LIMITS } from './limits.js'
@@ -126,12 +126,14 @@ function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
  * the client still sends its body (connection-close.ts).
  */
 export function answerInFront (req: IncomingMessage, res: ServerResponse, status: number, body: string, ends: Pick<FrontOptions, 'lifecycle' | 'linger'>, headers: Record<string, string> = {}): void {
+  const requestId = requestIdFrom(req)
+  const limit = bodyLimitOf(routerPath(req.url ?? ''))
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     ...headers,
-    [REQUEST_ID_HEADER]: requestIdFrom(req),
-    ...(endsConnection(req, ends.lifecycle, bodyLimitOf(routerPath(req.url ?? '')), ends.linger) ? { connection: 'close' } : {})
+    [REQUEST_ID_HEADER]: requestId,
+    ...(endsConnection(req, ends.lifecycle, limit, ends.linger, requestId) ? { connection: 'close' } : {})
   })
   res.end(body)
 }
@@ -142,6 +144,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
   }
 
   const front: RequestListener = (req, res) => {
+    markBodyStart(req)
     if (lingerOf(req.socket) !== undefined) {
       req.socket.destroy()
       return
@@ -170,6 +173,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
     front(req, res)
   })
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    markBodyStart(req)
     simpleAnswer(req, res, 417, 'unsupported Expect header: only 100-continue is accepted')
   })
   return server
