@@ -248,7 +248,11 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, linge
   const maxBytesRead = ((raw as MarkedRequest)[kBodyStart] ?? socket.bytesRead) + allowance
   let linger: Linger | undefined
   const unconsumed = raw.listenerCount('data') === 0 && raw.listenerCount('readable') === 0
-  const onData = (): void => linger?.sawBytes()
+  // Past the bound before the answer is out, nothing more is read: the linger then cuts at once.
+  const onData = (): void => {
+    if (linger !== undefined) linger.sawBytes()
+    else if (socket.bytesRead > maxBytesRead) socket.pause()
+  }
   raw.on('data', onData)
   raw.once('end', () => linger?.finish('complete'))
   if (unconsumed) raw.resume()
@@ -332,5 +336,6 @@ function startLinger (
   socket.once('close', () => stop('client_closed'))
   // The answer is flushed, then FIN; the read side stays open.
   socket.end()
+  linger.sawBytes()
   return linger
 }
