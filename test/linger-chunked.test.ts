@@ -14,7 +14,6 @@ import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from './helpers/mu
 import { parseExposition, valueOf } from './helpers/prometheus.js'
 
 const KiB = 1024
-const MiB = 1024 * KiB
 /** The most Node reads from a socket at once: a cut comes at most one read late. */
 const ONE_READ = 64 * KiB
 

@@ -22,7 +22,7 @@ export interface LingerLimits {
 
 export const LINGER_LIMITS: LingerLimits = Object.freeze({ bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 })
 
-/** Calls `cut` once a lingering client (`received`: its socket's bytes so far) stalls or is too slow; returns the stop. */
+/** Calls `cut` once a lingering client (`received`: its socket's bytes) stalls or is too slow; returns the stop. */
 export type RateWatch = (received: () => number, cut: () => void) => () => void
 
 /** The client address a socket's caps count against: its peer, or the client a trusted proxy forwards. */
@@ -30,7 +30,6 @@ export type AddressOf = (socket: Socket, raw: IncomingMessage | undefined) => st
 
 const peerAddress: AddressOf = (socket) => socket.remoteAddress ?? ''
 
-/** The cap that was full when a linger was cut to make room. */
 export type LingerCap = 'total_cap' | 'address_cap'
 /**
  * Why a linger ended: the body was read to its end; the client closed or half-closed; it stalled or fell
@@ -38,11 +37,10 @@ export type LingerCap = 'total_cap' | 'address_cap'
  */
 export type LingerEnd = 'complete' | 'client_closed' | 'too_slow' | 'over_bound' | LingerCap
 
-/** What the lingers tell the metrics and the log. */
+/** For the metrics and the log; `requestId` is the refused request's. */
 export interface LingerEvents {
   started: () => void
   ended: (reason: LingerEnd) => void
-  /** A linger was cut to make room; `requestId` is its refused request's. */
   cut: (cap: LingerCap, requestId: string | undefined) => void
 }
 
@@ -97,7 +95,6 @@ export class Lingers {
     this.events = events
   }
 
-  /** Lingering sockets now. */
   get size (): number {
     return this.#all.size
   }
@@ -189,7 +186,6 @@ export function markBodyStart (raw: IncomingMessage): void {
   (raw as MarkedRequest)[kBodyStart] = raw.socket.bytesRead
 }
 
-/** The rule itself: an answer to `raw` ends its connection. */
 export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }): boolean {
   return lifecycle.draining || bodyUnread(raw)
 }
