@@ -111,6 +111,13 @@ export class GatewayMetrics {
   /** Connections reading a refused body to throw it away: a plain count, read at scrape time. */
   lingering = 0
 
+  readonly lingeringConnections: Gauge = new Gauge({
+    name: 'gateway_lingering_connections',
+    help: 'Connections reading the rest of a refused upload to throw it away, so its client can read the answer',
+    registers: [this.registry],
+    collect: () => { this.lingeringConnections.set(this.lingering) }
+  })
+
   readonly lingersEnded = new Counter({
     name: 'gateway_lingers_ended_total',
     help: 'Lingers after a refused upload, ended by reason: complete (the body read to its end), client_closed, too_slow (stalled or under the minimum rate), over_bound (past twice the route limit), total_cap and address_cap (cut to make room)',
@@ -226,14 +233,6 @@ export class GatewayMetrics {
       registers: [this.registry],
       collect () {
         this.set(metrics.inFlight)
-      }
-    })
-    new Gauge({
-      name: 'gateway_lingering_connections',
-      help: 'Connections reading the rest of a refused upload to throw it away, so its client can read the answer',
-      registers: [this.registry],
-      collect () {
-        this.set(metrics.lingering)
       }
     })
     const read = opts.enginePool
