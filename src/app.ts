@@ -62,7 +62,11 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   // A refused body is read on while the client keeps up the uploads' minimum rate.
   const lingerRate = new MinRate(deps.uploadMinRate ?? MIN_RATE)
   const linger = new Lingers({ ...config.linger, ...deps.linger },
-    (received, cut) => lingerRate.watchReceived(received, cut), clientAddressOf(config.trustProxy))
+    (received, cut) => lingerRate.watchReceived(received, cut), clientAddressOf(config.trustProxy), {
+      started: () => { deps.metrics.lingerStarted() },
+      ended: (reason) => { deps.metrics.lingerEnded(reason) },
+      cut: (cap, reqId) => { deps.logger?.info({ reqId, cap }, 'lingering connection cut to make room') }
+    })
   const shedder = new LoadShedder()
   // One access line per request, also for a client that left (499) and the router's refusals.
   const accessLines = new AccessLines()

@@ -1,17 +1,9 @@
 /**
- * Answers that Node's HTTP parser gives before any route runs (DECISIONS 21):
- * 431 headers too large, 408 request timeout, 400 malformed request. Fastify's
- * default writes its own body shape, no request id, and closes the socket
- * without saying so, so a client that pipelined its next request loses it.
- * Here: the simple shape, a request id, and `connection: close` before the
- * socket is ended; then the socket lingers (connection-close.ts), so a client
- * still sending reads the answer instead of a reset.
- *
- * Some of these come while a request is already in the framework, its body
- * still arriving: the request timeout, or a client that half-closes mid-body.
- * That request's response is then never sent; the raw answer is its answer.
- * So it carries that request's id, and the request's access line shows the
- * status sent instead of a client that left (client-gone.ts cutByServer).
+ * Answers to what Node's HTTP parser refuses before any route runs (431, 408, 400): the gateway's shape, an id,
+ * and `connection: close` before the socket ends, then a linger (connection-close.ts), so a client still
+ * sending reads the answer instead of a reset. A request already in the framework whose body was cut short
+ * (the request timeout, a half-close mid-body) gets this answer as its own: its id, and its access line shows
+ * the status sent (client-gone.ts cutByServer).
  */
 import { STATUS_CODES, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
@@ -51,14 +43,9 @@ export function clientErrorAnswer (code: string | undefined, requestId: string =
   )
 }
 
-/**
- * Fastify's `clientErrorHandler`. A reset or destroyed socket has nobody to
- * answer. The route is unknown (the parser could not read the request), so the
- * linger allows as much as the route with the largest body would.
- */
+/** Told of each parser refusal: no access line is written for them. */
 export type ParserRefused = (status: number, code: string | undefined, requestId: string) => void
 
-/** The raw answer, told to `refused` (the log line these answers get, since no access line is written for them). */
 function rawAnswer (
   code: string | undefined,
   refused: ParserRefused | undefined,
@@ -68,6 +55,7 @@ function rawAnswer (
   return clientErrorAnswer(code, requestId)
 }
 
+/** Fastify's `clientErrorHandler`; the route is unknown, so a linger allows what the largest body's route would. */
 export function clientErrorAnswerer (
   lingers: Lingers,
   refused?: ParserRefused
@@ -77,7 +65,7 @@ export function clientErrorAnswerer (
     // A parser in error reports every further chunk, and the end of a body cut short, as another error.
     const linger = lingerOf(socket)
     if (linger !== undefined) {
-      if (socket.readableEnded) linger.finish()
+      if (socket.readableEnded) linger.finish('client_closed')
       else linger.sawBytes()
       return
     }
@@ -89,11 +77,7 @@ export function clientErrorAnswerer (
       socket.destroy()
       return
     }
-    // Every request read so far was read whole: the error is a later request's (a bad line or headers
-    // pipelined behind them). Those requests are answered first, the last with `connection: close`,
-    // then this answer goes out before the connection ends, as nginx does. Answered now, it would take
-    // the place of an answer the engine is still making (a create the client would be told failed).
-    // A parser in error reports every further chunk as another error: one answer, the first error's.
+    // A pipelined later request's error: the answers owed go first (as nginx does), then this one, once.
     if ((socket as DeferringSocket)[kDeferred] === true) return
     const owed = lastOwedResponse(socket)
     if (owed !== undefined && owed.req.complete) {
@@ -105,20 +89,18 @@ export function clientErrorAnswerer (
       return
     }
     // A request in the framework whose body was cut short: this answer is its answer.
-    if (inFlight === undefined) socket.write(rawAnswer(err.code, refused))
+    let requestId = newRequestId()
+    if (inFlight === undefined) socket.write(rawAnswer(err.code, refused, requestId))
     else {
-      const requestId = cutByServer(inFlight, answerTo(err.code)[0])
-      // Node reads a reset as the end of the input, so a client that reset mid-body looks like one
-      // that half-closed: the answer it cannot take shows which it was (the write fails before the
-      // socket closes), and that client left after all.
+      requestId = cutByServer(inFlight, answerTo(err.code)[0]) ?? requestId
+      // A reset mid-body looks like a half-close until this write fails: that client left after all.
       socket.write(rawAnswer(err.code, refused, requestId), (writeErr) => {
         if (writeErr != null) cutByServer(inFlight, undefined)
-        // A body still arriving would go on to its handler (a create streaming to the engine, which would
-        // complete what the client was told failed): the connection ends with its answer, never lingers.
+        // A body still arriving would go on to its handler and the engine: the connection ends, never lingers.
         else if (!inFlight.req.complete) socket.destroy()
       })
       if (!inFlight.req.complete) return
     }
-    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers)
+    lingerAfterRawAnswer(socket, lingers.limits.bodyFactor * CREATE_BODY_MAX_BYTES, lingers, requestId)
   }
 }

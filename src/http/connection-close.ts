@@ -1,65 +1,28 @@
 /**
- * When an answer must end its connection, and how the connection then ends
- * (DECISIONS 21 and 32).
- *
- * An answer ends its connection when
- * - the request's body is not completely read (a 401 from the JWT hook, a 404,
- *   a 429 or 503 before the body, a bad field, a non-image or a second file
- *   met mid-form, the size limit, an engine that answered mid-upload, a
- *   502/504 mid-upload): Node would otherwise read and discard the rest,
- *   however long, to keep the socket;
- * - the gateway is draining: a client learns from the answer that this socket
- *   is going, so no request is sent on it in the moment the listener closes it.
- *
- * A connection that ends while the client is still sending its body is not
- * closed at once: closing a socket with unread bytes makes the kernel send a
- * reset, and a client that writes its whole body before it reads (python's
- * http.client, undici's fetch, Android's HttpURLConnection in fixed-length
- * mode) then loses the answer to EPIPE/ECONNRESET. Like nginx's lingering
- * close, the write side is ended (the answer is flushed, then FIN), and what
- * the client still sends is read and thrown away, for as long as the client
- * keeps up the uploads' minimum rate, up to the declared length. A body
- * declared beyond the linger bound (a few times the route's limit) is not
- * read at all: reading it would only serve a client that sends garbage, so
- * the socket stops reading and closes once the answer is out. A chunked body
- * is read up to the bound, then cut. Lingering sockets are capped in total
- * and per client address; past a cap the oldest is cut (Lingers).
- *
- * One mechanism for every refusal, whoever gives it: when the answer has gone
- * out, whatever still reads the body (the form parser piped from it, a
- * handler's listener) is detached and the linger alone reads on. A form
- * parser left attached holds the body back until its current part is read,
- * which nobody will do once the answer is out: the socket stays paused and
- * the linger would only ever see silence.
- *
- * The hook is the one Node itself uses: after the last answer on a connection
- * Node calls `socket.destroySoon()` (http server, resOnFinish). An answer that
- * leaves the body unread gives its socket an own `destroySoon` that lingers
- * first. Every early answer goes through `endsConnection`: the onSend hook
- * below, and the answers given in front of Fastify (front.ts).
+ * When an answer ends its connection, and how: a refused body still arriving is read and thrown away while
+ * the client keeps sending ("lingering"), so a client that writes its whole body before it reads gets the
+ * answer instead of a reset. What that may cost, and why: [A refused upload is read to its end while the
+ * client keeps sending](../../docs/decisions/0032-a-refused-upload-is-read-to-its-end.md).
  */
 import type { FastifyInstance } from 'fastify'
 import type { IncomingMessage } from 'node:http'
-import type { Socket } from 'node:net'
+import { isIP, type Socket } from 'node:net'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { SERVER_LIMITS } from './limits.js'
 
 /** What reading the rest of refused bodies may cost (LINGER_* in the environment). */
 export interface LingerLimits {
-  /** A body declared beyond this many times the route's limit is not read after a refusal. */
+  /** A body beyond this many times the route's limit is not read past it after a refusal. */
   readonly bodyFactor: number
   /** Lingering sockets at once, in all. */
   readonly maxSockets: number
-  /** Lingering sockets at once from one client address. */
+  /** Lingering sockets at once from one client address (an IPv6 /64). */
   readonly maxPerAddress: number
 }
 
 export const LINGER_LIMITS: LingerLimits = Object.freeze({ bodyFactor: 2, maxSockets: 1024, maxPerAddress: 16 })
 
-/**
- * Watch what a lingering client sends (`received`: its socket's bytes so far) and call `cut` once it stalls or
- * falls under the minimum rate; the returned function stops the watch.
- */
+/** Calls `cut` once a lingering client (`received`: its socket's bytes) stalls or is too slow; returns the stop. */
 export type RateWatch = (received: () => number, cut: () => void) => () => void
 
 /** The client address a socket's caps count against: its peer, or the client a trusted proxy forwards. */
@@ -67,84 +30,136 @@ export type AddressOf = (socket: Socket, raw: IncomingMessage | undefined) => st
 
 const peerAddress: AddressOf = (socket) => socket.remoteAddress ?? ''
 
-interface LingerEntry {
-  readonly address: string
-  readonly cut: () => void
+export type LingerCap = 'total_cap' | 'address_cap'
+/**
+ * Why a linger ended: the body was read to its end; the client closed or half-closed; it stalled or fell
+ * under the minimum rate; it sent past the byte bound; or a cap was full.
+ */
+export type LingerEnd = 'complete' | 'client_closed' | 'too_slow' | 'over_bound' | LingerCap
+
+/** For the metrics and the log; `requestId` is the refused request's. */
+export interface LingerEvents {
+  started: () => void
+  ended: (reason: LingerEnd) => void
+  cut: (cap: LingerCap, requestId: string | undefined) => void
 }
 
+const NO_EVENTS: LingerEvents = { started: () => {}, ended: () => {}, cut: () => {} }
+
 /**
- * The lingering sockets, oldest first, in all and per client address. A new one past a cap cuts the oldest:
- * the newest refusal is the one a client is about to read, and a client that holds a place by trickling at
- * the minimum rate is by then among the oldest, so slots cannot be held against newcomers.
+ * The key a client address is counted under: an IPv6 address by its /64 (what one subscriber gets), an
+ * IPv4-mapped one as the IPv4 address, anything else as it is.
+ */
+export function addressKey (address: string): string {
+  const bare = address.split('%', 1)[0]!
+  if (isIP(bare) !== 6) return address
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(bare)
+  if (mapped !== null) return mapped[1]!
+  const [left = '', right] = bare.split('::')
+  const head = left === '' ? [] : left.split(':')
+  if (right !== undefined) {
+    const tail = right === '' ? [] : right.split(':')
+    const tailGroups = tail.reduce((n, group) => n + (group.includes('.') ? 2 : 1), 0)
+    head.push(...Array<string>(8 - head.length - tailGroups).fill('0'), ...tail)
+  }
+  return head.slice(0, 4).map((group) => Number.parseInt(group, 16).toString(16)).join(':') + '::/64'
+}
+
+interface LingerEntry {
+  readonly key: string
+  readonly seq: number
+  readonly requestId: string | undefined
+  readonly cut: (cap: LingerCap) => void
+}
+
+const oldest = (entries: Set<LingerEntry>): LingerEntry | undefined => entries.values().next().value
+
+/**
+ * The lingering sockets, oldest first, in all and per address key. Past the per-address cap the address's
+ * oldest is cut; past the total cap, the oldest of the address that holds the most (on a tie, the oldest of
+ * those), so a flood from many addresses cuts its own before a client that holds one.
  */
 export class Lingers {
   readonly limits: LingerLimits
   readonly watchRate: RateWatch
   readonly addressOf: AddressOf
+  readonly events: LingerEvents
   readonly #all = new Set<LingerEntry>()
-  readonly #byAddress = new Map<string, Set<LingerEntry>>()
-  /** Lingers cut to make room, by the cap that was full. */
-  readonly evicted = { total: 0, perAddress: 0 }
+  readonly #byKey = new Map<string, Set<LingerEntry>>()
+  #seq = 0
 
-  constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = peerAddress) {
+  constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = peerAddress, events = NO_EVENTS) {
     this.limits = limits
     this.watchRate = watchRate
     this.addressOf = addressOf
+    this.events = events
   }
 
-  /** Lingering sockets now. */
   get size (): number {
     return this.#all.size
   }
 
-  /** Lingering sockets now from `address`. */
+  /** Lingering sockets now counted against `address`'s key. */
   sizeOf (address: string): number {
-    return this.#byAddress.get(address)?.size ?? 0
+    return this.#byKey.get(addressKey(address))?.size ?? 0
   }
 
-  /** Count a new linger in, cutting the oldest where a cap is full; the returned function counts it out. */
-  admit (address: string, cut: () => void): () => void {
-    const entry: LingerEntry = { address, cut }
-    const mine = this.#byAddress.get(address) ?? new Set<LingerEntry>()
-    if (mine.size >= this.limits.maxPerAddress) this.#evict(mine.values().next().value, 'perAddress')
-    if (this.#all.size >= this.limits.maxSockets) this.#evict(this.#all.values().next().value, 'total')
+  /** Count a new linger in, cutting where a cap is full; the returned function counts it out, saying why. */
+  admit (address: string, requestId: string | undefined, cut: (cap: LingerCap) => void): (reason: LingerEnd) => void {
+    const key = addressKey(address)
+    const mine = this.#byKey.get(key)
+    if (mine !== undefined && mine.size >= this.limits.maxPerAddress) this.#cut(oldest(mine), 'address_cap')
+    if (this.#all.size >= this.limits.maxSockets) this.#cut(this.#oldestOfLargest(), 'total_cap')
+    const entry: LingerEntry = { key, seq: this.#seq++, requestId, cut }
     this.#all.add(entry)
-    mine.add(entry)
-    this.#byAddress.set(address, mine)
-    return () => { this.#remove(entry) }
+    const now = this.#byKey.get(key) ?? new Set<LingerEntry>()
+    now.add(entry)
+    this.#byKey.set(key, now)
+    this.events.started()
+    return (reason) => { if (this.#remove(entry)) this.events.ended(reason) }
   }
 
-  #evict (entry: LingerEntry | undefined, cap: 'total' | 'perAddress'): void {
-    if (entry === undefined) return
-    this.evicted[cap]++
-    this.#remove(entry)
-    entry.cut()
+  /** A scan of at most maxSockets keys, paid only when the total cap is full. */
+  #oldestOfLargest (): LingerEntry | undefined {
+    let pick: LingerEntry | undefined
+    let most = 0
+    for (const entries of this.#byKey.values()) {
+      const first = oldest(entries)!
+      if (entries.size > most || (entries.size === most && first.seq < pick!.seq)) {
+        most = entries.size
+        pick = first
+      }
+    }
+    return pick
   }
 
-  #remove (entry: LingerEntry): void {
-    if (!this.#all.delete(entry)) return
-    const mine = this.#byAddress.get(entry.address)
+  #cut (entry: LingerEntry | undefined, cap: LingerCap): void {
+    if (entry === undefined || !this.#remove(entry)) return
+    this.events.ended(cap)
+    this.events.cut(cap, entry.requestId)
+    entry.cut(cap)
+  }
+
+  #remove (entry: LingerEntry): boolean {
+    if (!this.#all.delete(entry)) return false
+    const mine = this.#byKey.get(entry.key)
     mine?.delete(entry)
-    if (mine?.size === 0) this.#byAddress.delete(entry.address)
+    if (mine?.size === 0) this.#byKey.delete(entry.key)
+    return true
   }
 }
 
 /** The create route reads its body itself, past Fastify's bodyLimit: its own bound applies. */
 export const CREATE_PATH = '/api/portfolio/create'
 
-/**
- * The body limit of the route at `path` (the router's path), for answers given
- * before a route is known: create's own bound, otherwise the server's (which
- * every other route keeps, update included).
- */
+/** The body limit of the route at `path` (the router's path), for answers given before a route is known. */
 export function bodyLimitOf (path: string | undefined): number {
   return path === CREATE_PATH ? CREATE_BODY_MAX_BYTES : SERVER_LIMITS.bodyLimitBytes
 }
 
 /**
- * Body bytes the server has not read. A request without a body is not marked
- * `complete` until just after the 'request' event, so a synchronous early
- * answer would otherwise close a socket that has nothing unread.
+ * Body bytes the server has not read. A request without a body is marked `complete` only just after the
+ * 'request' event, so a synchronous early answer would otherwise close a socket with nothing unread.
  */
 export function bodyUnread (raw: IncomingMessage): boolean {
   if (raw.complete) return false
@@ -153,9 +168,8 @@ export function bodyUnread (raw: IncomingMessage): boolean {
 }
 
 /**
- * How many more bytes the linger after an answer to `raw` may read: the
- * declared body, or up to the bound for a chunked one; undefined when the
- * declared body is beyond the bound, which is then not read at all.
+ * How many body bytes, from the body's start, a linger after an answer to `raw` may read: the declared
+ * length, or the bound for a chunked body; undefined when the declared body is beyond the bound.
  */
 export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number, bodyFactor: number): number | undefined {
   const bound = bodyFactor * maxBodyBytes
@@ -164,21 +178,28 @@ export function lingerAllowance (raw: IncomingMessage, maxBodyBytes: number, bod
   return declared > bound ? undefined : declared
 }
 
-/** The rule itself: an answer to `raw` ends its connection. */
+const kBodyStart = Symbol('gateway.bodyStart')
+type MarkedRequest = IncomingMessage & { [kBodyStart]?: number }
+
+/** Note where `raw`'s body starts on its socket, at most one read late: a linger's byte bound counts from there. */
+export function markBodyStart (raw: IncomingMessage): void {
+  (raw as MarkedRequest)[kBodyStart] = raw.socket.bytesRead
+}
+
 export function mustCloseConnection (raw: IncomingMessage, lifecycle: { readonly draining: boolean }): boolean {
   return lifecycle.draining || bodyUnread(raw)
 }
 
 /**
- * For an answer about to be sent on `raw`: true when it must say
- * `connection: close`. When the body is unread, the socket lingers before it
- * closes (`maxBodyBytes` is the route's body limit; see lingerAllowance).
+ * For an answer about to be sent on `raw` (request `requestId`): true when it must say `connection: close`.
+ * When the body is unread, the socket lingers before it closes (`maxBodyBytes`: the route's body limit).
  */
 export function endsConnection (
-  raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, lingers: Lingers
+  raw: IncomingMessage, lifecycle: { readonly draining: boolean }, maxBodyBytes: number, lingers: Lingers,
+  requestId?: string
 ): boolean {
   if (!bodyUnread(raw)) return lifecycle.draining
-  lingerOnClose(raw, maxBodyBytes, lingers)
+  lingerOnClose(raw, maxBodyBytes, lingers, requestId)
   return true
 }
 
@@ -189,7 +210,7 @@ export function closeConnectionsWhenNeeded (
     const limit = request.routeOptions.url === CREATE_PATH
       ? CREATE_BODY_MAX_BYTES
       : request.routeOptions.bodyLimit ?? SERVER_LIMITS.bodyLimitBytes
-    if (endsConnection(request.raw, lifecycle, limit, lingers)) reply.header('connection', 'close')
+    if (endsConnection(request.raw, lifecycle, limit, lingers, request.id)) reply.header('connection', 'close')
     done(null, payload)
   })
 }
@@ -207,26 +228,29 @@ export function lingerArmed (socket: Socket): boolean {
   return Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined
 }
 
-/** Arrange that when Node closes `raw`'s connection after the answer, the socket lingers first. */
-export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, lingers: Lingers): void {
+/**
+ * Node calls `socket.destroySoon()` after the last answer on a connection: an own `destroySoon` lingers first.
+ * The body is read from now on, so Node does not dump it unseen when the answer ends; a handler still reading
+ * it keeps it until the answer is out.
+ */
+export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, lingers: Lingers, requestId?: string): void {
   const socket = raw.socket as LingeringSocket
-  if (Object.hasOwn(socket, 'destroySoon') || lingerOf(socket) !== undefined) return
+  if (lingerArmed(socket)) return
   const allowance = lingerAllowance(raw, maxBodyBytes, lingers.limits.bodyFactor)
   if (allowance === undefined) {
     closeUnread(raw)
     return
   }
-  // Counted from the answer: the rest of a declared body within the bound always fits.
-  const maxBytesRead = socket.bytesRead + allowance
+  const maxBytesRead = ((raw as MarkedRequest)[kBodyStart] ?? socket.bytesRead) + allowance
   let linger: Linger | undefined
-  // Read the body from now on, so Node does not "dump" the request when the
-  // answer ends: a dumped request's bytes are dropped by the parser unseen,
-  // and the linger needs to see them arrive (and the body end). A request
-  // that a handler is still reading keeps its reader until the answer is out.
   const unconsumed = raw.listenerCount('data') === 0 && raw.listenerCount('readable') === 0
-  const onData = (): void => linger?.sawBytes()
+  // Past the bound before the answer is out, nothing more is read: the linger then cuts at once.
+  const onData = (): void => {
+    if (linger !== undefined) linger.sawBytes()
+    else if (socket.bytesRead > maxBytesRead) socket.pause()
+  }
   raw.on('data', onData)
-  raw.once('end', () => linger?.finish())
+  raw.once('end', () => linger?.finish('complete'))
   if (unconsumed) raw.resume()
   socket.destroySoon = function lingeringDestroySoon () {
     Reflect.deleteProperty(socket, 'destroySoon')
@@ -235,16 +259,13 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, linge
       socket.destroySoon()
       return
     }
-    linger = startLinger(socket, maxBytesRead, lingers, lingers.addressOf(socket, raw))
+    linger = startLinger(socket, maxBytesRead, lingers, { address: lingers.addressOf(socket, raw), requestId })
     linger.onStop(() => raw.off('data', onData))
     detachReaders(raw, onData)
   }
 }
 
-/**
- * A body declared beyond the bound: nothing more of it is read (the socket
- * stops reading now), and the socket closes once the answer is flushed.
- */
+/** A body declared beyond the bound: nothing more is read, and the socket closes once the answer is flushed. */
 function closeUnread (raw: IncomingMessage): void {
   const socket = raw.socket
   raw.unpipe()
@@ -257,9 +278,8 @@ function closeUnread (raw: IncomingMessage): void {
 }
 
 /**
- * The answer is out: nothing but the linger reads `raw` any more. The form
- * parser (busboy, piped by @fastify/multipart) is unpiped, other readers are
- * dropped, and the body flows into `keep` alone.
+ * The answer is out: only the linger reads `raw` now. A form parser left piped would hold the body back
+ * until its current part is read, which nobody will do, and the linger would see only silence.
  */
 function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): void {
   raw.unpipe()
@@ -269,47 +289,49 @@ function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): vo
 }
 
 /**
- * After an answer that Node's parser could not even read a request for
- * (client-error.ts): the body cannot be told from what follows, so the socket
- * lingers until the client closes, at most `maxBytes` more, under the same rules.
+ * After an answer to what Node's parser could not read as a request (client-error.ts): the body cannot be told
+ * from what follows, so the socket lingers until the client closes, at most `maxBytes` more.
  */
-export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, lingers: Lingers): Linger {
+export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, lingers: Lingers, requestId?: string): Linger {
   const address = lingers.addressOf(socket, undefined)
-  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, address)
+  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, { address, requestId })
 }
 
 export interface Linger {
   /** More bytes came: cut off past the byte bound. */
   sawBytes: () => void
-  /** The client has sent all it will: close once the answer is flushed. */
-  finish: () => void
+  /** The client sent all it will (the body's end, or its FIN): close once the answer is flushed. */
+  finish: (reason: 'complete' | 'client_closed') => void
   onStop: (fn: () => void) => void
 }
 
-function startLinger (socket: LingeringSocket, maxBytesRead: number, lingers: Lingers, address: string): Linger {
+function startLinger (
+  socket: LingeringSocket, maxBytesRead: number, lingers: Lingers,
+  who: { address: string, requestId: string | undefined }
+): Linger {
   const stops: Array<() => void> = []
-  let stopped = false
-  const stop = (cut: boolean): void => {
-    if (stopped) return
-    stopped = true
+  let stopped: LingerEnd | undefined
+  const stop = (reason: LingerEnd): void => {
+    if (stopped !== undefined) return
+    stopped = reason
     for (const fn of stops) fn()
-    // A cut closes with bytes unread (a reset): the client went past a bound, stalled, or lost its place.
-    if (cut) socket.destroy()
-    else socket.destroySoon() // the prototype's: destroy once the answer is flushed
+    // A cut closes with bytes unread, which resets; an ended body closes once the answer is flushed.
+    if (reason === 'complete' || reason === 'client_closed') socket.destroySoon()
+    else socket.destroy()
   }
-  stops.push(lingers.admit(address, () => stop(true)))
-  stops.push(lingers.watchRate(() => socket.bytesRead, () => stop(true)))
+  const release = lingers.admit(who.address, who.requestId, stop)
+  stops.push(() => { release(stopped!) })
+  stops.push(lingers.watchRate(() => socket.bytesRead, () => stop('too_slow')))
   const linger: Linger = {
-    sawBytes: () => {
-      if (!stopped && socket.bytesRead > maxBytesRead) stop(true)
-    },
-    finish: () => stop(false),
+    sawBytes: () => { if (socket.bytesRead > maxBytesRead) stop('over_bound') },
+    finish: stop,
     onStop: (fn) => { stops.push(fn) }
   }
   socket[kLinger] = linger
-  socket.once('end', linger.finish) // the client half-closed: it sends nothing more
-  socket.once('close', () => stop(false))
-  // Half-close: the answer is flushed, then FIN; the read side stays open.
+  socket.once('end', () => stop('client_closed'))
+  socket.once('close', () => stop('client_closed'))
+  // The answer is flushed, then FIN; the read side stays open.
   socket.end()
+  linger.sawBytes()
   return linger
 }

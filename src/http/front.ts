@@ -1,33 +1,15 @@
 /**
- * The HTTP server in front of Fastify (its `serverFactory`): what Node would
- * otherwise answer by itself, and the load shedder.
- *
- * - Node's own answers get the simple shape and an id (DECISIONS 21): 400 for
- *   an HTTP/1.1 request without Host (RFC 9112 3.2; Node's `requireHostHeader`
- *   writes a bare 400), 417 for an `Expect` other than 100-continue (Node's
- *   'checkExpectation'). Parser errors are client-error.ts. Node's one other
- *   answer of its own, 503 past `maxRequestsPerSocket`, cannot happen: that
- *   limit is not set.
- * - `Expect: 100-continue` (DECISIONS 21): with a 'checkContinue' listener
- *   Node does not send `100 Continue` by itself. The request goes the usual
- *   way; a refusal (401, 429, 409, 503) is its answer and the body is never
- *   sent. The body is invited only once the request will really proceed: most
- *   routes once auth, the rate limit and shedding have passed (`inviteBody`),
- *   create once its upload place, Idempotency-Key claim and upload connection
- *   are held too (`writeContinue`, called by the route).
- * - The shedder (limits/shedding.ts) gives a verdict; its 503 is written here.
- * - A request that arrives on a lingering connection (pipelined behind a body
- *   that was answered early) is not served: its connection is closing.
- * - A pipelined request whose client leaves still closes its response
- *   (`closeWaitingResponses`), and the server's idle timeout is told to the
- *   request it cuts off (`cutOnIdle`).
+ * The HTTP server in front of Fastify (its `serverFactory`): the answers Node would give by itself, in the
+ * gateway's shape and with an id (docs/decisions/0021-every-answer-has-a-shape-and-an-id.md),
+ * `Expect: 100-continue` answered only once the request will proceed, the load shedder's 503, and the
+ * pipelining and idle-timeout gaps Node leaves. Parser errors are client-error.ts.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { REQUEST_ID_HEADER } from '../../schemas/upstream.js'
 import { cutByServer } from './client-gone.js'
-import { bodyLimitOf, endsConnection, lingerOf, type Lingers } from './connection-close.js'
+import { bodyLimitOf, endsConnection, lingerOf, markBodyStart, type Lingers } from './connection-close.js'
 import { requestIdFrom } from './request-id.js'
 import { routerPath } from './router-path.js'
 import { SERVER_LIMITS } from './limits.js'
@@ -60,14 +42,9 @@ type NodeSocket = Socket & { _httpMessage?: ServerResponse | null }
 const settled = (res: ServerResponse): boolean => res.socket !== null || res.destroyed || res.writableFinished
 
 /**
- * A pipelined request's response waits, unattached (`res.socket` null), while
- * an earlier one owns the socket. When the socket closes, Node emits 'close'
- * only on the attached response (its onServerResponseClose), never on the
- * waiting ones: their access line, their engine call's client-gone signal and
- * the in-flight gauge would wait for a 'close' that never comes. So the
- * waiting ones are closed here as Node closes an attached one. One listener
- * and one list per pipelining socket, none for the others; answers go out in
- * order, so the list is pruned from its front.
+ * A pipelined response waits unattached while an earlier one owns the socket, and Node emits 'close' only on
+ * the attached one: the waiting ones are closed here (closeWaitingResponses), so their access line, client-gone
+ * signal and in-flight count do not wait forever. Answers go out in order: the list is pruned from its front.
  */
 function awaitSocket (socket: PipeliningSocket, res: ServerResponse): void {
   let waiting = socket[kWaiting]
@@ -105,11 +82,8 @@ function closeWaitingResponses (this: PipeliningSocket): void {
 }
 
 /**
- * The idle timeout (`server.setTimeout`). Without a 'timeout' listener Node
- * destroys the socket; this does too (nothing here listens for a request's or
- * response's own 'timeout'), first telling a request still waiting for its
- * answer that the server cut it off: its line says 408, as nginx logs its own
- * timeouts, not that the client left.
+ * The idle timeout (`server.setTimeout`) destroys the socket, as Node would, first marking a request still
+ * waiting for its answer as cut off by the server: its line says 408, as nginx logs it, not a client that left.
  */
 function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
   const res = socket._httpMessage
@@ -119,19 +93,16 @@ function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
   socket.destroy()
 }
 
-/**
- * An answer written in front of Fastify (Node's own refusals, the shedder's
- * 503): a JSON body, an id like every answer (DECISIONS 21), and the
- * connection ended by the same rule as every other answer, lingering while
- * the client still sends its body (connection-close.ts).
- */
+/** An answer written in front of Fastify: a JSON body, an id, and the connection ended as every answer's is. */
 export function answerInFront (req: IncomingMessage, res: ServerResponse, status: number, body: string, ends: Pick<FrontOptions, 'lifecycle' | 'linger'>, headers: Record<string, string> = {}): void {
+  const requestId = requestIdFrom(req)
+  const limit = bodyLimitOf(routerPath(req.url ?? ''))
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     ...headers,
-    [REQUEST_ID_HEADER]: requestIdFrom(req),
-    ...(endsConnection(req, ends.lifecycle, bodyLimitOf(routerPath(req.url ?? '')), ends.linger) ? { connection: 'close' } : {})
+    [REQUEST_ID_HEADER]: requestId,
+    ...(endsConnection(req, ends.lifecycle, limit, ends.linger, requestId) ? { connection: 'close' } : {})
   })
   res.end(body)
 }
@@ -142,6 +113,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
   }
 
   const front: RequestListener = (req, res) => {
+    markBodyStart(req)
     if (lingerOf(req.socket) !== undefined) {
       req.socket.destroy()
       return
@@ -170,6 +142,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
     front(req, res)
   })
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    markBodyStart(req)
     simpleAnswer(req, res, 417, 'unsupported Expect header: only 100-continue is accepted')
   })
   return server
@@ -188,11 +161,7 @@ export function writeContinue (raw: IncomingMessage, res: ServerResponse): void 
   res.writeContinue()
 }
 
-/**
- * An onRequest hook for routes whose body may come as soon as auth, the rate
- * limit and shedding have passed: placed after them, it invites a client
- * waiting on `Expect: 100-continue`.
- */
+/** An onRequest hook placed after auth, the rate limit and shedding: it invites the body of a waiting client. */
 export function inviteBody (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void {
   writeContinue(request.raw, reply.raw)
   done()

@@ -19,6 +19,10 @@ export type EngineOutcome = 'ok' | 'engine_error' | 'unavailable' | 'timeout' | 
 export type RejectionReason =
   'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
 export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
+/** Why a linger after a refused upload ended (src/http/connection-close.ts LingerEnd). */
+export type LingerEndReason = 'complete' | 'client_closed' | 'too_slow' | 'over_bound' | 'total_cap' | 'address_cap'
+export const LINGER_END_REASONS: readonly LingerEndReason[] =
+  ['complete', 'client_closed', 'too_slow', 'over_bound', 'total_cap', 'address_cap']
 
 /** Pool counters read at scrape time (undici Pool `stats`). */
 export interface EnginePoolState {
@@ -86,6 +90,23 @@ export class GatewayMetrics {
 
   /** Requests received and not yet answered. */
   inFlight = 0
+
+  /** Connections reading a refused body to throw it away: a plain count, read at scrape time. */
+  lingering = 0
+
+  readonly lingeringConnections: Gauge = new Gauge({
+    name: 'gateway_lingering_connections',
+    help: 'Connections reading the rest of a refused upload to throw it away, so its client can read the answer',
+    registers: [this.registry],
+    collect: () => { this.lingeringConnections.set(this.lingering) }
+  })
+
+  readonly lingersEnded = new Counter({
+    name: 'gateway_lingers_ended_total',
+    help: 'Lingers after a refused upload, ended by reason: complete (the body read to its end), client_closed, too_slow (stalled or under the minimum rate), over_bound (past twice the route limit), total_cap and address_cap (cut to make room)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry]
+  })
 
   readonly rejections = new Counter({
     name: 'gateway_rejections_total',
@@ -242,6 +263,7 @@ export class GatewayMetrics {
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
     for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
     this.engineRetryBudgetExhausted.inc(0)
+    for (const reason of LINGER_END_REASONS) this.lingersEnded.inc({ reason }, 0)
     this.traceSpansDropped.inc(0)
   }
 
@@ -287,6 +309,17 @@ export class GatewayMetrics {
   /** A retry refused by the retry budget. */
   engineRetryBudgetSpent (): void {
     this.engineRetryBudgetExhausted.inc()
+  }
+
+  /** A refused upload's connection began to linger (src/http/connection-close.ts). */
+  lingerStarted (): void {
+    this.lingering++
+  }
+
+  /** A linger ended, and why. */
+  lingerEnded (reason: LingerEndReason): void {
+    this.lingering--
+    this.lingersEnded.inc({ reason })
   }
 
   rejected (reason: RejectionReason): void {

@@ -1,18 +1,21 @@
 /**
- * DECISIONS 32: what reading the rest of refused bodies may cost. Lingering
- * sockets are capped per client address and in total, and past a cap the
- * oldest is cut; what the lingering sockets read is thrown away, so memory
- * stays flat; a lingering create holds no per-user place. Raw sockets from
- * several loopback addresses (127.0.0.0/8), with allowHalfOpen so the
- * server's FIN after its answer does not end their sending.
+ * What reading the rest of refused bodies may cost (docs/decisions/0032-a-refused-upload-is-read-to-its-end.md).
+ * Lingering sockets are capped per client address and in total: past the address cap that address's oldest is
+ * cut, past the total cap the oldest of the address holding the most; what they read is thrown away, so memory
+ * stays flat; a lingering create holds no per-user place; the metrics and the log show them. Raw sockets from
+ * several loopback addresses (127.0.0.0/8), with allowHalfOpen so the server's FIN after its answer does not
+ * end their sending.
  */
 import { once } from 'node:events'
 import type { Server } from 'node:http'
 import { connect, type Socket } from 'node:net'
+import { Writable } from 'node:stream'
 import t from 'tap'
+import { addressKey, Lingers, type LingerCap } from '../../src/http/connection-close.js'
 import { startStubUpstream } from '../../fixtures/stub-upstream.js'
 import { build, hs256, type Built } from '../helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from '../helpers/multipart.js'
+import { parseExposition, valueOf } from '../helpers/prometheus.js'
 import { viaPython } from '../helpers/write-first.js'
 
 interface Lingering {
@@ -25,12 +28,13 @@ interface Lingering {
 }
 
 const MiB = 1024 * 1024
-const badTokenHead = (length: number): string =>
+const badTokenHead = (length: number, id = ''): string =>
   'POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer bad\r\n' +
+  (id === '' ? '' : `x-request-id: ${id}\r\n`) +
   `content-type: multipart/form-data; boundary=b\r\ncontent-length: ${length}\r\n\r\n`
 
 /** A refused create from `from` whose body is still coming: it lingers until it ends, stalls, or is cut. */
-async function refusedUpload ({ app, url }: Built, from: string, length = 8 * MiB): Promise<Lingering> {
+async function refusedUpload ({ app, url }: Built, from: string, length = 8 * MiB, id = ''): Promise<Lingering> {
   const port = Number(new URL(url).port)
   const client = connect({ port, host: '127.0.0.1', localAddress: from, allowHalfOpen: true })
   client.on('error', () => {}) // a cut socket is reset: that is what is tested
@@ -39,7 +43,7 @@ async function refusedUpload ({ app, url }: Built, from: string, length = 8 * Mi
   let text = ''
   client.setEncoding('latin1').on('data', (c: string) => { text += c })
   const lingering = once(client, 'end')
-  client.write(badTokenHead(length) + 'x'.repeat(1024))
+  client.write(badTokenHead(length, id) + 'x'.repeat(1024))
   await lingering
   return { client, server, lingering, text: () => text }
 }
@@ -82,15 +86,92 @@ t.test('past the per-address cap the oldest socket of that address is cut; other
   for (const s of [second, third, other]) s.client.destroy()
 })
 
-t.test('past the total cap the oldest lingering socket of all is cut', async (t) => {
-  const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '3', LINGER_MAX_PER_ADDRESS: '3' } }))
-  const held: Lingering[] = []
-  for (const from of ['127.0.0.4', '127.0.0.5', '127.0.0.6']) held.push(await refusedUpload(built, from))
-  t.same(held.map(closed), [false, false, false], 'three linger, one per address')
-  const fourth = await refusedUpload(built, '127.0.0.7')
-  await serverClosed(held[0]!)
-  t.same([...held, fourth].map(closed), [true, false, false, false], 'a fourth cut the oldest, from another address')
-  for (const s of [...held, fourth]) s.client.destroy()
+t.test('past the total cap a flood from many addresses cuts its own lingers before a client holding one', async (t) => {
+  const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '4', LINGER_MAX_PER_ADDRESS: '4' } }))
+  const phone = await refusedUpload(built, '127.0.0.4')
+  const flood: Lingering[] = []
+  for (let i = 0; i < 3; i++) flood.push(await refusedUpload(built, '127.0.0.5'))
+  t.same([phone, ...flood].map(closed), [false, false, false, false], 'the phone and three from 127.0.0.5 linger')
+  const fromSix = await refusedUpload(built, '127.0.0.6')
+  await serverClosed(flood[0]!)
+  t.same([phone, ...flood].map(closed), [false, true, false, false], 'a new address cut the oldest of the one with most')
+  const fromSeven = await refusedUpload(built, '127.0.0.7')
+  await serverClosed(flood[1]!)
+  t.same([phone, ...flood].map(closed), [false, true, true, false], 'and again, while 127.0.0.5 held two')
+  t.equal(closed(fromSix), false, 'the address that came first in the flood still lingers')
+  // Every address holds one now: the oldest of all is cut, the phone's.
+  const fromEight = await refusedUpload(built, '127.0.0.8')
+  await serverClosed(phone)
+  const rest = [flood[2]!, fromSix, fromSeven, fromEight]
+  t.same(rest.map(closed), [false, false, false, false], 'one address each: the oldest of all went')
+  for (const s of [phone, ...flood, ...rest]) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer')
+  const samples = parseExposition((await built.metrics.scrape()).body)
+  t.equal(valueOf(samples, 'gateway_lingers_ended_total', { reason: 'total_cap' }), 3, 'three cut by the total cap')
+  t.equal(valueOf(samples, 'gateway_lingering_connections'), 4)
+  for (const s of rest) s.client.destroy()
+})
+
+t.test('an IPv6 client is counted by its /64, an IPv4-mapped one as its IPv4 address', async (t) => {
+  t.equal(addressKey('2001:db8:1:2:aaaa::1'), '2001:db8:1:2::/64')
+  t.equal(addressKey('2001:db8:1:2:bbbb:cccc:dddd:eeee'), '2001:db8:1:2::/64')
+  t.equal(addressKey('2001:0db8:0001:0002::'), '2001:db8:1:2::/64')
+  t.equal(addressKey('2001:db8::1'), '2001:db8:0:0::/64')
+  t.equal(addressKey('::1'), '0:0:0:0::/64')
+  t.equal(addressKey('fe80::1%eth0'), 'fe80:0:0:0::/64')
+  t.equal(addressKey('::ffff:127.0.0.9'), '127.0.0.9')
+  t.equal(addressKey('::FFFF:10.1.2.3'), '10.1.2.3')
+  t.equal(addressKey('10.1.2.3'), '10.1.2.3')
+  t.equal(addressKey('2001:db8:1:3::1') === addressKey('2001:db8:1:2::1'), false, 'another /64 is another client')
+  const cuts: Array<[string, LingerCap]> = []
+  const lingers = new Lingers({ bodyFactor: 2, maxSockets: 8, maxPerAddress: 2 }, () => () => {})
+  const admit = (address: string, id: string): void => { lingers.admit(address, id, (cap) => { cuts.push([id, cap]) }) }
+  admit('2001:db8:1:2::a', 'a')
+  admit('2001:db8:1:2:ffff::b', 'b')
+  admit('::ffff:192.0.2.1', 'mapped')
+  admit('192.0.2.1', 'plain')
+  t.same(cuts, [], 'two in one /64, two from one IPv4 address: within the cap of 2')
+  admit('2001:db8:1:2::c', 'c')
+  admit('192.0.2.1', 'third-v4')
+  t.same(cuts, [['a', 'address_cap'], ['mapped', 'address_cap']], 'a third in each cut its oldest')
+  t.equal(lingers.sizeOf('2001:db8:1:2::1'), 2)
+  t.equal(lingers.size, 4)
+})
+
+t.test('metrics and the log: lingering connections, lingers ended by reason, a line with the request id per cut', async (t) => {
+  const lines: Array<Record<string, unknown>> = []
+  const stream = new Writable({
+    write (chunk, _enc, cb) {
+      for (const text of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Record<string, unknown>)
+      cb()
+    }
+  })
+  const env = { LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '1' }
+  const built = recordConnections(await build(t, { env, logger: { level: 'info', stream } }))
+  const gauge = async (): Promise<number | undefined> =>
+    valueOf(parseExposition((await built.metrics.scrape()).body), 'gateway_lingering_connections')
+  const ended = async (reason: string): Promise<number | undefined> =>
+    valueOf(parseExposition((await built.metrics.scrape()).body), 'gateway_lingers_ended_total', { reason })
+  t.equal(await ended('address_cap'), 0, 'every reason is there from the start')
+  const first = await refusedUpload(built, '127.0.0.9', 4096, 'r-linger-first')
+  t.equal(await gauge(), 1, 'one lingers')
+  const second = await refusedUpload(built, '127.0.0.9', 4096, 'r-linger-second')
+  await serverClosed(first)
+  t.equal(await gauge(), 1, 'the second took the first one\'s place')
+  t.equal(await ended('address_cap'), 1)
+  const cut = lines.filter((l) => l.msg === 'lingering connection cut to make room')
+  t.same(cut.map(({ reqId, cap }) => ({ reqId, cap })), [{ reqId: 'r-linger-first', cap: 'address_cap' }])
+  t.notMatch(JSON.stringify(cut), /Bearer|authorization/i, 'no token in the line')
+  // The rest of the declared 4096 bytes: the body is read to its end.
+  second.client.write('x'.repeat(4096 - 1024))
+  await serverClosed(second)
+  t.equal(await ended('complete'), 1, 'read to its end')
+  const third = await refusedUpload(built, '127.0.0.10', 4096)
+  third.client.destroy()
+  await serverClosed(third)
+  t.equal(await ended('client_closed'), 1, 'the client closed')
+  t.equal(await gauge(), 0, 'none lingers')
+  first.client.destroy()
+  second.client.destroy()
 })
 
 t.test('many refused bodies through a small cap: each is thrown away, and memory stays flat', async (t) => {
