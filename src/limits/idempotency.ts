@@ -1,7 +1,7 @@
 /**
- * Idempotent create and update (decision: idempotency; draft-ietf-httpapi-idempotency-key-header). The engine's
- * answer is stored; the gateway's own errors release the claim, since a 502 or 504 leaves the outcome unknown. Store
- * failures fail closed (decision: shared state).
+ * Idempotent create and update, as draft-ietf-httpapi-idempotency-key-header has it (decision: idempotency). The
+ * engine's answer is stored; the gateway's own errors release the claim, since a 502 or 504 leaves the outcome
+ * unknown. Store failures fail closed (decision: shared state).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { GatewayError, validationError } from '../http/errors.js'

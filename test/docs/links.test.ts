@@ -118,11 +118,14 @@ export function citations (text: string): { numbers: number[], titles: string[] 
     }
   }
   const titles = [...text.matchAll(/DECISIONS "([^"]+)"/g)].map((m) => m[1]!)
+  // The comments' form: "(decision: shared state)", "(decisions: identity; request ids)".
+  for (const [, list] of text.matchAll(/\(decisions?: ([^)]+)\)/g)) titles.push(...list!.split(/\s*;\s*/))
   return { numbers, titles }
 }
 
 t.test('citations are read as the code writes them', async (t) => {
   t.same(citations('(DECISIONS 10, 14-16 and 19) DECISIONS 24-25: DECISIONS 21, DECISIONS "The upstream contract, v1"'), { numbers: [10, 14, 15, 16, 19, 24, 25, 21], titles: ['The upstream contract, v1'] })
+  t.same(citations('x (decision: traces) y (decisions: identity; request ids)').titles, ['traces', 'identity', 'request ids'])
 })
 
 t.test('every decision cited in src/, schemas/, test/ and deploy/ has its record in docs/decisions/', async (t) => {
@@ -131,7 +134,12 @@ t.test('every decision cited in src/, schemas/, test/ and deploy/ has its record
     const m = /^(\d{4})-/.exec(path.basename(f))
     return m === null ? [] : [[Number(m[1]), f] as const]
   }))
-  const titles = records.map((f) => /^# (.+)$/m.exec(readFileSync(path.join(ROOT, f), 'utf8'))?.[1] ?? '')
+  // A title cited by its heading (without the record's number) or by the record's file name.
+  const slug = (text: string): string => text.toLowerCase().replace(/[^a-z0-9 -]/g, '').trim().replace(/ +/g, '-')
+  const titles = records.flatMap((f) => {
+    const heading = /^# (?:\d+\. )?(.+)$/m.exec(readFileSync(path.join(ROOT, f), 'utf8'))?.[1] ?? ''
+    return [heading.toLowerCase(), path.basename(f, '.md').replace(/^\d{4}-/, '')]
+  })
   const missing: string[] = []
   let cited = 0
   const sources = ['src', 'schemas', 'test', 'deploy'].flatMap((dir) => filesUnder(dir, (n) => /\.(ts|ya?ml|json|cfg|conf|sh|md)$/.test(n))
@@ -141,7 +149,10 @@ t.test('every decision cited in src/, schemas/, test/ and deploy/ has its record
     const found = citations(readFileSync(path.join(ROOT, file), 'utf8'))
     cited += found.numbers.length + found.titles.length
     for (const n of found.numbers) if (!numbered.has(n)) missing.push(`${file}: DECISIONS ${n}`)
-    for (const title of found.titles) if (!titles.some((t) => t.toLowerCase().startsWith(title.toLowerCase()))) missing.push(`${file}: DECISIONS "${title}"`)
+    for (const title of found.titles) {
+      const known = titles.some((t) => t.startsWith(title.toLowerCase()) || t.startsWith(slug(title)))
+      if (!known) missing.push(`${file}: DECISIONS "${title}"`)
+    }
   }
   t.ok(cited > 100, `${cited} citations read`)
   t.same([...new Set(missing)], [], 'citations without a record')

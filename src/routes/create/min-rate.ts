@@ -1,6 +1,6 @@
 /**
- * The minimum rate for an upload that holds an engine connection (decision: uploads share the engine fairly;
- * the model is Apache mod_reqtimeout's `MinRate`). One ticker for all uploads closes a bucket per upload, so a
+ * The minimum rate for an upload that holds an engine connection (decision: uploads share the engine fairly),
+ * modelled on Apache mod_reqtimeout's `MinRate`. One ticker for all uploads closes a bucket per upload, so a
  * chunk costs an addition and no upload has a timer of its own; ticks spent on the engine's backpressure do not
  * count against the client.
  */
