@@ -65,6 +65,7 @@ export class Balancer {
     const first = candidates[a]!
     const second = candidates[b]!
     candidates.length = 0
-    return second.inFlight < first.inFlight ? second : first
+    // A held socket is a request the engine still has: it counts as load.
+    return second.inFlight + second.held.size < first.inFlight + first.held.size ? second : first
   }
 }

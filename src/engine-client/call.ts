@@ -8,7 +8,7 @@ import type { Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
 import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
-import { Attempt, type AttemptOwner } from './attempt.js'
+import { Attempt, HOLD_DEADLINES, kQueuedAbort, type AttemptOwner } from './attempt.js'
 import type { Balancer, Random } from './balancer.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
 import type { HealthState } from './health.js'
@@ -214,14 +214,20 @@ export class Call implements AttemptOwner {
         lastChance
       )
     }
+    // undici documents AsyncIterable bodies for dispatch; its typings omit them.
+    const body = attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body']
+    const hold = attempt.holdable && this.#deadlineAt !== 0
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
       headers,
-      // undici documents AsyncIterable bodies for dispatch; its typings omit them.
-      body: attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body'],
-      headersTimeout: req.headersTimeoutMs ?? ctx.timeoutMs
+      body,
+      // A held try's socket lives this long past its send unless the engine answers: the most a slow engine waits
+      // before the gateway sends it a fresh connection in its place.
+      headersTimeout: hold ? HOLD_DEADLINES * this.#deadlineMs : (req.headersTimeoutMs ?? ctx.timeoutMs),
+      [kQueuedAbort]: attempt.queued
     }
+    attempt.holdable = hold
     // A pool closed with the client fails the retry as it failed the try: no new socket after close().
     if (fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
       const own = (attempt.own = ctx.fresh(endpoint.origin))

@@ -151,6 +151,8 @@ export class Endpoint {
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
+  /** Tries that timed out and keep their socket until the engine answers them (attempt.ts). */
+  readonly held = new Set<{ drop: () => void }>()
 
   constructor (
     readonly origin: string,
@@ -164,7 +166,8 @@ export class Endpoint {
   /** Close its pool (after the calls it has) and its check connection. */
   async retire (): Promise<void> {
     clearTimeout(this.ejectionTimer)
-    // A check in flight is not worth waiting for.
+    // Nobody waits for a held try's answer; a check in flight is not worth waiting for either.
+    for (const held of this.held) held.drop()
     await Promise.all([this.pool.close(), this.checker?.destroy()])
   }
 }
