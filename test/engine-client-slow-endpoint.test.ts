@@ -174,7 +174,9 @@ t.test('a call given up while it waits for a connection never opens one', async 
   })
   const first = client.call(PING)
   t.ok(await eventually(() => engine.held.length === 1, 5_000), 'the one connection holds a ping')
-  const late = await Promise.all([1, 2, 3].map(async () => await codeOf(client.call({ ...PING, responseTimeoutMs: 100 }))))
+  const late = await Promise.all(
+    [1, 2, 3].map(async () => await codeOf(client.call({ ...PING, responseTimeoutMs: 100 })))
+  )
   t.same(late, ['UPSTREAM_TIMEOUT', 'UPSTREAM_TIMEOUT', 'UPSTREAM_TIMEOUT'], 'three queued calls time out')
   // The engine answers the first and closes its connection: nothing waits any more, so nothing reconnects.
   const res = engine.held.splice(0)[0]!

@@ -98,7 +98,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
     return watched(body as AsyncIterable<Buffer>, this)
   }
 
-  /** undici's queued-abort hook, called each time the request enters a queue (the pool's, then a connecting client's). */
+  /** undici's queued-abort hook: called as the request enters a queue (the pool's, then a connecting client's). */
   readonly queued = (cancel: (reason: Error) => void): void => {
     this.#cancelQueued = cancel
   }
