@@ -65,7 +65,6 @@ export class Balancer {
     const first = candidates[a]!
     const second = candidates[b]!
     candidates.length = 0
-    // A held socket is a request the engine still has: it counts as load.
-    return second.inFlight + second.held.size < first.inFlight + first.held.size ? second : first
+    return second.inFlight < first.inFlight ? second : first
   }
 }
