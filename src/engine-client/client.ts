@@ -11,6 +11,7 @@
  * buffered here: a stream or iterable goes to undici as it comes, watched
  * only to tell a body that failed (the client's doing) from the engine.
  */
+import type { LookupFunction } from 'node:net'
 import { Client, Pool } from 'undici'
 import { Balancer, type Random } from './balancer.js'
 import { connectLookup, EndpointSet, type Endpoint, type Lookup } from './endpoints.js'
@@ -138,6 +139,33 @@ export function queuedSymbolOf (pool: Pool): symbol | undefined {
   return Object.getOwnPropertySymbols(pool).find((s) => s.description === 'queued')
 }
 
+/** Every limit of an engine connection, set here: undici's defaults are 300 s timeouts. */
+function connectionOptions (opts: EnginePoolOptions, viaLookup: LookupFunction | undefined): Client.Options {
+  const idleMs = opts.keepAliveTimeoutMs ?? 4_000
+  return {
+    // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
+    // one connection, past the per-endpoint connection and queue bounds.
+    allowH2: false,
+    pipelining: opts.pipelining ?? 1,
+    connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
+    // Capped at the same value, the idle bound is ours whatever the engine's `Keep-Alive: timeout=N` hint says.
+    keepAliveTimeout: idleMs,
+    keepAliveMaxTimeout: idleMs,
+    headersTimeout: opts.timeoutMs,
+    bodyTimeout: opts.timeoutMs
+  }
+}
+
+/**
+ * A pool's queued count: its undici field, since `pool.stats` walks every connection (6-8% of the gateway's CPU
+ * read per request); test/engine-client-queued.test.ts fails if undici renames it.
+ */
+function queuedReader (pool: Pool): (pool: Pool) => number {
+  const queued = queuedSymbolOf(pool)
+  if (queued === undefined) return (p) => p.stats.queued
+  return (p) => (p as unknown as Record<symbol, number>)[queued]!
+}
+
 export class EngineClient {
   readonly #set: EndpointSet
   readonly #health: HealthState
@@ -153,45 +181,13 @@ export class EngineClient {
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
     const random = opts.random ?? Math.random
-    const idleMs = opts.keepAliveTimeoutMs ?? 4_000
-    // The bounds that exist for one engine hold per endpoint.
     // With UPSTREAM_DNS_SERVERS, connections to a name not yet resolved ask those servers too.
     const viaLookup =
       opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
-    const connection = {
-      // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
-      // one connection, past the per-endpoint connection and queue bounds.
-      allowH2: false,
-      pipelining: opts.pipelining ?? 1,
-      connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
-      // An idle pooled socket closes after this. undici would follow the engine's
-      // `Keep-Alive: timeout=N` hint up to keepAliveMaxTimeout (default 600 s):
-      // capped at the same value, the bound is ours whatever the engine says.
-      keepAliveTimeout: idleMs,
-      keepAliveMaxTimeout: idleMs,
-      headersTimeout: opts.timeoutMs,
-      bodyTimeout: opts.timeoutMs
-    }
-    const poolFor = (origin: string): Pool => new Pool(origin, { ...connection, connections: opts.connections ?? 128 })
-    const urls = typeof opts.url === 'string' ? [opts.url] : opts.url
-    this.#set = new EndpointSet({
-      urls,
-      pool: poolFor,
-      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
-      ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
-      onChange: () => {
-        this.#health.membershipChanged()
-        this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
-      },
-      onRemoved: (e) => {
-        this.#removed?.(e.key)
-      },
-      onLookup: (name, error) => {
-        if (error === undefined) this.#failedLookups.delete(name)
-        else this.#failedLookups.set(name, error)
-        this.#ctx?.cluster?.lookup?.(name, error)
-      }
-    })
+    const connection = connectionOptions(opts, viaLookup)
+    // The bounds that exist for one engine hold per endpoint.
+    const connections = opts.connections ?? 128
+    this.#set = this.#endpointSet(opts, (origin) => new Pool(origin, { ...connection, connections }))
     this.#health = new HealthState(
       this.#set,
       { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) },
@@ -216,15 +212,29 @@ export class EngineClient {
       fresh: (origin) => new Client(origin, connection),
       queued: (pool) => this.#queued(pool)
     }
-    // `pool.stats` builds a PoolStats that walks every connection (five getters,
-    // 128 clients each): measured at 6-8% of the gateway's CPU when read per
-    // request. The queued count itself is one field of the pool: read that.
-    // test/engine-client-queued.test.ts fails if undici renames it.
-    const queued = queuedSymbolOf(this.#set.list[0]!.pool)
-    this.#queued =
-      queued === undefined
-        ? (pool) => pool.stats.queued
-        : (pool) => (pool as unknown as Record<symbol, number>)[queued]!
+    this.#queued = queuedReader(this.#set.list[0]!.pool)
+  }
+
+  /** The endpoints of `opts.url`, whose changes and lookups are told to the observers. */
+  #endpointSet (opts: EnginePoolOptions, pool: (origin: string) => Pool): EndpointSet {
+    return new EndpointSet({
+      urls: typeof opts.url === 'string' ? [opts.url] : opts.url,
+      pool,
+      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
+      ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
+      onChange: () => {
+        this.#health.membershipChanged()
+        this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
+      },
+      onRemoved: (e) => {
+        this.#removed?.(e.key)
+      },
+      onLookup: (name, error) => {
+        if (error === undefined) this.#failedLookups.delete(name)
+        else this.#failedLookups.set(name, error)
+        this.#ctx?.cluster?.lookup?.(name, error)
+      }
+    })
   }
 
   /** Report every finished call to `observer` (one at a time: the last one set wins). */

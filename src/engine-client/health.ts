@@ -85,6 +85,28 @@ function allConnected (text: string): boolean {
   return isEngineHealth.Check(body) && Object.values(body.services).every((state) => state === SERVICE_CONNECTED)
 }
 
+/** `GET /health` on `checker`: a 200 whose services are all connected passes, a 500 says the engine drains. */
+async function askHealth (checker: Client, e: Endpoint, signal: AbortSignal): Promise<Verdict> {
+  const res = await checker.request({
+    method: 'GET',
+    path: '/health',
+    ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
+    signal
+  })
+  if (res.statusCode !== 200) {
+    await res.body.dump({ limit: HEALTH_BODY_MAX_BYTES })
+    return res.statusCode === 500 ? 'draining' : 'fail'
+  }
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length
+    if (size > HEALTH_BODY_MAX_BYTES) return 'fail'
+    chunks.push(chunk)
+  }
+  return allConnected(Buffer.concat(chunks, size).toString('utf8')) ? 'pass' : 'fail'
+}
+
 export class HealthState {
   readonly #set: EndpointSet
   readonly #events: HealthEvents
@@ -268,22 +290,7 @@ export class HealthState {
    * makes a new one).
    */
   async #probe (e: Endpoint): Promise<Verdict> {
-    const checker = (e.checker ??= new Client(e.origin, {
-      // The same protocol as the calls it vouches for (client.ts).
-      allowH2: false,
-      pipelining: 1,
-      connect: {
-        timeout: this.#timeoutMs,
-        ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup })
-      },
-      headersTimeout: this.#timeoutMs,
-      bodyTimeout: this.#timeoutMs,
-      // Kept for the next check unless the engine says shorter (its Keep-Alive hint), and never
-      // past CHECK_KEEP_ALIVE_MAX_MS: an engine that closes idle sockets after 5 s (Node's default)
-      // without saying so would otherwise race the next check, and its reset fail that check.
-      keepAliveTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS),
-      keepAliveMaxTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
-    }))
+    const checker = (e.checker ??= this.#checkerFor(e))
     let connected = checker.stats.connected
     const onConnect = (): void => {
       connected = true
@@ -296,26 +303,7 @@ export class HealthState {
         resolve('timeout')
       }, this.#timeoutMs)
     })
-    const asked = (async (): Promise<Verdict> => {
-      const res = await checker.request({
-        method: 'GET',
-        path: '/health',
-        ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
-        signal: deadline.signal
-      })
-      if (res.statusCode !== 200) {
-        await res.body.dump({ limit: HEALTH_BODY_MAX_BYTES })
-        return res.statusCode === 500 ? 'draining' : 'fail'
-      }
-      const chunks: Buffer[] = []
-      let size = 0
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length
-        if (size > HEALTH_BODY_MAX_BYTES) return 'fail'
-        chunks.push(chunk)
-      }
-      return allConnected(Buffer.concat(chunks, size).toString('utf8')) ? 'pass' : 'fail'
-    })()
+    const asked = askHealth(checker, e, deadline.signal)
     try {
       const first = await Promise.race([asked, timedOut])
       if (first !== 'timeout') return first
@@ -330,6 +318,25 @@ export class HealthState {
       clearTimeout(timer)
       checker.off('connect', onConnect)
     }
+  }
+
+  /** The endpoint's own check connection, speaking as the calls it vouches for do (client.ts). */
+  #checkerFor (e: Endpoint): Client {
+    // Kept for the next check unless the engine says shorter, and never past CHECK_KEEP_ALIVE_MAX_MS: an engine that
+    // closes idle sockets after 5 s without saying so would otherwise race the next check, and its reset fail it.
+    const keepAlive = Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
+    return new Client(e.origin, {
+      allowH2: false,
+      pipelining: 1,
+      connect: {
+        timeout: this.#timeoutMs,
+        ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup })
+      },
+      headersTimeout: this.#timeoutMs,
+      bodyTimeout: this.#timeoutMs,
+      keepAliveTimeout: keepAlive,
+      keepAliveMaxTimeout: keepAlive
+    })
   }
 
   close (): void {
