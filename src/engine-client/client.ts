@@ -1,15 +1,6 @@
 /**
- * The gateway's only way to the engine (DECISIONS 24): a small cluster client.
- * Routes see one engine; behind `call` are the endpoint set (endpoints.ts,
- * one undici Pool each, every limit set here: undici's defaults are 300 s
- * timeouts and unlimited connections), who is healthy (health.ts), who gets
- * the next request (balancer.ts) and whether to try again (retry.ts).
- *
- * Responses of the upstream contract are small JSON or text, and the gateway
- * must check their shape before answering (DECISIONS 8), so they are collected
- * into one Buffer, bounded by `maxResponseBytes`. Request bodies are never
- * buffered here: a stream or iterable goes to undici as it comes, watched
- * only to tell a body that failed (the client's doing) from the engine.
+ * The gateway's only way to the engine (DECISIONS 24): a small cluster client. Answers are collected whole, bounded,
+ * because their shape is checked before answering (DECISIONS 8); request bodies stream through unbuffered.
  */
 import type { LookupFunction } from 'node:net'
 import { Client, Pool } from 'undici'
@@ -47,15 +38,9 @@ export interface EnginePoolOptions {
   tryTimeoutMs?: number
   /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
   lookup?: Lookup
-  /**
-   * Connections to a name ask `lookup` too, not getaddrinfo (UPSTREAM_DNS_SERVERS,
-   * whose names the system resolver may not know): a call before the name's
-   * first answer still reaches the engine. Addresses need no lookup.
-   */
+  /** Connections to a name ask `lookup` too (UPSTREAM_DNS_SERVERS), which the system resolver may not know. */
   connectWithLookup?: boolean
-  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes
-   * unreachable or none is in rotation.
-   */
+  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); 0: only when health.ts asks. */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
   health?: HealthOptions
@@ -71,16 +56,11 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
-  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once
-   * (DECISIONS 15).
-   */
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it, 503 at once (DECISIONS 15). */
   maxQueue?: number
 }
 
-/**
- * Who is asking, as every engine call says it: the request id, the verified
- * subject (never a client header, DECISIONS 9) and the trace context.
- */
+/** Who is asking: the request id, the verified subject (never a client header, DECISIONS 9), the trace context. */
 export function callerOf (request: {
   id: string
   userId: string
@@ -89,10 +69,7 @@ export function callerOf (request: {
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
-/**
- * The answer when UPSTREAM_MAX_QUEUE calls already wait for a connection: the
- * gateway's overloaded 503 (DECISIONS 15), the same the load shedder gives.
- */
+/** The load shedder's overloaded 503 (DECISIONS 15), when UPSTREAM_MAX_QUEUE calls already wait. */
 function queueFull (): GatewayError {
   return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': '1' } })
 }
@@ -134,7 +111,7 @@ function nameOf (e: Endpoint): string {
   return host.startsWith('[') ? host.slice(1, -1) : host
 }
 
-/** The endpoints' pools' undici `queued` field: see EngineClient.queueFull. */
+/** The own symbol of undici's `queued` field of a Pool. */
 export function queuedSymbolOf (pool: Pool): symbol | undefined {
   return Object.getOwnPropertySymbols(pool).find((s) => s.description === 'queued')
 }
@@ -156,10 +133,7 @@ function connectionOptions (opts: EnginePoolOptions, viaLookup: LookupFunction |
   }
 }
 
-/**
- * A pool's queued count: its undici field, since `pool.stats` walks every connection (6-8% of the gateway's CPU
- * read per request); test/engine-client-queued.test.ts fails if undici renames it.
- */
+/** A pool's queued count read from its undici field: `pool.stats` walks every connection, too dear per request. */
 function queuedReader (pool: Pool): (pool: Pool) => number {
   const queued = queuedSymbolOf(pool)
   if (queued === undefined) return (p) => p.stats.queued
@@ -243,11 +217,8 @@ export class EngineClient {
   }
 
   /**
-   * Report ejections, retries, an exhausted retry budget, rotation, membership
-   * and DNS lookups; every observer set is told. A name whose lookup has failed
-   * (the first one, at start, comes before any observer) is told at once to an
-   * observer that comes later. The returned function stops the reports (an app's
-   * close: an engine client may outlive it).
+   * Report cluster events to `observer` too, failed lookups so far at once (the first comes before any observer);
+   * the returned function stops the reports (an engine client may outlive an app).
    */
   observeCluster (observer: ClusterObserver): () => void {
     this.#setClusterObservers([...this.#clusterObservers, observer])
@@ -293,11 +264,7 @@ export class EngineClient {
     return this.#set.list.length
   }
 
-  /**
-   * Told of each endpoint (host:port) that left the set, once its calls are
-   * done and unless its address is back: its per-endpoint metric series go
-   * (DECISIONS 24). One observer: the last one set wins.
-   */
+  /** Told of each endpoint that left the set and finished its calls, so its series go; the last one set wins. */
   observeRemovals (observer: (endpoint: string) => void): void {
     this.#removed = observer
   }
@@ -341,15 +308,12 @@ export class EngineClient {
     return { connected, queued, running }
   }
 
-  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of
-   * undici's counters.
-   */
+  /** True when UPSTREAM_MAX_QUEUE calls wait for a connection, over all endpoints. */
   queueFull (): boolean {
     const list = this.#set.list
     let queued = 0
     for (let i = 0; i < list.length; i++) {
       const e = list[i]!
-      // Tries given up in the queue no longer wait there, though undici drops them only when a socket frees.
       queued += Math.max(0, this.#queued(e.pool) - e.abandonedQueued)
     }
     return queued >= this.#maxQueue
