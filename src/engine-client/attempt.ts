@@ -1,17 +1,9 @@
 /**
- * One try of an engine call on one endpoint: undici's dispatch handler. It
- * collects the answer (small JSON or text, bounded by maxResponseBytes) and
- * records whether undici began writing the request (onRequestStart, called in
- * client-h1.js right before the first byte goes on the socket): the retry
- * policy's proof that a failed POST never reached the engine.
- *
- * A try given up while it waits for a connection (a per-try timeout, the
- * deadline, the client gone) leaves undici's queue at once through the
- * queued-abort hook, so no socket is ever connected for it; if undici is
- * handing it to a socket at that very moment, it throws from onRequestStart,
- * before a byte is written. A try that times out once sent keeps its socket
- * (held) until the engine answers or the hold ends, so a slow engine gets no
- * fresh connection in its place (docs/decisions/0033-a-slow-endpoint-gets-no-more-connections-than-it-can-hold.md).
+ * One try on one endpoint, as undici's dispatch handler. onRequestStart (right before the first byte) is the retry
+ * policy's proof that a failed POST never reached the engine. A try given up while queued leaves undici's queue at
+ * once, so it costs no socket; one that times out once sent keeps its socket until the engine answers, so a slow
+ * engine gets no fresh connection in its place
+ * (docs/decisions/0033-a-slow-endpoint-gets-no-more-connections-than-it-can-hold.md).
  */
 import { createRequire } from 'node:module'
 import type { Dispatcher } from 'undici'
@@ -37,13 +29,7 @@ export interface AttemptOwner {
   tooLate: (attempt: Attempt) => boolean
 }
 
-/**
- * The request body as undici pulls it, with a note of whether the source
- * itself threw (the gateway refused the form, the client left or was cut off):
- * that failure is the client's, never the engine's (DECISIONS 23). Errors
- * of the socket do not pass through here: undici ends the loop that pulls,
- * which returns the generator without throwing into it.
- */
+/** The request body as undici pulls it, noting whether the source threw: the client's failure (DECISIONS 23). */
 async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): AsyncGenerator<Buffer> {
   try {
     yield * source
@@ -154,8 +140,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart (c: Controller): void {
-    // Past the deadline while it waited for a socket, its timer not yet run (a stalled event loop runs
-    // I/O before late timers): given up here, never sent.
+    // Past the deadline with its timer not yet run (a stalled loop runs I/O first): given up here, never sent.
     if (this.#failure === undefined) this.owner.tooLate(this)
     if (this.#failure !== undefined) {
       // Given up while queued: fail the request here, before a byte is written, and the socket stays.
