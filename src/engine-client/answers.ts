@@ -1,8 +1,4 @@
-/**
- * Reading the engine's answers against the upstream contract (DECISIONS 8):
- * the agreed 2xx body goes to the client as the engine sent it, the engine's
- * own structured errors pass through unchanged, and anything else is a 502.
- */
+/** The engine's answers read against the upstream contract (DECISIONS 8): anything outside it is a 502. */
 import type { FastifyReply } from 'fastify'
 import type { StructuredError } from '../../schemas/errors.js'
 import { isEngineError } from '../../schemas/upstream.js'
@@ -27,11 +23,7 @@ function badResponse (answer: EngineResponse, expected: string): GatewayError {
   })
 }
 
-/**
- * Send a JSON answer of the engine that assertEngineJson has passed: the
- * engine's bytes as they are, checked, never re-encoded. Between the two a
- * route may store the answer (an Idempotency-Key record).
- */
+/** Send a JSON answer assertEngineJson has passed: the engine's bytes as they are, never re-encoded. */
 export function sendEngineJson (reply: FastifyReply, answer: EngineResponse): FastifyReply {
   return reply.code(answer.status).type(JSON_TYPE).send(answer.body)
 }

@@ -1,28 +1,24 @@
 /**
- * One try of an engine call on one endpoint: undici's dispatch handler. It
- * collects the answer (small JSON or text, bounded by maxResponseBytes) and
- * records whether undici began writing the request (onRequestStart, called in
- * client-h1.js right before the first byte goes on the socket): the retry
- * policy's proof that a failed POST never reached the engine.
- *
- * A try given up before that point (a per-try timeout, the deadline, the
- * client gone while it waits in its endpoint's pool queue; DECISIONS 24)
- * ends at once for the call, and leaves undici's queue without costing a
- * socket. undici 7 has no way to take a dispatched request out of a Pool's
- * queue, and aborting one when it reaches a socket destroys that socket
- * (client-h1.js writeH1's abort), even before a byte is written. But a handler
- * that throws from onRequestStart has its request failed and dropped with the
- * socket left as it was (writeH1 catches around request.onConnect; _resume
- * then splices the request out and goes on with the next): so a given-up try
- * throws there. test/engine-client/queue-leave.test.ts counts the engine's
- * connections to hold undici to it.
+ * One try on one endpoint, as undici's dispatch handler. onRequestStart (right before the first byte) is the retry
+ * policy's proof that a failed POST never reached the engine. A try given up while queued leaves undici's queue at
+ * once, so it costs no socket; one that times out once sent keeps its socket until the engine answers, so a slow
+ * engine gets no fresh connection in its place
+ * (docs/decisions/0033-a-slow-endpoint-gets-no-more-connections-than-it-can-hold.md).
  */
+import { createRequire } from 'node:module'
 import type { Dispatcher } from 'undici'
 import { GatewayError } from '../http/errors.js'
 import type { Endpoint } from './endpoints.js'
 import type { EngineTrySpan } from './types.js'
 
 type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
+
+/** undici's dispatch option through which a queue hands a waiting request the function that takes it out. */
+export const kQueuedAbort = (createRequire(import.meta.url)('undici/lib/core/symbols.js') as { kQueuedAbort: symbol })
+  .kQueuedAbort
+
+/** How many call deadlines a timed-out try may hold its socket while the engine has not answered it. */
+export const HOLD_DEADLINES = 3
 
 export interface AttemptOwner {
   /** The try is over: `err` or a whole answer. Called once. */
@@ -33,13 +29,7 @@ export interface AttemptOwner {
   tooLate: (attempt: Attempt) => boolean
 }
 
-/**
- * The request body as undici pulls it, with a note of whether the source
- * itself threw (the gateway refused the form, the client left or was cut off):
- * that failure is the client's, never the engine's (DECISIONS 23). Errors
- * of the socket do not pass through here: undici ends the loop that pulls,
- * which returns the generator without throwing into it.
- */
+/** The request body as undici pulls it, noting whether the source threw: the client's failure (DECISIONS 23). */
 async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): AsyncGenerator<Buffer> {
   try {
     yield * source
@@ -47,6 +37,10 @@ async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): Asyn
     attempt.bodyFailed = true
     throw err
   }
+}
+
+function isTimeout (err: Error): boolean {
+  return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
 
 export class Attempt implements Dispatcher.DispatchHandler {
@@ -68,6 +62,12 @@ export class Attempt implements Dispatcher.DispatchHandler {
   /** A dispatcher of this try alone (a fresh connection), closed when the try ends. */
   own: Dispatcher | undefined = undefined
   #controller: Controller | undefined = undefined
+  /** Takes the request out of the queue it waits in (undici's queued-abort hook); undefined once on a socket. */
+  #cancelQueued: ((reason: Error) => void) | undefined = undefined
+  /** The request was written whole (no stream body): a timeout may hold its socket instead of destroying it. */
+  holdable = false
+  /** Timed out on its socket, which it keeps until the engine answers or undici's headersTimeout ends it. */
+  #held = false
   #failure: Error | undefined = undefined
   #ended = false
   /** Counted in its endpoint's abandonedQueued until undici reaches it. */
@@ -78,23 +78,51 @@ export class Attempt implements Dispatcher.DispatchHandler {
 
   /** The request body to hand undici: streams and iterables watched (see `watched`). */
   bodyOf (body: unknown): unknown {
+    // A Buffer is a create's form: never held, so a create given up is never completed at the engine later.
+    this.holdable = body === undefined || body === null || typeof body === 'string'
     if (body === undefined || body === null || typeof body === 'string' || Buffer.isBuffer(body)) return body ?? null
     return watched(body as AsyncIterable<Buffer>, this)
+  }
+
+  /** undici's queued-abort hook: called as the request enters a queue (the pool's, then a connecting client's). */
+  readonly queued = (cancel: (reason: Error) => void): void => {
+    this.#cancelQueued = cancel
   }
 
   /** Give the try up, possibly before undici took it off the pool's queue. */
   giveUp (err: Error): void {
     this.#failure ??= err
     if (this.#controller !== undefined) {
-      this.#controller.abort(this.#failure)
+      if (this.holdable && isTimeout(this.#failure)) this.#hold()
+      else this.#controller.abort(this.#failure)
       return
     }
-    // Not on a socket yet: the call goes on now; undici drops the request when it reaches one.
+    // Out of the queue at once: undici calls onResponseError, which ends the try.
+    this.#cancelQueued?.(this.#failure)
+    if (this.#ended) return
+    // Being handed to a socket right now: the call goes on; onRequestStart throws when undici gets there.
     if (this.poolQueued && !this.#abandoned && !this.#ended) {
       this.#abandoned = true
       this.endpoint.abandonedQueued++
     }
     this.end(this.#failure)
+  }
+
+  /** The engine keeps the request and this socket: a fresh one would only add to what it cannot answer. */
+  #hold (): void {
+    this.#held = true
+    this.endpoint.held.add(this)
+    this.end(this.#failure)
+  }
+
+  /** Give up a held socket now (the client closes). */
+  drop (): void {
+    this.#controller?.abort(this.#failure ?? new GatewayError('UPSTREAM_TIMEOUT'))
+  }
+
+  #release (): void {
+    this.#held = false
+    this.endpoint.held.delete(this)
   }
 
   end (err: Error | undefined): void {
@@ -112,8 +140,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart (c: Controller): void {
-    // Past the deadline while it waited for a socket, its timer not yet run (a stalled event loop runs
-    // I/O before late timers): given up here, never sent.
+    // Past the deadline with its timer not yet run (a stalled loop runs I/O first): given up here, never sent.
     if (this.#failure === undefined) this.owner.tooLate(this)
     if (this.#failure !== undefined) {
       // Given up while queued: fail the request here, before a byte is written, and the socket stays.
@@ -121,10 +148,12 @@ export class Attempt implements Dispatcher.DispatchHandler {
       throw this.#failure
     }
     this.#controller = c
+    this.#cancelQueued = undefined
     this.sent = true
   }
 
   onResponseStart (_c: Controller, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (this.#held) return
     this.status = statusCode
     const type = headers['content-type']
     this.contentType = typeof type === 'string' ? type : ''
@@ -136,16 +165,20 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onResponseData (c: Controller, chunk: Buffer): void {
+    if (this.#held) return
     this.size += chunk.length
     if (this.size > this.maxBytes) c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: new Error(`engine response exceeds ${this.maxBytes} bytes`) }))
     else this.chunks.push(chunk)
   }
 
   onResponseEnd (): void {
+    if (this.#held) this.#release()
     this.end(undefined)
   }
 
   onResponseError (_c: Controller, err: Error): void {
+    if (this.#held) this.#release()
+    this.#cancelQueued = undefined
     this.#leftQueue()
     this.end(err)
   }

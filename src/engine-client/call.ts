@@ -1,14 +1,12 @@
 /**
- * One engine call across the cluster: pick an endpoint, try, and on a failure
- * the retry policy allows, try another (DECISIONS 24). A Call is one object
- * per request and each try one Attempt: no closures per call beyond the
- * promise, one timer per try (as the single-engine client had per call).
+ * One engine call across the cluster: pick an endpoint, try, and on a failure the retry policy allows, try another
+ * (DECISIONS 24). One object per call and one per try, so a call allocates no closures beyond its promise.
  */
 import type { Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
 import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
-import { Attempt, type AttemptOwner } from './attempt.js'
+import { Attempt, HOLD_DEADLINES, kQueuedAbort, type AttemptOwner } from './attempt.js'
 import type { Balancer, Random } from './balancer.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
 import type { HealthState } from './health.js'
@@ -46,11 +44,7 @@ const CALL_NAMES: Readonly<Record<string, EngineCallName>> = {
 /** The endpoint label of a call that found no endpoint to try. */
 export const NO_ENDPOINT = 'none'
 
-/**
- * What a finished call means (DECISIONS 8): a 2xx, the engine's own (JSON)
- * error, or how the call failed. Only the status and type are looked at here;
- * a 2xx whose body breaks the contract counts as ok, and answers.ts makes it a 502.
- */
+/** What a finished call means (DECISIONS 8), by status and type alone: answers.ts judges the body. */
 function outcomeOf (
   err: GatewayError | undefined,
   status: number,
@@ -67,9 +61,7 @@ function outcomeOf (
   return 'unavailable'
 }
 
-/** The engine took too long (the call's deadline, an upload's engine clock): the engine's doing, unlike every other
- * reason to stop.
- */
+/** The engine took too long: the engine's doing, unlike every other reason to stop. */
 function isTimeout (err: Error): boolean {
   return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
@@ -94,9 +86,7 @@ export class Call implements AttemptOwner {
   readonly name: EngineCallName
   readonly #headers: Record<string, string>
   readonly #startedAt: number
-  /** performance.now() by which the engine's headers must be in; 0: no deadline (a streamed upload keeps its own
-   * clock).
-   */
+  /** performance.now() by which the engine's headers must be in; 0: no deadline (uploads keep their own clock). */
   readonly #deadlineAt: number
   readonly #deadlineMs: number
   /** A GET with somewhere else to go: each try has its own, shorter clock. */
@@ -135,11 +125,7 @@ export class Call implements AttemptOwner {
     this.#deadlineMs = deadlineMs
     this.#deadlineAt = deadlineMs > 0 ? this.#startedAt + deadlineMs : 0
     this.#perTry = req.method === 'GET' && deadlineMs > ctx.tryTimeoutMs && ctx.set.list.length > 1
-    // The call itself listens (an EventListener object, handleEvent below), not a closure per call:
-    // a closure over the constructor's scope, held by the request's client-gone watch, led V8 to
-    // allocate each call's objects straight into the old generation (allocation-site pretenuring),
-    // where every ping's garbage then waited for a full collection: 2.2 MB promoted per scavenge
-    // instead of 0.1, and about a tenth of a ping's CPU (bench: ping, node --trace-gc).
+    // The call itself listens (handleEvent): a closure here made V8 pretenure every call's objects.
     req.signal?.addEventListener('abort', this, { once: true })
     req.abandonIfQueued?.addEventListener('abort', this, { once: true })
   }
@@ -214,14 +200,20 @@ export class Call implements AttemptOwner {
         lastChance
       )
     }
+    // undici documents AsyncIterable bodies for dispatch; its typings omit them.
+    const body = attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body']
+    const hold = attempt.holdable && this.#deadlineAt !== 0
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
       headers,
-      // undici documents AsyncIterable bodies for dispatch; its typings omit them.
-      body: attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body'],
-      headersTimeout: req.headersTimeoutMs ?? ctx.timeoutMs
+      body,
+      // A held try's socket lives this long past its send unless the engine answers: the most a slow engine waits
+      // before the gateway sends it a fresh connection in its place.
+      headersTimeout: hold ? HOLD_DEADLINES * this.#deadlineMs : (req.headersTimeoutMs ?? ctx.timeoutMs),
+      [kQueuedAbort]: attempt.queued
     }
+    attempt.holdable = hold
     // A pool closed with the client fails the retry as it failed the try: no new socket after close().
     if (fresh && !endpoint.pool.closed && !endpoint.pool.destroyed) {
       const own = (attempt.own = ctx.fresh(endpoint.origin))
@@ -300,10 +292,7 @@ export class Call implements AttemptOwner {
     const tried = (this.#tried ??= [])
     tried.push(failed)
     if (!single && ctx.balancer.pick(list, tried) === undefined) return false
-    // A try that could not connect put no load on any engine, and its retry goes to another endpoint:
-    // the budget, there to spare a struggling engine a storm, does not refuse it (it still counts in flight).
-    // Refusing it turned an engine crash under load into 502s for calls sent after the crash, in the
-    // moment before the balancer learns the endpoint refuses (test/upstream-cluster-processes.test.ts).
+    // A try that could not connect put no load on any engine: the budget, there to spare engines a storm, allows it.
     if (reason !== 'unreachable' && !ctx.budget.allows()) {
       ctx.cluster?.budgetExhausted?.()
       return false

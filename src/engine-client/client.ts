@@ -1,16 +1,8 @@
 /**
- * The gateway's only way to the engine (DECISIONS 24): a small cluster client.
- * Routes see one engine; behind `call` are the endpoint set (endpoints.ts,
- * one undici Pool each, every limit set here: undici's defaults are 300 s
- * timeouts and unlimited connections), who is healthy (health.ts), who gets
- * the next request (balancer.ts) and whether to try again (retry.ts).
- *
- * Responses of the upstream contract are small JSON or text, and the gateway
- * must check their shape before answering (DECISIONS 8), so they are collected
- * into one Buffer, bounded by `maxResponseBytes`. Request bodies are never
- * buffered here: a stream or iterable goes to undici as it comes, watched
- * only to tell a body that failed (the client's doing) from the engine.
+ * The gateway's only way to the engine (DECISIONS 24): a small cluster client. Answers are collected whole, bounded,
+ * because their shape is checked before answering (DECISIONS 8); request bodies stream through unbuffered.
  */
+import type { LookupFunction } from 'node:net'
 import { Client, Pool } from 'undici'
 import { Balancer, type Random } from './balancer.js'
 import { connectLookup, EndpointSet, type Endpoint, type Lookup } from './endpoints.js'
@@ -46,15 +38,9 @@ export interface EnginePoolOptions {
   tryTimeoutMs?: number
   /** DNS for names in `url` (tests inject one); dns.promises.lookup by default. */
   lookup?: Lookup
-  /**
-   * Connections to a name ask `lookup` too, not getaddrinfo (UPSTREAM_DNS_SERVERS,
-   * whose names the system resolver may not know): a call before the name's
-   * first answer still reaches the engine. Addresses need no lookup.
-   */
+  /** Connections to a name ask `lookup` too (UPSTREAM_DNS_SERVERS), which the system resolver may not know. */
   connectWithLookup?: boolean
-  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); default 5 s, 0 only when an endpoint becomes
-   * unreachable or none is in rotation.
-   */
+  /** How often names are resolved again (UPSTREAM_DNS_REFRESH_MS); 0: only when health.ts asks. */
   resolveIntervalMs?: number
   /** Active health checks and ejection times; tests shorten them. */
   health?: HealthOptions
@@ -70,16 +56,11 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
-  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it a call is refused with 503 at once
-   * (DECISIONS 15).
-   */
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it, 503 at once (DECISIONS 15). */
   maxQueue?: number
 }
 
-/**
- * Who is asking, as every engine call says it: the request id, the verified
- * subject (never a client header, DECISIONS 9) and the trace context.
- */
+/** Who is asking: the request id, the verified subject (never a client header, DECISIONS 9), the trace context. */
 export function callerOf (request: {
   id: string
   userId: string
@@ -88,10 +69,7 @@ export function callerOf (request: {
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
-/**
- * The answer when UPSTREAM_MAX_QUEUE calls already wait for a connection: the
- * gateway's overloaded 503 (DECISIONS 15), the same the load shedder gives.
- */
+/** The load shedder's overloaded 503 (DECISIONS 15), when UPSTREAM_MAX_QUEUE calls already wait. */
 function queueFull (): GatewayError {
   return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': '1' } })
 }
@@ -133,9 +111,33 @@ function nameOf (e: Endpoint): string {
   return host.startsWith('[') ? host.slice(1, -1) : host
 }
 
-/** The endpoints' pools' undici `queued` field: see EngineClient.queueFull. */
+/** The own symbol of undici's `queued` field of a Pool. */
 export function queuedSymbolOf (pool: Pool): symbol | undefined {
   return Object.getOwnPropertySymbols(pool).find((s) => s.description === 'queued')
+}
+
+/** Every limit of an engine connection, set here: undici's defaults are 300 s timeouts. */
+function connectionOptions (opts: EnginePoolOptions, viaLookup: LookupFunction | undefined): Client.Options {
+  const idleMs = opts.keepAliveTimeoutMs ?? 4_000
+  return {
+    // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
+    // one connection, past the per-endpoint connection and queue bounds.
+    allowH2: false,
+    pipelining: opts.pipelining ?? 1,
+    connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
+    // Capped at the same value, the idle bound is ours whatever the engine's `Keep-Alive: timeout=N` hint says.
+    keepAliveTimeout: idleMs,
+    keepAliveMaxTimeout: idleMs,
+    headersTimeout: opts.timeoutMs,
+    bodyTimeout: opts.timeoutMs
+  }
+}
+
+/** A pool's queued count read from its undici field: `pool.stats` walks every connection, too dear per request. */
+function queuedReader (pool: Pool): (pool: Pool) => number {
+  const queued = queuedSymbolOf(pool)
+  if (queued === undefined) return (p) => p.stats.queued
+  return (p) => (p as unknown as Record<symbol, number>)[queued]!
 }
 
 export class EngineClient {
@@ -153,45 +155,13 @@ export class EngineClient {
   constructor (opts: EnginePoolOptions) {
     this.#maxQueue = opts.maxQueue ?? 256
     const random = opts.random ?? Math.random
-    const idleMs = opts.keepAliveTimeoutMs ?? 4_000
-    // The bounds that exist for one engine hold per endpoint.
     // With UPSTREAM_DNS_SERVERS, connections to a name not yet resolved ask those servers too.
     const viaLookup =
       opts.connectWithLookup === true && opts.lookup !== undefined ? connectLookup(opts.lookup) : undefined
-    const connection = {
-      // HTTP/1.1 only, whatever a TLS engine offers: undici 8 would negotiate HTTP/2 and multiplex every call on
-      // one connection, past the per-endpoint connection and queue bounds.
-      allowH2: false,
-      pipelining: opts.pipelining ?? 1,
-      connect: { timeout: opts.connectTimeoutMs ?? 2_000, ...(viaLookup === undefined ? {} : { lookup: viaLookup }) },
-      // An idle pooled socket closes after this. undici would follow the engine's
-      // `Keep-Alive: timeout=N` hint up to keepAliveMaxTimeout (default 600 s):
-      // capped at the same value, the bound is ours whatever the engine says.
-      keepAliveTimeout: idleMs,
-      keepAliveMaxTimeout: idleMs,
-      headersTimeout: opts.timeoutMs,
-      bodyTimeout: opts.timeoutMs
-    }
-    const poolFor = (origin: string): Pool => new Pool(origin, { ...connection, connections: opts.connections ?? 128 })
-    const urls = typeof opts.url === 'string' ? [opts.url] : opts.url
-    this.#set = new EndpointSet({
-      urls,
-      pool: poolFor,
-      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
-      ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
-      onChange: () => {
-        this.#health.membershipChanged()
-        this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
-      },
-      onRemoved: (e) => {
-        this.#removed?.(e.key)
-      },
-      onLookup: (name, error) => {
-        if (error === undefined) this.#failedLookups.delete(name)
-        else this.#failedLookups.set(name, error)
-        this.#ctx?.cluster?.lookup?.(name, error)
-      }
-    })
+    const connection = connectionOptions(opts, viaLookup)
+    // The bounds that exist for one engine hold per endpoint.
+    const connections = opts.connections ?? 128
+    this.#set = this.#endpointSet(opts, (origin) => new Pool(origin, { ...connection, connections }))
     this.#health = new HealthState(
       this.#set,
       { ...opts.health, ...(viaLookup === undefined ? {} : { connectLookup: viaLookup }) },
@@ -216,15 +186,29 @@ export class EngineClient {
       fresh: (origin) => new Client(origin, connection),
       queued: (pool) => this.#queued(pool)
     }
-    // `pool.stats` builds a PoolStats that walks every connection (five getters,
-    // 128 clients each): measured at 6-8% of the gateway's CPU when read per
-    // request. The queued count itself is one field of the pool: read that.
-    // test/engine-client/queued.test.ts fails if undici renames it.
-    const queued = queuedSymbolOf(this.#set.list[0]!.pool)
-    this.#queued =
-      queued === undefined
-        ? (pool) => pool.stats.queued
-        : (pool) => (pool as unknown as Record<symbol, number>)[queued]!
+    this.#queued = queuedReader(this.#set.list[0]!.pool)
+  }
+
+  /** The endpoints of `opts.url`, whose changes and lookups are told to the observers. */
+  #endpointSet (opts: EnginePoolOptions, pool: (origin: string) => Pool): EndpointSet {
+    return new EndpointSet({
+      urls: typeof opts.url === 'string' ? [opts.url] : opts.url,
+      pool,
+      ...(opts.lookup === undefined ? {} : { lookup: opts.lookup }),
+      ...(opts.resolveIntervalMs === undefined ? {} : { resolveIntervalMs: opts.resolveIntervalMs }),
+      onChange: () => {
+        this.#health.membershipChanged()
+        this.#ctx.cluster?.membership?.(this.#set.list.map((e) => e.key))
+      },
+      onRemoved: (e) => {
+        this.#removed?.(e.key)
+      },
+      onLookup: (name, error) => {
+        if (error === undefined) this.#failedLookups.delete(name)
+        else this.#failedLookups.set(name, error)
+        this.#ctx?.cluster?.lookup?.(name, error)
+      }
+    })
   }
 
   /** Report every finished call to `observer` (one at a time: the last one set wins). */
@@ -233,11 +217,8 @@ export class EngineClient {
   }
 
   /**
-   * Report ejections, retries, an exhausted retry budget, rotation, membership
-   * and DNS lookups; every observer set is told. A name whose lookup has failed
-   * (the first one, at start, comes before any observer) is told at once to an
-   * observer that comes later. The returned function stops the reports (an app's
-   * close: an engine client may outlive it).
+   * Report cluster events to `observer` too, failed lookups so far at once (the first comes before any observer);
+   * the returned function stops the reports (an engine client may outlive an app).
    */
   observeCluster (observer: ClusterObserver): () => void {
     this.#setClusterObservers([...this.#clusterObservers, observer])
@@ -283,11 +264,7 @@ export class EngineClient {
     return this.#set.list.length
   }
 
-  /**
-   * Told of each endpoint (host:port) that left the set, once its calls are
-   * done and unless its address is back: its per-endpoint metric series go
-   * (DECISIONS 24). One observer: the last one set wins.
-   */
+  /** Told of each endpoint that left the set and finished its calls, so its series go; the last one set wins. */
   observeRemovals (observer: (endpoint: string) => void): void {
     this.#removed = observer
   }
@@ -331,15 +308,12 @@ export class EngineClient {
     return { connected, queued, running }
   }
 
-  /** True when as many calls wait for a connection, over all endpoints, as UPSTREAM_MAX_QUEUE allows: a cheap read of
-   * undici's counters.
-   */
+  /** True when UPSTREAM_MAX_QUEUE calls wait for a connection, over all endpoints. */
   queueFull (): boolean {
     const list = this.#set.list
     let queued = 0
     for (let i = 0; i < list.length; i++) {
       const e = list[i]!
-      // Tries given up in the queue no longer wait there, though undici drops them only when a socket frees.
       queued += Math.max(0, this.#queued(e.pool) - e.abandonedQueued)
     }
     return queued >= this.#maxQueue

@@ -1,17 +1,7 @@
 /**
- * The endpoint set (DECISIONS 24): every base URL of UPSTREAM_URL, and for a
- * host name, one endpoint per address it resolves to (a Kubernetes headless
- * service). Names are resolved again every 5 s (Envoy's default DNS refresh,
- * UPSTREAM_DNS_REFRESH_MS) and at once when health.ts asks (an endpoint became
- * unreachable, or none is left in rotation), one resolution in flight at most:
- * a rollout that gives engines new addresses is followed within seconds, not at
- * the next refresh. A name with IPv4 addresses uses only those (Envoy's
- * V4_PREFERRED), so a dual-stack name is not two endpoints for one engine.
- * Each endpoint has its own undici Pool, so each has its own connection bound
- * and its own queue; the name is kept as the `Host` header.
- *
- * Who is healthy lives in health.ts, who gets the next request in balancer.ts:
- * this file only knows which endpoints exist.
+ * Which endpoints exist (DECISIONS 24): every base URL of UPSTREAM_URL, a host name being one endpoint per address,
+ * resolved again every UPSTREAM_DNS_REFRESH_MS and at once when health.ts asks, so a rollout is followed in seconds.
+ * Each endpoint has its own undici Pool, hence its own connection bound and queue.
  */
 import { lookup as dnsLookup, Resolver } from 'node:dns/promises'
 import { isIP, type LookupFunction } from 'node:net'
@@ -20,34 +10,19 @@ import type { Client, Pool } from 'undici'
 /** What the gateway needs of DNS: every address of a name (dns.promises.lookup with `all: true`). */
 export interface Lookup {
   (hostname: string): Promise<ReadonlyArray<{ address: string; family: number }>>
-  /**
-   * Give up the lookups in flight (EndpointSet.close): a query waiting on a
-   * silent server would otherwise keep the process alive for its tries.
-   */
+  /** Give up the lookups in flight, so a silent server cannot keep the process alive after close. */
   cancel?: () => void
 }
 
 export const systemLookup: Lookup = async (hostname) => await dnsLookup(hostname, { all: true })
 
-/**
- * c-ares' wait for one server's answer, doubled each round, and its rounds:
- * 1 s, then 2 s, within LOOKUP_TIMEOUT_MS; a lost datagram costs a second,
- * not the whole lookup.
- */
+/** c-ares' wait for one server (doubled each round) and its rounds: a lost datagram costs a second, not the lookup. */
 export const RESOLVER_TIMEOUT_MS = 1_000
 export const RESOLVER_TRIES = 2
 
 /**
- * UPSTREAM_DNS_SERVERS: names asked of these servers (`ip`, `ip:port`,
- * `[ipv6]:port`) directly, with c-ares (Envoy's cluster `dns_resolvers`):
- * not getaddrinfo, so no libuv pool thread is held per lookup and no libc
- * cache (nscd) answers for the servers, and not /etc/resolv.conf's
- * nameservers (its `search` and `ndots` still apply, as they do for
- * getaddrinfo). Node's Resolver keeps no cache, so every refresh asks the
- * servers. A records first; AAAA only when the name has no A record
- * (NODATA), the same choice as preferredAddresses makes of getaddrinfo's
- * answer. Any other failure (NXDOMAIN, a timeout, SERVFAIL) fails the lookup,
- * and the set keeps what the name had.
+ * UPSTREAM_DNS_SERVERS (Envoy's `dns_resolvers`): names asked of these servers with c-ares, not getaddrinfo, so no
+ * libuv thread or libc cache stands between. AAAA only when the name has no A record, as preferredAddresses chooses.
  */
 export function serversLookup (servers: readonly string[]): Lookup {
   const resolver = new Resolver({ timeout: RESOLVER_TIMEOUT_MS, tries: RESOLVER_TRIES })
@@ -68,14 +43,7 @@ export function serversLookup (servers: readonly string[]): Lookup {
   })
 }
 
-/**
- * `lookup` in net.connect's shape, for the engine pools' `connect.lookup`
- * (UPSTREAM_DNS_SERVERS): a connection to a name (the endpoint that stands for
- * it until its first answer) asks the configured servers too, not
- * getaddrinfo, which may not know the name at all. Its addresses as
- * preferredAddresses picks them (V4_PREFERRED), narrowed to the family asked
- * for; `all` (Node's autoSelectFamily asks for it) gets every one.
- */
+/** `lookup` in net.connect's shape: a connection to a name not yet resolved asks UPSTREAM_DNS_SERVERS too. */
 export function connectLookup (lookup: Lookup): LookupFunction {
   return (hostname, options, callback) => {
     const family =
@@ -103,7 +71,7 @@ export function connectLookup (lookup: Lookup): LookupFunction {
   }
 }
 
-/** Whether any of these base URLs names a host rather than an IP literal: only then is there anything to resolve. */
+/** Whether any of these base URLs names a host rather than an IP literal. */
 export function namesAHost (urls: readonly string[]): boolean {
   return urls.some((url) => sourceOf(url).named)
 }
@@ -113,24 +81,24 @@ export type PoolFactory = (origin: string) => Pool
 /** Envoy's default DNS refresh rate (DECISIONS 24). */
 export const DNS_REFRESH_MS = 5_000
 
-/** The longest one lookup may take (or the refresh period, when shorter): past it, the lookup counts as failed. */
+/** The longest one lookup may take (or the refresh period, when shorter). */
 export const LOOKUP_TIMEOUT_MS = 5_000
 
 /** One address the gateway can send to: its pool, its load, and its health (health.ts writes those). */
 export class Endpoint {
-  /** host:port, the metrics label: a bounded set (the configured URLs and the addresses they resolve to now). */
+  /** host:port, the metrics label. */
   readonly key: string
   /** Calls on this endpoint that have not finished: what least-request compares. */
   inFlight = 0
-  /** Tries given up while in this pool's queue that undici has not dropped yet (attempt.ts): not counted as queued. */
+  /** Tries given up in this pool's queue that undici has not dropped yet: not counted as queued. */
   abandonedQueued = 0
-  /** In rotation: its health checks pass and it is not ejected (health.ts keeps this one boolean current). */
+  /** In rotation: its health checks pass and it is not ejected (health.ts). */
   up = true
   // Passive outlier state (health.ts).
   consecutiveFailures = 0
-  /** The ejection time multiplier: up by one per ejection, down by one per base ejection time in rotation (Envoy's). */
+  /** Envoy's ejection time multiplier. */
   ejectionBackoff = 0
-  /** Date.now() from which its time in rotation counts toward the multiplier's decay; 0 before it first returns. */
+  /** Date.now() from which its time in rotation counts toward the multiplier's decay. */
   upSince = 0
   ejections = 0
   ejected = false
@@ -143,14 +111,14 @@ export class Endpoint {
   checkFailures = 0
   checkSuccesses = 0
   checking = false
-  /** The health checks' own connection (health.ts makes it on the first check): never queued behind requests. */
+  /** The health checks' own connection: never queued behind requests. */
   checker: Client | undefined = undefined
-  /** The last connection attempt, a check's or a call's, failed (refused, timeout, no route): in panic it is skipped,
-   * so an all-down cluster answers 502 at once.
-   */
+  /** The last connection attempt failed: skipped in panic, so an all-down cluster answers 502 at once. */
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
+  /** Tries that timed out and keep their socket until the engine answers them (attempt.ts). */
+  readonly held = new Set<{ drop: () => void }>()
 
   constructor (
     readonly origin: string,
@@ -161,21 +129,20 @@ export class Endpoint {
     this.key = key
   }
 
-  /** Close its pool (after the calls it has) and its check connection. */
   async retire (): Promise<void> {
     clearTimeout(this.ejectionTimer)
-    // A check in flight is not worth waiting for.
+    // Nobody waits for a held try's answer; a check in flight is not worth waiting for either.
+    for (const held of this.held) held.drop()
     await Promise.all([this.pool.close(), this.checker?.destroy()])
   }
 }
 
-/** One configured URL: an IP literal is one endpoint, a name one per address. */
+/** One configured URL. */
 interface Source {
   protocol: string
   hostname: string
-  /** The port as written or the scheme's default: endpoints always name it. */
   port: string
-  /** What the engine expects as Host: the name as configured, port included when it was. */
+  /** The Host the engine expects: the name as configured. */
   host: string
   named: boolean
 }
@@ -197,22 +164,15 @@ export interface EndpointSetOptions {
   resolveIntervalMs?: number
   /** Told after every change of the set (endpoints added or removed). */
   onChange?: () => void
-  /**
-   * Told once an endpoint that left the set has finished its calls (its pool
-   * closed), unless its address is back in the set by then: its metric series
-   * go with it.
-   */
+  /** Told once an endpoint that left the set has finished its calls, unless its address is back. */
   onRemoved?: (endpoint: Endpoint) => void
-  /** Told after each lookup of a name: `error` when it failed (the name keeps the endpoints it had). */
+  /** Told after each lookup of a name, with its error if it failed. */
   onLookup?: (hostname: string, error: Error | undefined) => void
 }
 
 /**
- * A name's addresses as the gateway uses them: IPv4 only when it has any
- * (V4_PREFERRED), each once, sorted. As in Envoy, this is a choice of family,
- * not a fallback: a dual-stack name whose engines do not listen on IPv4 gets
- * every call refused even though its IPv6 addresses would answer. Engines
- * behind a dual-stack name must listen on IPv4, or be named by an IPv6-only name.
+ * A name's addresses as the gateway uses them: IPv4 only when it has any (Envoy's V4_PREFERRED, a choice of family,
+ * not a fallback), so a dual-stack name is not two endpoints for one engine.
  */
 export function preferredAddresses (found: ReadonlyArray<{ address: string; family: number }>): string[] | undefined {
   const v4 = found.filter((a) => isIP(a.address) === 4)
@@ -221,7 +181,7 @@ export function preferredAddresses (found: ReadonlyArray<{ address: string; fami
 }
 
 export class EndpointSet {
-  /** The current endpoints. Replaced, never mutated, when DNS changes: a call that holds it sees one consistent set. */
+  /** The current endpoints, replaced (never mutated) when DNS changes, so a call sees one consistent set. */
   list: readonly Endpoint[]
   readonly #sources: readonly Source[]
   readonly #pool: PoolFactory
@@ -242,9 +202,7 @@ export class EndpointSet {
     this.#onChange = opts.onChange
     this.#onRemoved = opts.onRemoved
     this.#onLookup = opts.onLookup
-    // Until a name is resolved, it is one endpoint by name: undici resolves it
-    // per connection, as the gateway did with one URL (with UPSTREAM_DNS_SERVERS,
-    // through connectLookup, asking the same servers). Resolution replaces it.
+    // Until a name is resolved, it is one endpoint by name that undici resolves per connection.
     this.list = this.#sources.map((s) => this.#make(s, s.hostname))
     this.#named = this.#sources.some((s) => s.named)
     const every = opts.resolveIntervalMs ?? DNS_REFRESH_MS
@@ -264,11 +222,7 @@ export class EndpointSet {
     await this.#resolving
   }
 
-  /**
-   * Resolve every name again now, unless a resolution is already in flight
-   * (then that one's answer serves): what health.ts asks for when an endpoint
-   * becomes unreachable or none is left in rotation. Without names, nothing.
-   */
+  /** Resolve every name again now, unless a resolution is already in flight (health.ts asks). */
   resolveSoon (): void {
     if (this.#named && !this.#closed) this.#resolving ??= this.#run()
   }
@@ -280,10 +234,7 @@ export class EndpointSet {
     return new Endpoint(origin, this.#pool(origin), hostHeader, `${bracketed(address)}:${s.port}`)
   }
 
-  /**
-   * Resolve every name again and apply the answer (tests call it to apply a
-   * changed lookup): it waits for a resolution in flight, then runs its own.
-   */
+  /** Resolve every name again and apply the answer, after any resolution in flight (tests). */
   async resolve (): Promise<void> {
     while (this.#resolving !== undefined) await this.#resolving
     if (this.#closed) return
@@ -291,19 +242,13 @@ export class EndpointSet {
     await this.#resolving
   }
 
-  /**
-   * Endpoints that stay keep their pool and health; new ones join in rotation;
-   * gone ones leave (their pool closes after its calls). A failed lookup keeps
-   * what the name had.
-   */
+  /** Endpoints that stay keep their pool and health; a failed lookup keeps what the name had. */
   async #run (): Promise<void> {
     try {
       const answers = await Promise.all(
         this.#sources.map(async (s) => {
           if (!s.named) return undefined
-          // A lookup that never settles (a stuck resolver, a full libuv thread
-          // pool) must not hold `#resolving` for good: that would stop every
-          // later resolution. Past its deadline it counts as failed.
+          // A lookup that never settles must not hold `#resolving`, which would stop every later resolution.
           let timer: NodeJS.Timeout | undefined
           try {
             const deadline = new Promise<never>((_resolve, reject) => {

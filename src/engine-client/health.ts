@@ -1,26 +1,7 @@
 /**
- * Who is healthy (DECISIONS 24, Envoy's outlier detection and health checker,
- * kept small). Two sources of truth about one endpoint:
- * - passive: 5 consecutive gateway failures of real calls eject it for
- *   30 s x its ejection multiplier (at most 300 s); the multiplier goes up by
- *   one per ejection and down by one for each 30 s the endpoint stays in
- *   rotation (Envoy's), so an engine that failed once last week is not
- *   ejected for minutes today; at most half the set is ejected at once
- *   (rounded down, but one may always be when there are two or more); a
- *   single endpoint is never ejected;
- * - active: `GET /health` every 5 s on a connection of its own (never queued
- *   behind requests), with 1 s for connect and answer together; 2 failures in
- *   a row mark it unhealthy, 2 successes healthy again; a 200 passes only when
- *   every service it reports is `connected`; a success ends an ejection early;
- *   a 500 (the engine draining, DECISIONS 25) takes it out of rotation at once.
- *   Checks run whenever the set has an endpoint, a single one included, so its
- *   `up` follows what it does.
- * Both end in one boolean per endpoint, `up`, which is all the balancer reads.
- *
- * Discovery hangs on health too: an endpoint that becomes unreachable, or the
- * set left with none in rotation, has the names resolved again at once
- * (endpoints.ts, one resolution in flight at most): after a rollout the old
- * addresses refuse connections, and the new ones are in DNS.
+ * Who is healthy (DECISIONS 24): Envoy's outlier detection (passive, on real calls) and health checker (active, on a
+ * connection of its own), kept small, ending in one boolean per endpoint, `up`, which is all the balancer reads. An
+ * endpoint that becomes unreachable asks DNS again, since after a rollout the old addresses refuse.
  */
 import type { LookupFunction } from 'node:net'
 import { Client } from 'undici'
@@ -60,9 +41,7 @@ export interface HealthOptions {
   timeoutMs?: number
   /** Base ejection time (30 s); tests shorten it. The longest ejection is ten times it. */
   ejectionBaseMs?: number
-  /** How the check connection resolves a name (the engine pools' own, with UPSTREAM_DNS_SERVERS); the system's by
-   * default.
-   */
+  /** How the check connection resolves a name (UPSTREAM_DNS_SERVERS); the system's by default. */
   connectLookup?: LookupFunction
 }
 
@@ -72,9 +51,7 @@ type Verdict = 'pass' | 'fail' | 'draining' | 'unreachable'
 const codeOf = (err: unknown): string =>
   typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
 
-/** A 200's body passes when it is the contract's health answer and every service it reports is connected (DECISIONS 24
- * v2).
- */
+/** A 200's body passes when every service it reports is connected (DECISIONS 24). */
 function allConnected (text: string): boolean {
   let body: unknown
   try {
@@ -83,6 +60,28 @@ function allConnected (text: string): boolean {
     return false
   }
   return isEngineHealth.Check(body) && Object.values(body.services).every((state) => state === SERVICE_CONNECTED)
+}
+
+/** `GET /health` on `checker`: a 200 whose services are all connected passes, a 500 says the engine drains. */
+async function askHealth (checker: Client, e: Endpoint, signal: AbortSignal): Promise<Verdict> {
+  const res = await checker.request({
+    method: 'GET',
+    path: '/health',
+    ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
+    signal
+  })
+  if (res.statusCode !== 200) {
+    await res.body.dump({ limit: HEALTH_BODY_MAX_BYTES })
+    return res.statusCode === 500 ? 'draining' : 'fail'
+  }
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length
+    if (size > HEALTH_BODY_MAX_BYTES) return 'fail'
+    chunks.push(chunk)
+  }
+  return allConnected(Buffer.concat(chunks, size).toString('utf8')) ? 'pass' : 'fail'
 }
 
 export class HealthState {
@@ -113,12 +112,7 @@ export class HealthState {
     this.#started = true
   }
 
-  /**
-   * The set changed (or was made): checks run while it has any endpoint, and
-   * an endpoint that joined later is checked at once (a new address may be
-   * one that drains or refuses). Its pool's connection failures count as
-   * unreachable, like a check's.
-   */
+  /** The set changed: a new endpoint is checked at once, since a new address may drain or refuse. */
   membershipChanged (): void {
     const list = this.#set.list
     for (const e of list) {
@@ -260,30 +254,9 @@ export class HealthState {
     this.#refresh(e)
   }
 
-  /**
-   * `GET /health` on the endpoint's own check connection, within one deadline
-   * for connect and answer. undici settles a request aborted while its socket
-   * is still connecting only once the connect ends, so the deadline is a race
-   * here, and a check that loses it destroys its connection (the next check
-   * makes a new one).
-   */
+  /** One check within one deadline, raced: undici settles an abort while connecting only once the connect ends. */
   async #probe (e: Endpoint): Promise<Verdict> {
-    const checker = (e.checker ??= new Client(e.origin, {
-      // The same protocol as the calls it vouches for (client.ts).
-      allowH2: false,
-      pipelining: 1,
-      connect: {
-        timeout: this.#timeoutMs,
-        ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup })
-      },
-      headersTimeout: this.#timeoutMs,
-      bodyTimeout: this.#timeoutMs,
-      // Kept for the next check unless the engine says shorter (its Keep-Alive hint), and never
-      // past CHECK_KEEP_ALIVE_MAX_MS: an engine that closes idle sockets after 5 s (Node's default)
-      // without saying so would otherwise race the next check, and its reset fail that check.
-      keepAliveTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS),
-      keepAliveMaxTimeout: Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
-    }))
+    const checker = (e.checker ??= this.#checkerFor(e))
     let connected = checker.stats.connected
     const onConnect = (): void => {
       connected = true
@@ -296,26 +269,7 @@ export class HealthState {
         resolve('timeout')
       }, this.#timeoutMs)
     })
-    const asked = (async (): Promise<Verdict> => {
-      const res = await checker.request({
-        method: 'GET',
-        path: '/health',
-        ...(e.hostHeader === undefined ? {} : { headers: { host: e.hostHeader } }),
-        signal: deadline.signal
-      })
-      if (res.statusCode !== 200) {
-        await res.body.dump({ limit: HEALTH_BODY_MAX_BYTES })
-        return res.statusCode === 500 ? 'draining' : 'fail'
-      }
-      const chunks: Buffer[] = []
-      let size = 0
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length
-        if (size > HEALTH_BODY_MAX_BYTES) return 'fail'
-        chunks.push(chunk)
-      }
-      return allConnected(Buffer.concat(chunks, size).toString('utf8')) ? 'pass' : 'fail'
-    })()
+    const asked = askHealth(checker, e, deadline.signal)
     try {
       const first = await Promise.race([asked, timedOut])
       if (first !== 'timeout') return first
@@ -330,6 +284,25 @@ export class HealthState {
       clearTimeout(timer)
       checker.off('connect', onConnect)
     }
+  }
+
+  /** The endpoint's own check connection, speaking as the calls it vouches for do (client.ts). */
+  #checkerFor (e: Endpoint): Client {
+    // Kept for the next check unless the engine says shorter, and never past CHECK_KEEP_ALIVE_MAX_MS: an engine that
+    // closes idle sockets after 5 s without saying so would otherwise race the next check, and its reset fail it.
+    const keepAlive = Math.min(this.#intervalMs + this.#timeoutMs, CHECK_KEEP_ALIVE_MAX_MS)
+    return new Client(e.origin, {
+      allowH2: false,
+      pipelining: 1,
+      connect: {
+        timeout: this.#timeoutMs,
+        ...(this.#connectLookup === undefined ? {} : { lookup: this.#connectLookup })
+      },
+      headersTimeout: this.#timeoutMs,
+      bodyTimeout: this.#timeoutMs,
+      keepAliveTimeout: keepAlive,
+      keepAliveMaxTimeout: keepAlive
+    })
   }
 
   close (): void {

@@ -1,18 +1,7 @@
 /**
- * Whether to try again (DECISIONS 24, Envoy's retry state kept small).
- *
- * - Every call, POSTs included, when it provably never reached the engine:
- *   undici calls the handler's onRequestStart right before it writes the first
- *   byte of a request on a socket (client-h1.js writeH1), so a failure that
- *   comes before it (refused, connect timeout, no route, DNS, a socket closed
- *   while the request still waited for it) left nothing at the engine.
- * - GETs (ping, the health probe) also after a reset, a try's timeout, a
- *   502/503 or an answer outside the contract: they change nothing.
- * - Never a POST once its bytes went out, nor a create whose image began to
- *   stream: its outcome is unknown (the client retries with Idempotency-Key).
- *
- * At most 2 retries (1 with a single endpoint: the fresh-connection retry), full
- * jitter of 25-250 ms before the second, and a budget (RetryBudget).
+ * Whether to try again (DECISIONS 24): any call that provably never reached the engine (it failed before
+ * onRequestStart, which undici calls right before the first byte); GETs also after a reset, a try's timeout or a bad
+ * answer; never a POST whose bytes went out, since its outcome is unknown.
  */
 import type { GatewayError } from '../http/errors.js'
 
@@ -25,11 +14,7 @@ export const JITTER_MAX_MS = 250
 export const BUDGET_RATIO = 0.2
 export const BUDGET_MIN = 3
 
-/**
- * An answer outside the upstream contract: a 2xx of the wrong type, an error
- * that is not the structured JSON shape, or a status the contract never uses.
- * Only status and type are read: this runs on every answer.
- */
+/** An answer outside the upstream contract, by status and type alone (this runs on every answer). */
 export function outsideContract (path: string, status: number, contentType: string): boolean {
   if (status >= 200 && status < 300) {
     return !contentType.startsWith(path === '/api/portfolio/ping' ? 'text/plain' : 'application/json')
@@ -37,11 +22,7 @@ export function outsideContract (path: string, status: number, contentType: stri
   return status < 400 || !contentType.startsWith('application/json')
 }
 
-/**
- * Whether a finished try counts against its endpoint for outlier detection:
- * a failure of the gateway's call, an answer outside the contract, or a 503
- * of any shape; never the engine's own structured 4xx or 500.
- */
+/** Whether a finished try counts against its endpoint: never the engine's own structured 4xx or 500. */
 export function isGatewayFailure (
   err: GatewayError | undefined,
   path: string,
@@ -51,11 +32,7 @@ export function isGatewayFailure (
   return err !== undefined || status === 503 || outsideContract(path, status, contentType)
 }
 
-/**
- * The reason to try again, or undefined. `sent`: onRequestStart was called
- * (bytes may have reached the engine). `tryTimedOut`: this try's own clock ran
- * out, not the call's.
- */
+/** The reason to try again, or undefined; `sent`: bytes may have reached the engine. */
 export function retryReason (
   method: string,
   sent: boolean,
@@ -83,14 +60,8 @@ export function jitterMs (random: () => number = Math.random): number {
 }
 
 /**
- * The retry budget: a retry is allowed when, with it, the retries in flight
- * stay under 20% of the calls in flight on their first try (3 are always
- * allowed). Counting against first tries, and counting the new retry itself,
- * keeps the retries as a count within 20% of the calls too, even when a
- * retried call lasts longer than one that is not (R < 0.2 (C - R) implies
- * R < 0.2 C; test/upstream-cluster.test.ts counts at the engines).
- * A retry after a failed connect is counted but never refused (call.ts): it
- * cost no engine anything.
+ * The retry budget: with it, retries in flight stay under 20% of the calls on their first try (3 always allowed),
+ * which keeps them within 20% of all calls even when retried calls last longer.
  */
 export class RetryBudget {
   calls = 0

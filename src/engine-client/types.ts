@@ -1,9 +1,4 @@
-/**
- * What the engine client's parts and its users share: the request and answer
- * of one call, and the observers that metrics and tracing plug in. A file of
- * its own so that client.ts and call.ts both import it and not each other;
- * client.ts re-exports every name for the rest of the gateway.
- */
+/** What the engine client's parts and users share: apart, so client.ts and call.ts need not import each other. */
 import type { Readable } from 'node:stream'
 import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
 import type { Abandonment } from '../http/client-gone.js'
@@ -19,25 +14,14 @@ export interface EngineRequest {
   idempotencyKey?: string
   /** Streams and async iterables are passed to undici as they are, never buffered. */
   body?: string | Buffer | Readable | AsyncIterable<Buffer>
-  /**
-   * Aborts the call; the reason (a GatewayError) is what the call rejects with.
-   * Any reason but a timeout (UPSTREAM_TIMEOUT, AbortSignal.timeout) is the
-   * client's doing: the try ends as `client_aborted` and never counts against
-   * the engine (DECISIONS 23).
-   */
+  /** Aborts the call with its reason; any reason but a timeout is the client's doing (DECISIONS 23). */
   signal?: AbortSignal
   /**
-   * The client went away: gives the call up (as `signal` does, counted as
-   * `client_aborted`) only while none of its tries has begun writing to the
-   * engine: waiting in a pool queue, connecting, or waiting to retry. A try
-   * already being written goes on to its end and the call takes no retry
-   * after it: cutting it off would leave the outcome of a POST unknown (an
-   * update replaces positions whole), and costs the socket.
+   * The client went away: gives the call up only while none of its tries has begun writing to the engine, since
+   * cutting a POST off would leave its outcome unknown.
    */
   abandonIfQueued?: Abandonment
-  /** From the call to the engine's response headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (streamed
-   * uploads keep their own clock).
-   */
+  /** From the call to the engine's headers, queue included; default UPSTREAM_TIMEOUT_MS, 0 for none (uploads). */
   responseTimeoutMs?: number
   /** Called once the engine's response headers are in (e.g. to stop an upload clock). */
   onResponseStart?: () => void

@@ -10,6 +10,7 @@ import type { AddressInfo, Socket } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { Pool, type Dispatcher } from 'undici'
+import { kQueuedAbort } from '../../src/engine-client/attempt.js'
 import { queuedSymbolOf } from '../../src/engine-client/client.js'
 import { ROOT } from '../helpers/processes.js'
 
@@ -102,6 +103,33 @@ t.test(
     await next.done
     t.equal(next.status, 200)
     t.equal(connections(), 1, 'the next request reuses the socket: none was destroyed')
+  }
+)
+
+t.test(
+  "undici: lib/core/symbols.js's kQueuedAbort hands a queued request a cancel that takes it out of the Pool's queue",
+  async (t) => {
+    const { url, held, connections } = await server(t, true)
+    const pool = new Pool(url, { connections: 1 })
+    t.teardown(() => pool.destroy())
+    t.equal(typeof kQueuedAbort, 'symbol', 'the symbol is exported')
+    const first = new Recorder()
+    pool.dispatch({ origin: url, path: '/', method: 'GET' }, first)
+    while (held.length === 0) await new Promise((resolve) => setImmediate(resolve))
+    let cancel: ((reason: Error) => void) | undefined
+    const queued = new Recorder()
+    pool.dispatch({ origin: url, path: '/', method: 'GET', [kQueuedAbort]: (c: typeof cancel) => { cancel = c } }, queued)
+    t.equal(typeof cancel, 'function', 'the hook is called as the request enters the queue')
+    const reason = new Error('given up')
+    cancel!(reason)
+    t.equal(queued.error, reason, "the handler's onResponseError is called at once with the reason")
+    t.equal(pool.stats.queued, 0, 'the request left the queue')
+    // The engine closes the one connection: nothing waits, so nothing connects again.
+    held[0]!.setHeader('connection', 'close')
+    held[0]!.end('ok')
+    await first.done
+    await pool.close()
+    t.equal(connections(), 1, 'no connection was opened for the request given up')
   }
 )
 
