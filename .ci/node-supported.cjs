@@ -3,7 +3,11 @@
 // holds the two to the same answers.
 'use strict'
 const range = require('../package.json').engines.node
-const parse = (text) => text.replace(/^v/, '').split('.').map(Number)
+// As runtime.ts: each part read as parseInt does ("0-rc" is 0), a missing part 0.
+const parse = (text) => {
+  const [major = 0, minor = 0, patch = 0] = text.replace(/^v/, '').split('.').map((n) => Number.parseInt(n, 10))
+  return [major, minor, patch]
+}
 const atLeast = (a, b) => {
   for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i] > b[i]
   return true

@@ -77,7 +77,8 @@ export function clientErrorAnswerer (
       socket.destroy()
       return
     }
-    // A pipelined later request's error: the answers owed go first (as nginx does), then this one, once.
+    // A pipelined later request's error: the answers owed go first (as nginx does), then this one, once. Answering
+    // it at once would take the place of an answer the engine is still making (a create told it failed).
     if ((socket as DeferringSocket)[kDeferred] === true) return
     const owed = lastOwedResponse(socket)
     if (owed !== undefined && owed.req.complete) {

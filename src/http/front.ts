@@ -135,6 +135,7 @@ export function createFrontServer (fastify: RequestListener, { shed, lifecycle, 
     requireHostHeader: false,
     // Node checks headersTimeout and requestTimeout this often (its default, 30 s, would make 10 s mean up to 40 s).
     connectionsCheckingInterval: SERVER_LIMITS.connectionsCheckingIntervalMs
+    // maxRequestsPerSocket stays unset: past it Node answers a bare 503 of its own, without our shape or an id.
   }, front)
   server.on('timeout', cutOnIdle)
   server.on('checkContinue', (req: ContinuableRequest, res: ServerResponse) => {

@@ -12,6 +12,7 @@ import t, { type Test } from 'tap'
 import { Pool, type Dispatcher } from 'undici'
 import { kQueuedAbort } from '../../src/engine-client/attempt.js'
 import { queuedSymbolOf } from '../../src/engine-client/client.js'
+import { backoff } from '../../src/limits/redis/client.js'
 import { ROOT } from '../helpers/processes.js'
 
 type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
@@ -179,3 +180,9 @@ t.test(
     t.match(readFileSync(join(built, 'Redis.js'), 'utf8'), /Stream isn't writeable/)
   }
 )
+
+// The socketTimeoutTimer is cleared on 'close', a tick after the socket closed: in time only while no reconnect
+// comes sooner, or the new socket's own timer would be cleared and a hang of the new connection go unseen.
+t.test('ioredis: no reconnect comes within a tick of a close (the first waits 50 ms)', async (t) => {
+  for (const times of [1, 2, 5, 100]) t.ok(backoff(times) >= 50, `reconnect ${times} waits ${backoff(times)} ms`)
+})

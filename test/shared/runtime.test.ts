@@ -58,7 +58,7 @@ t.test('the message names the versions needed, on one line', async (t) => {
 
 t.test('CI asks the same range as the gateway: .ci/node-supported.cjs agrees with satisfies()', async (t) => {
   const versions = ['20.20.2', '22.12.0', '22.18.9', '22.19.0', '22.21.1', '23.11.0', '24.0.0', '24.22.3', '25.1.0',
-    '26.0.0', '27.3.1']
+    '26.0.0', '27.3.1', '22.19', '24.0.0-nightly20250101', 'v26.0.0-rc.1', '22.18.9-rc.1']
   for (const version of versions) {
     const { status } = spawnSync(process.execPath, [join(ROOT, '.ci', 'node-supported.cjs'), version])
     t.equal(status, satisfies(version) ? 0 : 1, `${version}: ${satisfies(version) ? 'supported' : 'refused'} by both`)

@@ -17,7 +17,11 @@ export interface RedisClientOptions {
 }
 
 const CONNECT_TIMEOUT_MS = 500
-const backoff = (times: number): number => Math.min(times * 50, 1_000)
+/**
+ * Reconnects wait at least 50 ms: clearingSocketTimeout relies on it, since 'close' comes a tick after the socket
+ * closed and must clear the old timer before a new socket exists.
+ */
+export const backoff = (times: number): number => Math.min(times * 50, 1_000)
 
 /** What every connection to a data node gets, whatever the mode. */
 function connectionOptions (opts: RedisClientOptions): RedisOptions {
@@ -107,6 +111,8 @@ function clusterOptions (
   tls: Tls
 ): ClusterOptions {
   return {
+    // ioredis forces an offline queue on each node's own connection whatever is set here; commandTimeout is what
+    // bounds a command queued for a node still connecting.
     enableOfflineQueue: false,
     enableReadyCheck: true,
     // A pipeline batched for a node that loses a slot can be retried whole (ioredis issue 2075), counting twice.
@@ -167,7 +173,8 @@ function neverResendingAbandoned (cluster: Cluster): Cluster {
 
 /**
  * ioredis keeps one socketTimeout timer per client (ioredis issue 2147): left running after a close, it destroys the
- * connection that replaced this one. Cluster nodes are never reconnected, so they need none of this.
+ * connection that replaced this one. Clearing it on 'close' is in time only because a reconnect waits (backoff).
+ * Cluster nodes are never reconnected, so they need none of this.
  */
 function clearingSocketTimeout (redis: Redis): Redis {
   const internals = redis as unknown as { socketTimeoutTimer?: NodeJS.Timeout }
