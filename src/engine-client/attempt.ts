@@ -66,6 +66,8 @@ export class Attempt implements Dispatcher.DispatchHandler {
   #cancelQueued: ((reason: Error) => void) | undefined = undefined
   /** The request was written whole (no stream body): a timeout may hold its socket instead of destroying it. */
   holdable = false
+  /** performance.now() as the request went on its socket. */
+  sentAt = 0
   /** Timed out on its socket, which it keeps until the engine answers or undici's headersTimeout ends it. */
   #held = false
   #failure: Error | undefined = undefined
@@ -111,7 +113,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
   /** The engine keeps the request and this socket: a fresh one would only add to what it cannot answer. */
   #hold (): void {
     this.#held = true
-    this.endpoint.held.add(this)
+    this.endpoint.held.set(this, performance.now())
     this.end(this.#failure)
   }
 
@@ -150,6 +152,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
     this.#controller = c
     this.#cancelQueued = undefined
     this.sent = true
+    this.sentAt = performance.now()
   }
 
   onResponseStart (_c: Controller, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
@@ -161,6 +164,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
     this.retryAfter = typeof retryAfter === 'string' ? retryAfter : undefined
     // Headers are in: from here undici's bodyTimeout watches the engine.
     clearTimeout(this.timer)
+    if (this.endpoint.held.size !== 0) this.endpoint.alive(this.sentAt)
     this.owner.attemptResponded(this)
   }
 

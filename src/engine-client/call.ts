@@ -202,7 +202,9 @@ export class Call implements AttemptOwner {
     }
     // undici documents AsyncIterable bodies for dispatch; its typings omit them.
     const body = attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body']
-    const hold = attempt.holdable && this.#deadlineAt !== 0
+    // Only a GET is held: an update given up must reach the engine as a closed connection, so an engine that
+    // cancels on disconnect never applies it after its client was told 504.
+    const hold = attempt.holdable && this.#deadlineAt !== 0 && req.method === 'GET'
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,

@@ -117,8 +117,8 @@ export class Endpoint {
   unreachable = false
   /** Set once the endpoint has left the set: its pool closes when its calls are done. */
   removed = false
-  /** Tries that timed out and keep their socket until the engine answers them (attempt.ts). */
-  readonly held = new Set<{ drop: () => void }>()
+  /** Tries that timed out and keep their socket until the engine answers them (attempt.ts), and since when. */
+  readonly held = new Map<{ drop: () => void }, number>()
 
   constructor (
     readonly origin: string,
@@ -129,10 +129,18 @@ export class Endpoint {
     this.key = key
   }
 
+  /**
+   * The engine answered a request sent at `sentAt` (performance.now()): it serves new work, so a try held since
+   * before then is stuck there, not queued behind a busy engine, and its socket goes.
+   */
+  alive (sentAt: number): void {
+    for (const [held, since] of this.held) if (since < sentAt) held.drop()
+  }
+
   async retire (): Promise<void> {
     clearTimeout(this.ejectionTimer)
     // Nobody waits for a held try's answer; a check in flight is not worth waiting for either.
-    for (const held of this.held) held.drop()
+    for (const held of this.held.keys()) held.drop()
     await Promise.all([this.pool.close(), this.checker?.destroy()])
   }
 }

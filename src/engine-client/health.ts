@@ -229,6 +229,7 @@ export class HealthState {
     if (e.checking || e.removed) return
     e.checking = true
     let verdict: Verdict
+    const sentAt = performance.now()
     try {
       verdict = await this.#probe(e)
     } finally {
@@ -238,6 +239,8 @@ export class HealthState {
     if (verdict === 'unreachable') this.#unreachable(e)
     else e.unreachable = false
     if (verdict === 'pass') {
+      // An engine that answers its check serves new work: tries held since before it are stuck, not slow.
+      if (e.held.size !== 0) e.alive(sentAt)
       e.checkFailures = 0
       e.checkSuccesses++
       e.draining = false

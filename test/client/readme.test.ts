@@ -63,7 +63,7 @@ t.test('the README snippet compiles in strict mode and runs against a gateway', 
 
 t.test('the generated types: a method per operation, errors narrowed by status and code, image bytes', async (t) => {
   const checks = `
-import { createGatewayClient, type operations } from './index.js'
+import { createGatewayClient, type operations } from './client/index.js'
 const ids: Array<keyof operations> = [
   'createPortfolio', 'updatePortfolio', 'pingEngine', 'getEngineHealth', 'getLiveness', 'ping', 'getOpenApiDocument'
 ]

@@ -241,3 +241,75 @@ t.test('a slow upload under way and every other connection held: pings are serve
   more?.()
   t.equal(await codeOf(create), 'answered', 'the upload completes')
 })
+
+t.test('an update that times out closes its connection at once: the engine learns its client was answered', async (t) => {
+  let closedAt = 0
+  const engine = await slowEngine(t, (req) => {
+    if (req.url !== '/api/portfolio/update') return false
+    // Held, never answered: an engine that cancels on disconnect needs the close to drop the stale update.
+    req.socket.once('close', () => { closedAt = performance.now() })
+    return true
+  })
+  const client = slowClient(t, engine.url)
+  const update = { method: 'POST', path: '/api/portfolio/update', requestId: 'u', body: '{}' } as const
+  t.equal(await codeOf(client.call(update)), 'UPSTREAM_TIMEOUT', 'the client is told 504')
+  const answeredAt = performance.now()
+  // Held, the socket would stay until undici's headersTimeout, two deadlines after the 504.
+  t.ok(await eventually(() => closedAt !== 0, TIMEOUT_MS), 'the engine saw its connection close')
+  t.ok(closedAt - answeredAt < TIMEOUT_MS, `within a deadline of the 504 (${(closedAt - answeredAt).toFixed(0)} ms)`)
+})
+
+t.test('pings stuck at an engine that answers new ones: an answer to a later ping frees their sockets', async (t) => {
+  const pool = 4
+  let closes = 0
+  let seen = 0
+  const stuck: ServerResponse[] = []
+  const engine = await slowEngine(t, (req, res) => {
+    // The first two pings are never answered (a lost job); every later one at once.
+    if (++seen > 2) pong(res)
+    else {
+      stuck.push(res)
+      req.socket.once('close', () => { closes++ })
+    }
+    return true
+  })
+  t.teardown(() => { for (const res of stuck) res.destroy() })
+  const client = new EngineClient({
+    url: engine.url, timeoutMs: TIMEOUT_MS, connections: pool, keepAliveTimeoutMs: 20_000, health: { intervalMs: 0 }
+  })
+  t.teardown(() => client.close())
+  t.same(await wave(client, 2), ['UPSTREAM_TIMEOUT', 'UPSTREAM_TIMEOUT'], 'the two stuck pings time out, held')
+  t.equal(await codeOf(client.call(PING)), 'answered', 'a later ping is answered on a third connection')
+  const from = performance.now()
+  // Held, they would stay two more deadlines: the later answer shows they are stuck, not queued.
+  t.ok(await eventually(() => closes === 2, TIMEOUT_MS), 'both stuck sockets were closed')
+  t.ok(performance.now() - from < TIMEOUT_MS, `within a deadline of the answer (${(performance.now() - from).toFixed(0)} ms)`)
+})
+
+t.test('an engine that forgets what it held but passes its check: the check frees the held sockets', async (t) => {
+  const engine = await slowEngine(t, (req, res) => {
+    if (req.url !== '/health') return false
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ status: 'ok', services: { database: 'connected', cache: 'connected' } }))
+    return true
+  })
+  const client = new EngineClient({
+    url: engine.url,
+    timeoutMs: TIMEOUT_MS,
+    connections: POOL,
+    maxQueue: 1_000,
+    keepAliveTimeoutMs: 20_000,
+    health: { intervalMs: 200 }
+  })
+  t.teardown(() => client.close())
+  t.same([...new Set(await wave(client))], ['UPSTREAM_TIMEOUT'], 'every ping of a wave timed out, the pool held')
+  // It answers new pings at once and never those it held (a restarted worker behind a live listener).
+  engine.state.slow = false
+  const from = performance.now()
+  let code = ''
+  while ((code = await codeOf(client.call(PING))) !== 'answered' && performance.now() - from < 5 * TIMEOUT_MS);
+  const ms = performance.now() - from
+  t.equal(code, 'answered', `a ping is answered ${ms.toFixed(0)} ms after the engine recovered`)
+  // Held to their end, the sockets would free two deadlines after the wave; the next passing check frees them.
+  t.ok(ms < 1.5 * TIMEOUT_MS, `within a check interval and a deadline (${ms.toFixed(0)} ms)`)
+})
