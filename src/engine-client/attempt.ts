@@ -13,9 +13,20 @@ import type { EngineTrySpan } from './types.js'
 
 type Controller = Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestStart']>>[0]
 
-/** undici's dispatch option through which a queue hands a waiting request the function that takes it out. */
-export const kQueuedAbort = (createRequire(import.meta.url)('undici/lib/core/symbols.js') as { kQueuedAbort: symbol })
-  .kQueuedAbort
+/**
+ * undici's dispatch option through which a queue hands a waiting request the function that takes it out. Should a
+ * later undici hide or drop it, a symbol of our own stands in: undici ignores it, and a try given up in a queue
+ * then throws from onRequestStart instead (test/project/private-internals.test.ts fails first).
+ */
+export const kQueuedAbort: symbol = queuedAbortSymbol()
+
+function queuedAbortSymbol (): symbol {
+  try {
+    const symbols = createRequire(import.meta.url)('undici/lib/core/symbols.js') as { kQueuedAbort?: unknown }
+    if (typeof symbols.kQueuedAbort === 'symbol') return symbols.kQueuedAbort
+  } catch {}
+  return Symbol('queued abort: not found in undici')
+}
 
 /** How many call deadlines a timed-out try may hold its socket while the engine has not answered it. */
 export const HOLD_DEADLINES = 3

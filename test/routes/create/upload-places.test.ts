@@ -9,7 +9,7 @@
  */
 import { once } from 'node:events'
 import { createServer, type Server } from 'node:http'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { build, hs256 } from '../../helpers/app.js'
@@ -45,8 +45,8 @@ async function slowEngine (
   return { url: `http://127.0.0.1:${await listenOnLoopback(t, server)}`, stats }
 }
 
-/** Send the whole create on a raw socket and hang up after `hangUpMs`; resolves with what was read by then. */
-async function sendAndHangUp (url: string, sub: string, hangUpMs: number): Promise<string> {
+/** Send the whole create on a raw socket and hang up once `ready` says so; resolves with what was read by then. */
+async function sendAndHangUp (url: string, sub: string, ready: (got: string) => boolean): Promise<string> {
   const socket = connect(Number(new URL(url).port), '127.0.0.1')
   socket.on('error', () => {})
   await once(socket, 'connect')
@@ -59,7 +59,7 @@ async function sendAndHangUp (url: string, sub: string, hangUpMs: number): Promi
   )
   socket.write(FORM.body)
   const closed = once(socket, 'close')
-  await new Promise((resolve) => setTimeout(resolve, hangUpMs))
+  if (!(await eventually(() => ready(got), 10_000))) throw new Error('not ready to hang up within 10 s')
   socket.destroy()
   await closed
   return got
@@ -78,18 +78,24 @@ const CAPPED = { error: 'at most 2 uploads per user at once' }
 
 t.test('creates whose clients hang up once the form is sent keep their places until the engine answers', async (t) => {
   const engine = await slowEngine(t, 3_000)
-  const { url } = await build(t, {
+  const { url, app } = await build(t, {
     upstreamUrl: engine.url,
     env: { UPLOAD_MAX_PER_USER: '2', UPSTREAM_TIMEOUT_MS: '20000' }
   })
-  // Two creates send their whole form and hang up after 0.5 s; the engine answers 3 s after reading each.
-  const [first, second] = await Promise.all([sendAndHangUp(url, 'leaver', 500), sendAndHangUp(url, 'leaver', 500)])
+  let connections = 0
+  app.server.on('connection', (socket: Socket) => {
+    connections++
+    socket.once('close', () => { connections-- })
+  })
+  // Two creates send their whole form and hang up once both are at the engine, which answers 3 s after reading each.
+  const atEngine = (): boolean => engine.stats.active === 2
+  const [first, second] = await Promise.all([sendAndHangUp(url, 'leaver', atEngine), sendAndHangUp(url, 'leaver', atEngine)])
   t.equal(first, '', 'no answer before the hang-up')
   t.equal(second, '')
   t.equal(engine.stats.active, 2, 'both are at the engine after their clients left')
-  // The gateway sees the hang-ups at once; give it a moment before the third, as the reviewer's `curl -m 1` loop did.
-  await new Promise((resolve) => setTimeout(resolve, 200))
-  const third = await sendAndHangUp(url, 'leaver', 500)
+  // The gateway has seen both hang-ups once it holds no connection of theirs.
+  t.ok(await eventually(() => connections === 0, 5_000), 'the gateway saw both clients leave')
+  const third = await sendAndHangUp(url, 'leaver', (got) => got.includes('}'))
   t.match(third, /^HTTP\/1\.1 429 Too Many Requests\r\n/, 'a third create of the user is refused')
   t.same(JSON.parse(third.slice(third.indexOf('\r\n\r\n') + 4)), CAPPED)
   t.equal(engine.stats.active, 2, 'still two at the engine')
