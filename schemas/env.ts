@@ -53,11 +53,13 @@ export const Env = Type.Object({
     "a refused body declared at most this many times the route's body limit (create: 10 MiB) is read and thrown " +
     "away while the client keeps up the uploads' minimum rate; a larger one is closed after the answer", 2),
   LINGER_MAX_SOCKETS: Integer(1, 1_000_000,
-    'connections that may read the rest of a refused body at once; one more cuts the oldest linger of the address ' +
-    'that holds the most', 1024),
+    'connections that may read the rest of a refused body at once; one more cuts, among the lingers of the ' +
+    'addresses that hold the most, the one with the most time left (its declared bytes to come at the rate seen; ' +
+    'an unknown end, chunked or nothing yet, first; ties the newest)', 1024),
   LINGER_MAX_PER_ADDRESS: Integer(1, 1_000_000,
     'connections from one client address (the one a TRUST_PROXY peer forwards) that may read the rest of a refused ' +
-    'body at once (IPv6 counted per /64); one more cuts the oldest of that address; at most LINGER_MAX_SOCKETS', 16),
+    'body at once (IPv6 counted per /64); one more cuts the one of that address with the most time left; ' +
+    'at most LINGER_MAX_SOCKETS', 16),
   UPSTREAM_TRY_TIMEOUT_MS: Type.Optional(Type.Integer({ minimum: 1, maximum: 600_000, description: 'how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS' })),
   UPSTREAM_DNS_SERVERS: Type.Optional(Type.String({ minLength: 1, description: "DNS servers for the host names in UPSTREAM_URL, comma-separated ip or ip:port ([ipv6]:port), e.g. 10.96.0.10 or 127.0.0.1:5353 (Envoy's dns_resolvers); asked directly with c-ares: a lookup holds no libuv pool thread (getaddrinfo does), and no libc cache such as nscd answers in their place; /etc/resolv.conf's search and ndots still apply; start-up waits for the first answer, at most 5 s; unset: the system resolver" })),
   UPSTREAM_DNS_REFRESH_MS: Integer(100, 3_600_000, "how often the host names in UPSTREAM_URL are resolved again, in ms (Envoy's default, 5000); a name is also resolved at once when an endpoint becomes unreachable", 5_000),

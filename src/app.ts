@@ -81,6 +81,8 @@ export async function buildApp (config: GatewayConfig, deps: AppDeps): Promise<F
   })
   // An answer that leaves body bytes unread, or comes while draining, ends its connection.
   closeConnectionsWhenNeeded(app, lifecycle, linger)
+  // A linger holds no request: the server's close must not wait for a slow client's body.
+  app.addHook('preClose', (done) => { linger.closeAll(); done() })
   installObservability(app, config, deps, accessLines)
 
   // 2. Errors: one handler, one catalogue.

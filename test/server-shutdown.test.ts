@@ -1,12 +1,14 @@
 /**
  * The gateway as a real process at its edges: a busy or served METRICS_PORT,
- * and SIGTERM (the request in flight answered, the access lines flushed).
+ * and SIGTERM (the request in flight answered, the access lines flushed, a
+ * lingering refused upload cut rather than waited for).
  */
 import { once } from 'node:events'
-import { createConnection, createServer as createNetServer, type AddressInfo } from 'node:net'
+import { connect, createConnection, createServer as createNetServer, type AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { Agent, request } from 'undici'
 import { refusedPort, startStubUpstream } from '../fixtures/stub-upstream.js'
+import { GATEWAY_DRAIN } from '../src/drain-timeline.js'
 import { bearer, SECRET } from './helpers/app.js'
 import { parseExposition, valueOf } from './helpers/prometheus.js'
 import { ensureBuilt } from './helpers/processes.js'
@@ -87,4 +89,32 @@ t.test('SIGTERM right after N requests: all N access lines reach stdout (the asy
   t.equal(access.length, N, 'one access line per request, none lost')
   t.equal(new Set(access.map((e) => e.url)).size, N, 'each request once')
   t.match(lines(child.out()).at(-1), /"msg":"closed"/, 'the last line written is the shutdown\'s own')
+})
+
+t.test('SIGTERM while a refused upload lingers at a good rate: the linger is cut, the process exits with its "closed" line', async (t) => {
+  const child = start(t, SERVER, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', JWT_SECRET: SECRET, UPSTREAM_URL: 'http://127.0.0.1:9' })
+  const url = new URL(await gatewayUrl(child))
+  const upload = connect({ port: Number(url.port), host: url.hostname, allowHalfOpen: true })
+  upload.on('error', () => {}) // the cut resets it
+  t.teardown(() => upload.destroy())
+  let answer = ''
+  upload.setEncoding('latin1').on('data', (c: string) => { answer += c })
+  const lingering = once(upload, 'end')
+  upload.write('POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer bad\r\n' +
+    'content-type: multipart/form-data; boundary=b\r\ncontent-length: 8388608\r\n\r\n' + 'x'.repeat(1024))
+  await lingering
+  t.match(answer, /^HTTP\/1\.1 401 Unauthorized\r\n/, 'the refusal was read; the body is still coming')
+  // 40 KiB/s, ten times the uploads' minimum rate: nothing but the shutdown would end this linger for minutes.
+  const trickle = setInterval(() => { if (upload.writable) upload.write(Buffer.alloc(4096, 0x78)) }, 100)
+  // Not once(): it rejects on the reset or broken pipe that the cut brings.
+  const cut = new Promise((resolve) => upload.once('close', resolve))
+  t.teardown(() => clearInterval(trickle))
+  const signalled = performance.now()
+  child.proc.kill('SIGTERM')
+  t.same(await exitOf(child), { code: 0, signal: null })
+  const tookMs = performance.now() - signalled
+  t.ok(tookMs < GATEWAY_DRAIN.productionNoticeMs, `exited ${tookMs.toFixed(0)} ms after SIGTERM, not at the kill deadline`)
+  t.match(lines(child.out()).at(-1), /"msg":"closed"/, 'the last line written is the shutdown\'s own')
+  await cut
+  clearInterval(trickle)
 })

@@ -31,11 +31,14 @@ export type AddressOf = (socket: Socket, raw: IncomingMessage | undefined) => st
 const peerAddress: AddressOf = (socket) => socket.remoteAddress ?? ''
 
 export type LingerCap = 'total_cap' | 'address_cap'
+/** Why the gateway cuts a linger itself: a cap is full, or the gateway is closing (a linger holds no request). */
+export type LingerCut = LingerCap | 'shutdown'
 /**
- * Why a linger ended: the body was read to its end; the client closed or half-closed; it stalled or fell
- * under the minimum rate; it sent past the byte bound; or a cap was full.
+ * Why a linger ended: the body was read to its end; the client closed, half-closed or reset; the gateway
+ * closed the socket otherwise (its idle timeout); it stalled or fell under the minimum rate; it sent past the
+ * byte bound; a cap was full; or the gateway was closing.
  */
-export type LingerEnd = 'complete' | 'client_closed' | 'too_slow' | 'over_bound' | LingerCap
+export type LingerEnd = 'complete' | 'client_closed' | 'server_closed' | 'too_slow' | 'over_bound' | LingerCut
 
 /** For the metrics and the log; `requestId` is the refused request's. */
 export interface LingerEvents {
@@ -47,37 +50,71 @@ export interface LingerEvents {
 const NO_EVENTS: LingerEvents = { started: () => {}, ended: () => {}, cut: () => {} }
 
 /**
+ * The host in a client address as a peer or a balancer gives it: `[v6]`, `[v6]:port` and `v4:port` lose the
+ * brackets and the port, an IPv6 zone is dropped.
+ */
+function hostOf (address: string): string {
+  const bracketed = /^\[([^\]]*)\](?::\d*)?$/.exec(address)
+  if (bracketed !== null) return bracketed[1]!.split('%', 1)[0]!
+  const v4WithPort = /^(\d+\.\d+\.\d+\.\d+):\d*$/.exec(address)
+  return v4WithPort?.[1] ?? address.split('%', 1)[0]!
+}
+
+/**
  * The key a client address is counted under: an IPv6 address by its /64 (what one subscriber gets), an
- * IPv4-mapped one as the IPv4 address, anything else as it is.
+ * IPv4-mapped one, however spelled, as the IPv4 address, anything else as it is.
  */
 export function addressKey (address: string): string {
-  const bare = address.split('%', 1)[0]!
-  if (isIP(bare) !== 6) return address
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(bare)
-  if (mapped !== null) return mapped[1]!
-  const [left = '', right] = bare.split('::')
+  const host = hostOf(address)
+  if (isIP(host) === 4) return host
+  if (isIP(host) !== 6) return address
+  // The URL parser's form: lower case, zeros compressed, an embedded IPv4 address in hex.
+  const canonical = new URL(`http://[${host}]`).hostname.slice(1, -1)
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(canonical)
+  if (mapped !== null) {
+    const [high, low] = [Number.parseInt(mapped[1]!, 16), Number.parseInt(mapped[2]!, 16)]
+    return [high >> 8, high & 255, low >> 8, low & 255].join('.')
+  }
+  const [left = '', right] = canonical.split('::')
   const head = left === '' ? [] : left.split(':')
   if (right !== undefined) {
     const tail = right === '' ? [] : right.split(':')
-    const tailGroups = tail.reduce((n, group) => n + (group.includes('.') ? 2 : 1), 0)
-    head.push(...Array<string>(8 - head.length - tailGroups).fill('0'), ...tail)
+    head.push(...Array<string>(8 - head.length - tail.length).fill('0'), ...tail)
   }
-  return head.slice(0, 4).map((group) => Number.parseInt(group, 16).toString(16)).join(':') + '::/64'
+  return head.slice(0, 4).join(':') + '::/64'
 }
 
 interface LingerEntry {
   readonly key: string
   readonly seq: number
   readonly requestId: string | undefined
-  readonly cut: (cap: LingerCap) => void
+  /** How long its body has left at the rate seen so far, in ms: Infinity when nothing says (chunked, no bytes yet). */
+  readonly timeLeft: () => number
+  readonly cut: (reason: LingerCut) => void
 }
 
-const oldest = (entries: Set<LingerEntry>): LingerEntry | undefined => entries.values().next().value
+/**
+ * Of `entries`, the linger with the most time left to its end (on a tie, the newest): the one that would hold
+ * its place longest. A slow phone near its end is kept; an unknown end (a chunked body, no bytes yet) goes first.
+ */
+function longestLeft (entries: Iterable<LingerEntry>): LingerEntry | undefined {
+  let pick: LingerEntry | undefined
+  let most = -1
+  for (const entry of entries) {
+    const left = entry.timeLeft()
+    if (pick === undefined || left > most || (left === most && entry.seq > pick.seq)) {
+      pick = entry
+      most = left
+    }
+  }
+  return pick
+}
 
 /**
- * The lingering sockets, oldest first, in all and per address key. Past the per-address cap the address's
- * oldest is cut; past the total cap, the oldest of the address that holds the most (on a tie, the oldest of
- * those), so a flood from many addresses cuts its own before a client that holds one.
+ * The lingering sockets, in all and per address key. Past the per-address cap, the address's linger with the
+ * most time left is cut; past the total cap, the one with the most time left among the addresses holding the
+ * most, so a flood from many addresses cuts its own before a client that holds one, and among addresses holding
+ * one each, the slow client about to finish is not the one cut for being the oldest.
  */
 export class Lingers {
   readonly limits: LingerLimits
@@ -87,6 +124,7 @@ export class Lingers {
   readonly #all = new Set<LingerEntry>()
   readonly #byKey = new Map<string, Set<LingerEntry>>()
   #seq = 0
+  #closed = false
 
   constructor (limits: LingerLimits, watchRate: RateWatch, addressOf: AddressOf = peerAddress, events = NO_EVENTS) {
     this.limits = limits
@@ -104,40 +142,45 @@ export class Lingers {
     return this.#byKey.get(addressKey(address))?.size ?? 0
   }
 
-  /** Count a new linger in, cutting where a cap is full; the returned function counts it out, saying why. */
-  admit (address: string, requestId: string | undefined, cut: (cap: LingerCap) => void): (reason: LingerEnd) => void {
+  /**
+   * Count a new linger in, cutting where a cap is full (`timeLeft`: how long its body has left, for choosing
+   * which); the returned function counts it out, saying why. Once closed, a new linger is cut at once.
+   */
+  admit (
+    address: string, requestId: string | undefined, cut: (reason: LingerCut) => void, timeLeft = () => Infinity
+  ): (reason: LingerEnd) => void {
     const key = addressKey(address)
     const mine = this.#byKey.get(key)
-    if (mine !== undefined && mine.size >= this.limits.maxPerAddress) this.#cut(oldest(mine), 'address_cap')
-    if (this.#all.size >= this.limits.maxSockets) this.#cut(this.#oldestOfLargest(), 'total_cap')
-    const entry: LingerEntry = { key, seq: this.#seq++, requestId, cut }
+    if (mine !== undefined && mine.size >= this.limits.maxPerAddress) this.#cut(longestLeft(mine), 'address_cap')
+    if (this.#all.size >= this.limits.maxSockets) this.#cut(longestLeft(this.#ofLargest()), 'total_cap')
+    const entry: LingerEntry = { key, seq: this.#seq++, requestId, timeLeft, cut }
     this.#all.add(entry)
     const now = this.#byKey.get(key) ?? new Set<LingerEntry>()
     now.add(entry)
     this.#byKey.set(key, now)
     this.events.started()
+    if (this.#closed) this.#cut(entry, 'shutdown')
     return (reason) => { if (this.#remove(entry)) this.events.ended(reason) }
   }
 
-  /** A scan of at most maxSockets keys, paid only when the total cap is full. */
-  #oldestOfLargest (): LingerEntry | undefined {
-    let pick: LingerEntry | undefined
-    let most = 0
-    for (const entries of this.#byKey.values()) {
-      const first = oldest(entries)!
-      if (entries.size > most || (entries.size === most && first.seq < pick!.seq)) {
-        most = entries.size
-        pick = first
-      }
-    }
-    return pick
+  /** The gateway is closing: every linger is cut now, and any that starts later at once. */
+  closeAll (): void {
+    this.#closed = true
+    for (const entry of [...this.#all]) this.#cut(entry, 'shutdown')
   }
 
-  #cut (entry: LingerEntry | undefined, cap: LingerCap): void {
+  /** The lingers of the addresses holding the most: a scan of at most maxSockets, paid only when the cap is full. */
+  * #ofLargest (): Iterable<LingerEntry> {
+    let most = 0
+    for (const entries of this.#byKey.values()) most = Math.max(most, entries.size)
+    for (const entries of this.#byKey.values()) if (entries.size === most) yield * entries
+  }
+
+  #cut (entry: LingerEntry | undefined, reason: LingerCut): void {
     if (entry === undefined || !this.#remove(entry)) return
-    this.events.ended(cap)
-    this.events.cut(cap, entry.requestId)
-    entry.cut(cap)
+    this.events.ended(reason)
+    if (reason !== 'shutdown') this.events.cut(reason, entry.requestId)
+    entry.cut(reason)
   }
 
   #remove (entry: LingerEntry): boolean {
@@ -259,9 +302,12 @@ export function lingerOnClose (raw: IncomingMessage, maxBodyBytes: number, linge
       socket.destroySoon()
       return
     }
-    linger = startLinger(socket, maxBytesRead, lingers, { address: lingers.addressOf(socket, raw), requestId })
+    const chunked = raw.headers['transfer-encoding'] !== undefined
+    const address = lingers.addressOf(socket, raw)
+    linger = startLinger(socket, maxBytesRead, lingers, { address, requestId, declared: !chunked })
     linger.onStop(() => raw.off('data', onData))
     detachReaders(raw, onData)
+    if (chunked) readRaw(socket, linger)
   }
 }
 
@@ -275,6 +321,20 @@ function closeUnread (raw: IncomingMessage): void {
     socket.pause()
     socket.destroySoon()
   }
+}
+
+/**
+ * A chunked body costs Node's parser a callback, a Buffer and an event per chunk: 1-byte chunks up to the bound
+ * cost seconds of CPU. Nothing needs a refused body's framing, so the parser is taken off the socket (Node's
+ * server unconsumes it when a 'data' listener is added, and its own listener goes) and raw reads are counted and
+ * dropped, as nginx's lingering close does: the body then ends at the bound, a stall, or the client's FIN.
+ */
+function readRaw (socket: Socket, linger: Linger): void {
+  const drop = (): void => { linger.sawBytes() }
+  socket.on('data', drop)
+  for (const listener of socket.listeners('data')) if (listener !== drop) socket.off('data', listener as () => void)
+  linger.onStop(() => { socket.off('data', drop) })
+  socket.resume()
 }
 
 /**
@@ -294,7 +354,8 @@ function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): vo
  */
 export function lingerAfterRawAnswer (socket: Socket, maxBytes: number, lingers: Lingers, requestId?: string): Linger {
   const address = lingers.addressOf(socket, undefined)
-  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, { address, requestId })
+  const who = { address, requestId, declared: false }
+  return startLinger(socket as LingeringSocket, socket.bytesRead + maxBytes, lingers, who)
 }
 
 export interface Linger {
@@ -305,9 +366,21 @@ export interface Linger {
   onStop: (fn: () => void) => void
 }
 
+/** How long a declared body has left at the rate its linger has seen, in ms; Infinity while nothing says. */
+function timeLeft (socket: Socket, maxBytesRead: number, declared: boolean): () => number {
+  if (!declared) return () => Infinity
+  const startBytes = socket.bytesRead
+  const startedAt = performance.now()
+  return () => {
+    const received = socket.bytesRead - startBytes
+    if (received <= 0) return Infinity
+    return Math.max(0, maxBytesRead - socket.bytesRead) * (performance.now() - startedAt) / received
+  }
+}
+
 function startLinger (
   socket: LingeringSocket, maxBytesRead: number, lingers: Lingers,
-  who: { address: string, requestId: string | undefined }
+  who: { address: string, requestId: string | undefined, declared: boolean }
 ): Linger {
   const stops: Array<() => void> = []
   let stopped: LingerEnd | undefined
@@ -319,17 +392,19 @@ function startLinger (
     if (reason === 'complete' || reason === 'client_closed') socket.destroySoon()
     else socket.destroy()
   }
-  const release = lingers.admit(who.address, who.requestId, stop)
-  stops.push(() => { release(stopped!) })
-  stops.push(lingers.watchRate(() => socket.bytesRead, () => stop('too_slow')))
   const linger: Linger = {
     sawBytes: () => { if (socket.bytesRead > maxBytesRead) stop('over_bound') },
     finish: stop,
-    onStop: (fn) => { stops.push(fn) }
+    // A linger cut as it is admitted (the gateway closing) runs its stops at once.
+    onStop: (fn) => { if (stopped === undefined) stops.push(fn); else fn() }
   }
+  const release = lingers.admit(who.address, who.requestId, stop, timeLeft(socket, maxBytesRead, who.declared))
+  linger.onStop(() => { release(stopped!) })
+  linger.onStop(lingers.watchRate(() => socket.bytesRead, () => stop('too_slow')))
   socket[kLinger] = linger
   socket.once('end', () => stop('client_closed'))
-  socket.once('close', () => stop('client_closed'))
+  // A reset (an error first) is the client's doing; a close without one is the gateway's (its idle timeout).
+  socket.once('close', (hadError: boolean) => stop(hadError ? 'client_closed' : 'server_closed'))
   // The answer is flushed, then FIN; the read side stays open.
   socket.end()
   linger.sawBytes()

@@ -20,9 +20,10 @@ export type RejectionReason =
   'auth' | 'validation' | 'rate_limit' | 'shed' | 'body_too_large' | 'upload_cap' | 'upload_busy' | 'upload_slow'
 export type IdempotencyOutcome = 'replay' | 'conflict' | 'in_flight' | 'store_unavailable'
 /** Why a linger after a refused upload ended (src/http/connection-close.ts LingerEnd). */
-export type LingerEndReason = 'complete' | 'client_closed' | 'too_slow' | 'over_bound' | 'total_cap' | 'address_cap'
+export type LingerEndReason =
+  'complete' | 'client_closed' | 'server_closed' | 'too_slow' | 'over_bound' | 'total_cap' | 'address_cap' | 'shutdown'
 export const LINGER_END_REASONS: readonly LingerEndReason[] =
-  ['complete', 'client_closed', 'too_slow', 'over_bound', 'total_cap', 'address_cap']
+  ['complete', 'client_closed', 'server_closed', 'too_slow', 'over_bound', 'total_cap', 'address_cap', 'shutdown']
 
 /** Pool counters read at scrape time (undici Pool `stats`). */
 export interface EnginePoolState {
@@ -103,7 +104,7 @@ export class GatewayMetrics {
 
   readonly lingersEnded = new Counter({
     name: 'gateway_lingers_ended_total',
-    help: 'Lingers after a refused upload, ended by reason: complete (the body read to its end), client_closed, too_slow (stalled or under the minimum rate), over_bound (past twice the route limit), total_cap and address_cap (cut to make room)',
+    help: 'Lingers after a refused upload, ended by reason: complete (the body read to its end), client_closed (closed, half-closed or reset by the client), server_closed (closed by the gateway otherwise: its idle timeout), too_slow (stalled or under the minimum rate), over_bound (past twice the route limit), total_cap and address_cap (cut to make room), shutdown (cut as the gateway closed)',
     labelNames: ['reason'] as const,
     registers: [this.registry]
   })

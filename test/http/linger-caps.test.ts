@@ -1,7 +1,8 @@
 /**
  * What reading the rest of refused bodies may cost (docs/decisions/0032-a-refused-upload-is-read-to-its-end.md).
- * Lingering sockets are capped per client address and in total: past the address cap that address's oldest is
- * cut, past the total cap the oldest of the address holding the most; what they read is thrown away, so memory
+ * Lingering sockets are capped per client address and in total: past a cap the linger with the most time left to
+ * its end is cut (an unknown end first, then the newest), among that address's or among those of the addresses
+ * holding the most; what they read is thrown away, so memory
  * stays flat; a lingering create holds no per-user place; the metrics and the log show them. Raw sockets from
  * several loopback addresses (127.0.0.0/8), with allowHalfOpen so the server's FIN after its answer does not
  * end their sending.
@@ -11,7 +12,7 @@ import type { Server } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { Writable } from 'node:stream'
 import t from 'tap'
-import { addressKey, Lingers, type LingerCap } from '../../src/http/connection-close.js'
+import { addressKey, Lingers, type LingerCut } from '../../src/http/connection-close.js'
 import { startStubUpstream } from '../../fixtures/stub-upstream.js'
 import { build, hs256, type Built } from '../helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from '../helpers/multipart.js'
@@ -72,18 +73,18 @@ function recordConnections (built: Built): Built {
 const closed = (s: Lingering): boolean => s.server.destroyed
 const serverClosed = async (s: Lingering): Promise<void> => { if (!s.server.closed) await once(s.server, 'close') }
 
-t.test('past the per-address cap the oldest socket of that address is cut; others keep theirs', async (t) => {
+t.test('past the per-address cap a linger of that address is cut (none sent more: the newest); others keep theirs', async (t) => {
   const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '2' } }))
   const other = await refusedUpload(built, '127.0.0.3')
   const first = await refusedUpload(built, '127.0.0.2')
   const second = await refusedUpload(built, '127.0.0.2')
   t.same([first, second, other].map(closed), [false, false, false], 'two from 127.0.0.2 and one from 127.0.0.3 linger')
   const third = await refusedUpload(built, '127.0.0.2')
-  await serverClosed(first)
   const all = [first, second, third, other]
-  t.same(all.map(closed), [true, false, false, false], 'a third from 127.0.0.2 cut its oldest only')
+  await serverClosed(second)
+  t.same(all.map(closed), [false, true, false, false], 'a third from 127.0.0.2 cut its newest only')
   for (const s of all) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer first')
-  for (const s of [second, third, other]) s.client.destroy()
+  for (const s of [first, third, other]) s.client.destroy()
 })
 
 t.test('past the total cap a flood from many addresses cuts its own lingers before a client holding one', async (t) => {
@@ -93,18 +94,18 @@ t.test('past the total cap a flood from many addresses cuts its own lingers befo
   for (let i = 0; i < 3; i++) flood.push(await refusedUpload(built, '127.0.0.5'))
   t.same([phone, ...flood].map(closed), [false, false, false, false], 'the phone and three from 127.0.0.5 linger')
   const fromSix = await refusedUpload(built, '127.0.0.6')
-  await serverClosed(flood[0]!)
-  t.same([phone, ...flood].map(closed), [false, true, false, false], 'a new address cut the oldest of the one with most')
+  await serverClosed(flood[2]!)
+  t.same([phone, ...flood].map(closed), [false, false, false, true], 'a new address cut one of the address with most')
   const fromSeven = await refusedUpload(built, '127.0.0.7')
   await serverClosed(flood[1]!)
-  t.same([phone, ...flood].map(closed), [false, true, true, false], 'and again, while 127.0.0.5 held two')
+  t.same([phone, ...flood].map(closed), [false, false, true, true], 'and again, while 127.0.0.5 held two')
   t.equal(closed(fromSix), false, 'the address that came first in the flood still lingers')
-  // Every address holds one now: the oldest of all is cut, the phone's.
+  // Every address holds one now, none has sent since: the newest goes, never the phone for being the oldest.
   const fromEight = await refusedUpload(built, '127.0.0.8')
-  await serverClosed(phone)
-  const rest = [flood[2]!, fromSix, fromSeven, fromEight]
-  t.same(rest.map(closed), [false, false, false, false], 'one address each: the oldest of all went')
-  for (const s of [phone, ...flood, ...rest]) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer')
+  await serverClosed(fromSeven)
+  const rest = [phone, flood[0]!, fromSix, fromEight]
+  t.same(rest.map(closed), [false, false, false, false], 'one address each: the newest went')
+  for (const s of [...flood, fromSeven, ...rest]) t.match(s.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'each read its answer')
   const samples = parseExposition((await built.metrics.scrape()).body)
   t.equal(valueOf(samples, 'gateway_lingers_ended_total', { reason: 'total_cap' }), 3, 'three cut by the total cap')
   t.equal(valueOf(samples, 'gateway_lingering_connections'), 4)
@@ -122,7 +123,7 @@ t.test('an IPv6 client is counted by its /64, an IPv4-mapped one as its IPv4 add
   t.equal(addressKey('::FFFF:10.1.2.3'), '10.1.2.3')
   t.equal(addressKey('10.1.2.3'), '10.1.2.3')
   t.equal(addressKey('2001:db8:1:3::1') === addressKey('2001:db8:1:2::1'), false, 'another /64 is another client')
-  const cuts: Array<[string, LingerCap]> = []
+  const cuts: Array<[string, LingerCut]> = []
   const lingers = new Lingers({ bodyFactor: 2, maxSockets: 8, maxPerAddress: 2 }, () => () => {})
   const admit = (address: string, id: string): void => { lingers.admit(address, id, (cap) => { cuts.push([id, cap]) }) }
   admit('2001:db8:1:2::a', 'a')
@@ -132,9 +133,73 @@ t.test('an IPv6 client is counted by its /64, an IPv4-mapped one as its IPv4 add
   t.same(cuts, [], 'two in one /64, two from one IPv4 address: within the cap of 2')
   admit('2001:db8:1:2::c', 'c')
   admit('192.0.2.1', 'third-v4')
-  t.same(cuts, [['a', 'address_cap'], ['mapped', 'address_cap']], 'a third in each cut its oldest')
+  t.same(cuts, [['b', 'address_cap'], ['plain', 'address_cap']], 'a third in each cut one of its own (the newest)')
   t.equal(lingers.sizeOf('2001:db8:1:2::1'), 2)
   t.equal(lingers.size, 4)
+})
+
+t.test('the address forms a peer or a balancer gives are keyed as the client they name', async (t) => {
+  const forms: Array<[string, string]> = [
+    ['0:0:0:0:0:ffff:1.2.3.4', '1.2.3.4'],
+    ['::ffff:102:304', '1.2.3.4'],
+    ['::FFFF:0102:0304', '1.2.3.4'],
+    ['[::ffff:1.2.3.4]', '1.2.3.4'],
+    ['1.2.3.4:5678', '1.2.3.4'],
+    ['[2001:db8::1]', '2001:db8:0:0::/64'],
+    ['[2001:db8::1]:443', '2001:db8:0:0::/64'],
+    ['[fe80::1%eth0]:80', 'fe80:0:0:0::/64'],
+    ['2001:DB8:0:0:1::1', '2001:db8:0:0::/64'],
+    ['2001:db8:0:0:0:0:0:1', '2001:db8:0:0::/64'],
+    ['::', '0:0:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['unknown', 'unknown'],
+    ['', '']
+  ]
+  for (const [form, key] of forms) t.equal(addressKey(form), key, form)
+  t.not(addressKey('::ffff:102:304'), addressKey('::1'), 'a mapped IPv4 client is not the IPv6 loopback\'s /64')
+})
+
+t.test('past a cap, the linger with the most time left goes: an unknown end first, ties the newest', async (t) => {
+  const cuts: string[] = []
+  const lingers = new Lingers({ bodyFactor: 2, maxSockets: 4, maxPerAddress: 3 }, () => () => {})
+  const admit = (address: string, id: string, left: number): void => {
+    lingers.admit(address, id, () => { cuts.push(id) }, () => left)
+  }
+  admit('192.0.2.1', 'soon', 1_000)
+  admit('192.0.2.1', 'late', 60_000)
+  admit('192.0.2.1', 'sooner', 10)
+  admit('192.0.2.1', 'fourth', 5)
+  t.same(cuts, ['late'], 'within an address: the one with most time left')
+  admit('192.0.2.2', 'unknown', Infinity)
+  t.same(cuts, ['late'], 'four in all: within the total cap')
+  admit('192.0.2.3', 'unknown-too', Infinity)
+  t.same(cuts, ['late', 'soon'], 'the total cap: among the address holding the most (three), the most time left')
+  admit('192.0.2.4', 'new', 1)
+  t.same(cuts, ['late', 'soon', 'sooner'], 'still the address holding the most, whatever the others have left')
+  admit('192.0.2.5', 'last', 1)
+  t.same(cuts, ['late', 'soon', 'sooner', 'unknown-too'], 'one each: an unknown end goes first, the newest of those')
+})
+
+t.test('past the total cap, with every address holding one, a paced phone still reads its body to the end', async (t) => {
+  const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '4', LINGER_MAX_PER_ADDRESS: '4' } }))
+  const phone = await refusedUpload(built, '127.0.0.20', MiB)
+  const held = [await refusedUpload(built, '127.0.0.21'), await refusedUpload(built, '127.0.0.22')]
+  held.push(await refusedUpload(built, '127.0.0.23'))
+  const piece = Buffer.alloc(64 * 1024, 0x61)
+  const ended = once(phone.server, 'close')
+  const arrivals: Lingering[] = []
+  // Before each piece the phone sends, one more refused client comes from a new address, the cap full.
+  for (let sent = 1024; sent < MiB; sent += piece.length) {
+    arrivals.push(await refusedUpload(built, `127.0.1.${arrivals.length + 1}`))
+    phone.client.write(piece.subarray(0, Math.min(piece.length, MiB - sent)))
+  }
+  await ended
+  t.equal(phone.server.bytesRead > MiB, true, 'the phone\'s whole body was read')
+  t.match(phone.text(), /^HTTP\/1\.1 401 Unauthorized\r\n/, 'and it read its 401')
+  const samples = parseExposition((await built.metrics.scrape()).body)
+  t.equal(valueOf(samples, 'gateway_lingers_ended_total', { reason: 'complete' }), 1, 'its linger completed')
+  t.equal(valueOf(samples, 'gateway_lingers_ended_total', { reason: 'total_cap' }), 16, 'each arrival cut another')
+  for (const s of [...held, ...arrivals]) s.client.destroy()
 })
 
 t.test('metrics and the log: lingering connections, lingers ended by reason, a line with the request id per cut', async (t) => {
@@ -196,7 +261,7 @@ t.test('many refused bodies through a small cap: each is thrown away, and memory
     if (round === 0) before = process.memoryUsage().rss
   }
   const grown = (process.memoryUsage().rss - before) / MiB
-  t.equal(evicted, 16, 'of each 8, the 4 oldest were cut when the next 4 came')
+  t.equal(evicted, 16, 'of each 8, 4 were cut when the next 4 came')
   t.ok(grown < 32, `from the first round to the last the process grew by ${grown.toFixed(1)} MiB (192 MiB went by)`)
 })
 

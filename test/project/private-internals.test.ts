@@ -6,7 +6,7 @@
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { createServer, type ServerResponse } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
+import { connect, type AddressInfo, type Socket } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { Pool, type Dispatcher } from 'undici'
@@ -167,6 +167,38 @@ t.test('node: an answer with connection: close ends its socket through socket.de
   t.equal(await res.text(), 'ok')
   t.equal(res.headers.get('connection'), 'close')
   t.equal(called, 1, "Node's resOnFinish called the socket's own destroySoon once")
+})
+
+t.test("node: a 'data' listener on a server socket takes the HTTP parser off it; without Node's own, nothing is parsed", async (t) => {
+  let raw = 0
+  let parsed = 0
+  let arrived = (): void => {}
+  let allRead = (): void => {}
+  const requestIn = new Promise<void>((resolve) => { arrived = resolve })
+  const bodyIn = new Promise<void>((resolve) => { allRead = resolve })
+  const body = '1\r\nx\r\n'.repeat(100)
+  const s = createServer((req) => {
+    req.on('data', () => { parsed++ })
+    const socket = req.socket
+    const drop = (chunk: Buffer): void => {
+      raw += chunk.length
+      if (raw >= body.length) allRead()
+    }
+    socket.on('data', drop)
+    for (const listener of socket.listeners('data')) if (listener !== drop) socket.off('data', listener as () => void)
+    arrived()
+  })
+  s.listen(0, '127.0.0.1')
+  await once(s, 'listening')
+  t.teardown(() => { s.closeAllConnections(); s.close() })
+  const client = connect((s.address() as AddressInfo).port, '127.0.0.1')
+  t.teardown(() => client.destroy())
+  client.write('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n')
+  await requestIn
+  client.write(body)
+  await bodyIn
+  t.equal(raw, body.length, 'every byte came to the socket\'s own listener')
+  t.equal(parsed, 0, 'none went through the parser to the request')
 })
 
 // ioredis's: pinned by name in its built source, where their behaviour needs a Redis that stalls on cue
