@@ -53,9 +53,8 @@ export const Env = Type.Object({
     "a refused body declared at most this many times the route's body limit (create: 10 MiB) is read and thrown " +
     "away while the client keeps up the uploads' minimum rate; a larger one is closed after the answer", 2),
   LINGER_MAX_SOCKETS: Integer(1, 1_000_000,
-    'connections that may read the rest of a refused body at once; one more cuts, among the lingers of the ' +
-    'addresses that hold the most, the one with the most time left (its declared bytes to come at the rate seen; ' +
-    'an unknown end, chunked or nothing yet, first; ties the newest)', 1024),
+    'connections that may read the rest of a refused body at once; one more cuts, of the addresses that hold the ' +
+    'most, the linger with the most time left to its end', 1024),
   LINGER_MAX_PER_ADDRESS: Integer(1, 1_000_000,
     'connections from one client address (the one a TRUST_PROXY peer forwards) that may read the rest of a refused ' +
     'body at once (IPv6 counted per /64); one more cuts the one of that address with the most time left; ' +

@@ -120,7 +120,8 @@ const BAD: Array<[Record<string, string>, string]> = [
     'minimum rate; a larger one is closed after the answer'],
   [{ LINGER_MAX_SOCKETS: 'many' },
     'LINGER_MAX_SOCKETS="many" is invalid: must be a whole number; expected connections that may read the rest of a ' +
-    'refused body at once; one more cuts the oldest'],
+    'refused body at once; one more cuts, of the addresses that hold the most, the linger with the most time left ' +
+    'to its end'],
   [{ LINGER_MAX_SOCKETS: '8', LINGER_MAX_PER_ADDRESS: '9' },
     'LINGER_MAX_PER_ADDRESS=9 is more than LINGER_MAX_SOCKETS=8: one address cannot have more lingering connections ' +
     'than all of them; set it at most 8'],
