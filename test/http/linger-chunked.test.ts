@@ -5,29 +5,17 @@
  * Raw sockets, allowHalfOpen so the server's FIN after its answer does not end their sending.
  */
 import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { startStubUpstream } from '../../fixtures/stub-upstream.js'
 import { bearer, build, type Built } from '../helpers/app.js'
 import { CREATE_FIELDS, imagePart, multipartBody, pngOfSize } from '../helpers/multipart.js'
 import { parseExposition, valueOf } from '../helpers/prometheus.js'
+import { openRaw } from '../helpers/raw-client.js'
 
 const KiB = 1024
 /** The most Node reads from a socket at once: the body's start is noted, and the cut comes, each at most one late. */
 const ONE_READ = 64 * KiB
-
-/** A raw client, and the server's side of its connection. */
-async function open ({ app, url }: Built): Promise<{ client: Socket, server: Socket, text: () => string }> {
-  const accepted = once(app.server, 'connection') as Promise<[Socket]>
-  const client = connect({ port: Number(new URL(url).port), host: '127.0.0.1', allowHalfOpen: true })
-  client.on('error', () => {}) // a cut socket is reset: that is what is tested
-  t.teardown(() => client.destroy())
-  const [server] = await accepted
-  let text = ''
-  client.setEncoding('latin1').on('data', (c: string) => { text += c })
-  return { client, server, text: () => text }
-}
 
 const ended = async (built: Built, reason: string): Promise<number | undefined> =>
   valueOf(parseExposition((await built.metrics.scrape()).body), 'gateway_lingers_ended_total', { reason })
@@ -36,7 +24,7 @@ t.test('a chunked create refused at its limit is read to twice the limit from th
   const engine = await startStubUpstream()
   t.teardown(async () => { await engine.close() })
   const built = await build(t, { upstreamUrl: engine.url })
-  const { client, server, text } = await open(built)
+  const { client, server, text } = await openRaw(t, built)
   const form = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(4 * CREATE_BODY_MAX_BYTES))])
   const head = 'POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\n' +
     `authorization: ${bearer().authorization}\r\ncontent-type: ${form.contentType}\r\n` +
@@ -68,7 +56,7 @@ t.test('a chunked create refused at its limit is read to twice the limit from th
 
 t.test('a lingering chunked body that stalls is cut, and counted as too slow', async (t) => {
   const built = await build(t, { uploadMinRate: { stallMs: 300, windowMs: 1_000, bytesPerS: 4096, tickMs: 100 } })
-  const { client, server, text } = await open(built)
+  const { client, server, text } = await openRaw(t, built)
   const serverClosed = once(server, 'close')
   client.write('POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer bad\r\n' +
     'content-type: multipart/form-data; boundary=b\r\ntransfer-encoding: chunked\r\n\r\n400\r\n' + 'x'.repeat(1024) + '\r\n')

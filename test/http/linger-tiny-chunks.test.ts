@@ -5,26 +5,14 @@
  * allowHalfOpen so the server's FIN after its answer does not end their sending.
  */
 import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { CREATE_BODY_MAX_BYTES } from '../../schemas/portfolio.js'
 import { build, type Built } from '../helpers/app.js'
 import { parseExposition, valueOf } from '../helpers/prometheus.js'
+import { openRaw } from '../helpers/raw-client.js'
 
 const HEAD = 'POST /api/portfolio/create HTTP/1.1\r\nhost: x\r\nauthorization: Bearer bad\r\n' +
   'content-type: multipart/form-data; boundary=b\r\ntransfer-encoding: chunked\r\n\r\n'
-
-/** A raw client, and the server's side of its connection. */
-async function open ({ app, url }: Built): Promise<{ client: Socket, server: Socket, text: () => string }> {
-  const accepted = once(app.server, 'connection') as Promise<[Socket]>
-  const client = connect({ port: Number(new URL(url).port), host: '127.0.0.1', allowHalfOpen: true })
-  client.on('error', () => {}) // a cut socket is reset: that is what is tested
-  t.teardown(() => client.destroy())
-  const [server] = await accepted
-  let text = ''
-  client.setEncoding('latin1').on('data', (c: string) => { text += c })
-  return { client, server, text: () => text }
-}
 
 /** About 64 KiB of whole chunks of `size` bytes each. */
 function chunks (size: number): Buffer {
@@ -38,7 +26,7 @@ function chunks (size: number): Buffer {
  */
 async function refusedAtFullSpeed (built: Built, size: number): Promise<{ cpuMs: number, read: number, text: string }> {
   const block = chunks(size)
-  const { client, server, text } = await open(built)
+  const { client, server, text } = await openRaw(t, built)
   const closed = once(server, 'close')
   let done = false
   void closed.then(() => { done = true })
@@ -73,7 +61,7 @@ t.test('a refused body of 1-byte chunks costs about what one of 64 KiB chunks do
 
 t.test('a refused chunked body sent whole is read to its end, which the client\'s FIN marks', async (t) => {
   const built = await build(t)
-  const { client, server, text } = await open(built)
+  const { client, server, text } = await openRaw(t, built)
   const closed = once(server, 'close')
   const body = Buffer.concat([chunks(1), chunks(1000), Buffer.from('0\r\n\r\n')])
   client.write(HEAD)

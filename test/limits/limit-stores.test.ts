@@ -10,20 +10,7 @@ import { RedisStore } from '../../src/limits/redis-store.js'
 import type { LimitStore } from '../../src/limits/store.js'
 import { commandCounts, redisAvailable, REDIS_MISSING, startRedis, untilStoreAnswers } from '../helpers/redis.js'
 import { clearOfWindowEdge } from '../helpers/window.js'
-
-const silent = {
-  info () {},
-  warn () {},
-  error () {},
-  debug () {},
-  fatal () {},
-  trace () {},
-  child () {
-    return silent
-  },
-  level: 'silent',
-  silent () {}
-}
+import { silent } from '../helpers/silent-log.js'
 
 /** Wait for `ms` of wall time to pass: a lower bound only, for a TTL to run out. */
 const after = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -230,7 +217,7 @@ async function leases (t: Test, store: LimitStore, probe: Redis): Promise<void> 
 
 t.test('redis store', { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING }, async (t) => {
   const redis = await startRedis(t)
-  const store = new RedisStore({ redis: redis.url, log: silent as never })
+  const store = new RedisStore({ redis: redis.url, log: silent })
   t.teardown(() => store.close())
   await untilStoreAnswers(store)
   await contract(t, store)
@@ -283,7 +270,7 @@ t.test(
     }
     const store = new RedisStore({
       redis: { mode: 'cluster', nodes: [{ host: '127.0.0.1', port: redis.port }] },
-      log: silent as never
+      log: silent
     })
     t.teardown(() => store.close())
     t.ok(store.client.isCluster, 'an ioredis Cluster client')

@@ -18,20 +18,7 @@ import { RedisStore } from '../../src/limits/redis-store.js'
 import type { UploadLeaseStore } from '../../src/limits/store.js'
 import { UploadShare } from '../../src/limits/upload-share.js'
 import { redisAvailable, REDIS_MISSING, startRedis, untilStoreAnswers } from '../helpers/redis.js'
-
-const silent = {
-  info () {},
-  warn () {},
-  error () {},
-  debug () {},
-  fatal () {},
-  trace () {},
-  child () {
-    return silent
-  },
-  level: 'silent',
-  silent () {}
-}
+import { silent } from '../helpers/silent-log.js'
 
 const TOO_MANY = 'at most 2 uploads per user at once'
 
@@ -90,7 +77,7 @@ function reorderingStore (): {
 }
 
 function shareOn (store: UploadLeaseStore): UploadShare {
-  const shared: SharedUploadCount = { store, log: silent as never, metrics: { uploadCapFailedOpen: () => {} } }
+  const shared: SharedUploadCount = { store, log: silent, metrics: { uploadCapFailedOpen: () => {} } }
   return new UploadShare({ maxPerUser: 2, maxConnections: 32, endpoints: () => 1, shared })
 }
 
@@ -181,7 +168,7 @@ t.test(
   { skip: redisAvailable() || process.env['CI'] === 'true' ? false : REDIS_MISSING },
   async (t) => {
     const redis = await startRedis(t)
-    const store = new RedisStore({ redis: redis.url, log: silent as never })
+    const store = new RedisStore({ redis: redis.url, log: silent })
     t.teardown(() => store.close())
     const probe = new Redis(redis.url)
     t.teardown(() => probe.disconnect())

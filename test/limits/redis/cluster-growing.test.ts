@@ -12,14 +12,13 @@ import { RedisStore } from '../../../src/limits/redis-store.js'
 import { untilStoreAnswers } from '../../helpers/redis.js'
 import { within } from '../../helpers/redis-gateways.js'
 import { type ClusterNode, type ClusterSetup, requireTools, startCluster } from '../../helpers/redis-topology.js'
+import { silent } from '../../helpers/silent-log.js'
 
 t.setTimeout(120_000)
 
-const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
-
 /** A store on the three original nodes, its counters' client ready. */
 async function storeOn (t: Test, cluster: ClusterSetup): Promise<Cluster> {
-  const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent as never })
+  const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent })
   t.teardown(() => store.close())
   await untilStoreAnswers(store)
   if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")

@@ -34,25 +34,13 @@ import {
   within
 } from '../../helpers/redis-gateways.js'
 import { type ClusterNode, type ClusterSetup, requireTools, startCluster } from '../../helpers/redis-topology.js'
+import { silent } from '../../helpers/silent-log.js'
 
 // A three-primary Redis Cluster is built, loaded and failed over: its one test allows 120 s, and the file needs room
 // around it.
 t.setTimeout(180_000)
 
 const LIMIT = 10
-const silent = {
-  info () {},
-  warn () {},
-  error () {},
-  debug () {},
-  fatal () {},
-  trace () {},
-  child () {
-    return silent
-  },
-  level: 'silent',
-  silent () {}
-}
 const window = (): number => Math.floor(Date.now() / 60_000)
 /** RateLimit's remaining quota (draft-ietf-httpapi-ratelimit-headers), undefined when the limit failed open. */
 const remaining = (a: Answer): number | undefined => {
@@ -228,7 +216,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
     t.test("uploads that end as their slot moves: the user's next creates are not refused", async (t) => {
       const store = new RedisStore({
         redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) },
-        log: silent as never
+        log: silent
       })
       t.teardown(() => store.close())
       await untilStoreAnswers(store)
@@ -237,7 +225,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
         maxPerUser: 2,
         maxConnections: 32,
         endpoints: () => 1,
-        shared: { store: store.uploads!, log: silent as never, metrics: { uploadCapFailedOpen: () => {} } }
+        shared: { store: store.uploads!, log: silent, metrics: { uploadCapFailedOpen: () => {} } }
       })
       t.teardown(() => share.close())
       const subject = `ender-${Date.now()}`
@@ -273,7 +261,7 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
     t.test('a lease call that timed out is not sent again when its ASK arrives late', async (t) => {
       const store = new RedisStore({
         redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) },
-        log: silent as never
+        log: silent
       })
       t.teardown(() => store.close())
       await untilStoreAnswers(store)

@@ -16,8 +16,8 @@ import { RedisStore } from '../../../src/limits/redis-store.js'
 import type { Redis } from 'ioredis'
 import { bearer, build, hs256, validUpdate } from '../../helpers/app.js'
 import { requireRedis, startRedis, untilStoreAnswers } from '../../helpers/redis.js'
+import { silent } from '../../helpers/silent-log.js'
 
-const silent = { info () {}, warn () {}, error () {}, debug () {}, fatal () {}, trace () {}, child () { return silent }, level: 'silent', silent () {} }
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 interface Outcome { kind: 'ping' | 'keyed', start: number, end: number, status: number, retryAfter?: string, limited: boolean }
@@ -125,7 +125,7 @@ if (requireRedis(t)) {
 
   t.test('SIGSTOP: the hung connection is dropped, so commands do not pile up behind it', async (t) => {
     const redis = await startRedis(t)
-    const store = new RedisStore({ redis: redis.url, log: silent as never })
+    const store = new RedisStore({ redis: redis.url, log: silent })
     t.teardown(() => store.close())
     await untilStoreAnswers(store)
     const client = store.client as Redis
@@ -160,7 +160,7 @@ if (requireRedis(t)) {
     // new connection a second later: after SIGCONT the gateway relapsed into
     // "Redis down" for seconds (the first test, about 1 run in 3).
     const redis = await startRedis(t)
-    const store = new RedisStore({ redis: redis.url, log: silent as never })
+    const store = new RedisStore({ redis: redis.url, log: silent })
     t.teardown(() => store.close())
     await untilStoreAnswers(store)
     const client = store.client as Redis
