@@ -137,6 +137,17 @@ export class Endpoint {
     for (const [held, since] of this.held) if (since < sentAt) held.drop()
   }
 
+  /**
+   * The engine passed a check sent at `sentAt`: the oldest try held since before it gives its socket back, so the
+   * next call can find out whether the engine serves requests again (its answer frees the rest, `alive`). One per
+   * check, since an engine can answer /health at once while it is too slow for anything else.
+   */
+  checked (sentAt: number): void {
+    // A Map iterates in insertion order: the first entry is the oldest hold.
+    const oldest = this.held.entries().next().value
+    if (oldest !== undefined && oldest[1] < sentAt) oldest[0].drop()
+  }
+
   async retire (): Promise<void> {
     clearTimeout(this.ejectionTimer)
     // Nobody waits for a held try's answer; a check in flight is not worth waiting for either.

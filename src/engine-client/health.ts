@@ -239,8 +239,8 @@ export class HealthState {
     if (verdict === 'unreachable') this.#unreachable(e)
     else e.unreachable = false
     if (verdict === 'pass') {
-      // An engine that answers its check serves new work: tries held since before it are stuck, not slow.
-      if (e.held.size !== 0) e.alive(sentAt)
+      // An engine that answers its check may serve new work: one held try makes room to find out.
+      if (e.held.size !== 0) e.checked(sentAt)
       e.checkFailures = 0
       e.checkSuccesses++
       e.draining = false

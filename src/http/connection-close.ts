@@ -366,16 +366,34 @@ export interface Linger {
   onStop: (fn: () => void) => void
 }
 
-/** How long a declared body has left at the rate its linger has seen, in ms; Infinity while nothing says. */
-function timeLeft (socket: Socket, maxBytesRead: number, declared: boolean): () => number {
-  if (!declared) return () => Infinity
-  const startBytes = socket.bytesRead
-  const startedAt = performance.now()
-  return () => {
-    const received = socket.bytesRead - startBytes
-    if (received <= 0) return Infinity
-    return Math.max(0, maxBytesRead - socket.bytesRead) * (performance.now() - startedAt) / received
+/** How far back the rate that estimates a linger's time left looks: a burst long ago says nothing of now. */
+const RECENT_RATE_MS = 5_000
+
+/**
+ * How long a declared body has left at the rate of its last few seconds, in ms (Infinity while nothing says), and a
+ * `sample` to call as bytes come. A client that sends most of its body at once and then trickles would look nearly
+ * done by its average since the start, and a phone keeping up its pace would be cut in its place.
+ */
+function timeLeft (
+  socket: Socket, maxBytesRead: number, declared: boolean
+): { left: () => number, sample: () => void } {
+  if (!declared) return { left: () => Infinity, sample: () => {} }
+  // Checkpoints of (time, bytes read), one a second at most, the oldest first, none older than the window needs.
+  const marks: Array<[number, number]> = [[performance.now(), socket.bytesRead]]
+  const sample = (): void => {
+    const now = performance.now()
+    if (now - marks[marks.length - 1]![0] < 1_000) return
+    marks.push([now, socket.bytesRead])
+    while (marks.length > 2 && now - marks[1]![0] >= RECENT_RATE_MS) marks.shift()
   }
+  const left = (): number => {
+    const now = performance.now()
+    const [since, bytes] = marks.find(([at]) => now - at <= RECENT_RATE_MS) ?? marks[marks.length - 1]!
+    const received = socket.bytesRead - bytes
+    if (received <= 0) return Infinity
+    return Math.max(0, maxBytesRead - socket.bytesRead) * (now - since) / received
+  }
+  return { left, sample }
 }
 
 function startLinger (
@@ -392,13 +410,17 @@ function startLinger (
     if (reason === 'complete' || reason === 'client_closed') socket.destroySoon()
     else socket.destroy()
   }
+  const estimate = timeLeft(socket, maxBytesRead, who.declared)
   const linger: Linger = {
-    sawBytes: () => { if (socket.bytesRead > maxBytesRead) stop('over_bound') },
+    sawBytes: () => {
+      estimate.sample()
+      if (socket.bytesRead > maxBytesRead) stop('over_bound')
+    },
     finish: stop,
     // A linger cut as it is admitted (the gateway closing) runs its stops at once.
     onStop: (fn) => { if (stopped === undefined) stops.push(fn); else fn() }
   }
-  const release = lingers.admit(who.address, who.requestId, stop, timeLeft(socket, maxBytesRead, who.declared))
+  const release = lingers.admit(who.address, who.requestId, stop, estimate.left)
   linger.onStop(() => { release(stopped!) })
   linger.onStop(lingers.watchRate(() => socket.bytesRead, () => stop('too_slow')))
   socket[kLinger] = linger

@@ -313,3 +313,30 @@ t.test('an engine that forgets what it held but passes its check: the check free
   // Held to their end, the sockets would free two deadlines after the wave; the next passing check frees them.
   t.ok(ms < 1.5 * TIMEOUT_MS, `within a check interval and a deadline (${ms.toFixed(0)} ms)`)
 })
+
+t.test('an engine too slow for pings that answers its checks at once: each check frees one socket, not all', async (t) => {
+  let checks = 0
+  const engine = await slowEngine(t, (req, res) => {
+    if (req.url !== '/health') return false
+    checks++
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ status: 'ok', services: { database: 'connected', cache: 'connected' } }))
+    return true
+  })
+  const client = new EngineClient({
+    url: engine.url,
+    timeoutMs: TIMEOUT_MS,
+    connections: POOL,
+    maxQueue: 1_000,
+    keepAliveTimeoutMs: 20_000,
+    health: { intervalMs: 200 }
+  })
+  t.teardown(() => client.close())
+  t.same([...new Set(await wave(client))], ['UPSTREAM_TIMEOUT'], 'every ping of a first wave timed out')
+  t.same([...new Set(await wave(client))], ['UPSTREAM_TIMEOUT'], 'and of a second')
+  const accepted = await engine.settled()
+  t.comment(`two waves with ${checks} passing checks: the engine accepted ${accepted} connections`)
+  // The pool, one fresh socket per passing check, and the checks' own connection. Freed all at once by every
+  // check, the held sockets of the first wave would be replaced whole by the second.
+  t.ok(accepted <= POOL + checks + 1, `${accepted} connections, at most ${POOL} + ${checks} checks + 1`)
+})

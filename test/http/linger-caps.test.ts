@@ -202,6 +202,26 @@ t.test('past the total cap, with every address holding one, a paced phone still 
   for (const s of [...held, ...arrivals]) s.client.destroy()
 })
 
+t.test('a client that sends most of its body at once, then trickles, does not look nearly done', async (t) => {
+  t.setTimeout(30_000) // six seconds of trickle: the time-left estimate looks back five
+  const built = recordConnections(await build(t, { env: { LINGER_MAX_SOCKETS: '2', LINGER_MAX_PER_ADDRESS: '2' } }))
+  // Declares 9 MiB, sends 8.5 MiB at once, then 8 KiB a second: above the minimum rate, half a MiB still to come.
+  const gamer = await refusedUpload(built, '127.0.0.40', 9 * MiB)
+  gamer.client.write(Buffer.alloc(8.5 * MiB - 1024, 0x61))
+  const trickle = setInterval(() => { if (gamer.client.writable) gamer.client.write('x'.repeat(2048)) }, 250)
+  // A phone at 256 KiB/s with 4 MiB to send.
+  const phone = await refusedUpload(built, '127.0.0.41', 4 * MiB)
+  const pace = setInterval(() => { if (phone.client.writable) phone.client.write(Buffer.alloc(16 * 1024, 0x61)) }, 62.5)
+  t.teardown(() => { clearInterval(trickle); clearInterval(pace) })
+  // Six seconds on, the burst has left the estimate's window; a newcomer fills the total cap.
+  await new Promise((resolve) => setTimeout(resolve, 6_000))
+  const newcomer = await refusedUpload(built, '127.0.0.42', MiB)
+  await Promise.race([serverClosed(gamer), serverClosed(phone)])
+  t.ok(closed(gamer), 'the trickler was cut: its half MiB at 8 KiB/s is a minute away')
+  t.notOk(closed(phone), 'the phone, seconds from its end, kept its linger')
+  for (const s of [gamer, phone, newcomer]) s.client.destroy()
+})
+
 t.test('metrics and the log: lingering connections, lingers ended by reason, a line with the request id per cut', async (t) => {
   const lines: Array<Record<string, unknown>> = []
   const stream = new Writable({
