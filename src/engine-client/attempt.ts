@@ -50,7 +50,8 @@ async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): Asyn
   }
 }
 
-function isTimeout (err: Error): boolean {
+/** The engine took too long: the engine's doing, unlike every other reason to stop. */
+export function isTimeout (err: Error): boolean {
   return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
 
@@ -75,7 +76,7 @@ export class Attempt implements Dispatcher.DispatchHandler {
   #controller: Controller | undefined = undefined
   /** Takes the request out of the queue it waits in (undici's queued-abort hook); undefined once on a socket. */
   #cancelQueued: ((reason: Error) => void) | undefined = undefined
-  /** The request was written whole (no stream body): a timeout may hold its socket instead of destroying it. */
+  /** A GET with a deadline (call.ts): a timeout holds its socket instead of destroying it. */
   holdable = false
   /** performance.now() as the request went on its socket. */
   sentAt = 0
@@ -91,8 +92,6 @@ export class Attempt implements Dispatcher.DispatchHandler {
 
   /** The request body to hand undici: streams and iterables watched (see `watched`). */
   bodyOf (body: unknown): unknown {
-    // A Buffer is a create's form: never held, so a create given up is never completed at the engine later.
-    this.holdable = body === undefined || body === null || typeof body === 'string'
     if (body === undefined || body === null || typeof body === 'string' || Buffer.isBuffer(body)) return body ?? null
     return watched(body as AsyncIterable<Buffer>, this)
   }

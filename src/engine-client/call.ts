@@ -6,7 +6,7 @@ import type { Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
 import { GatewayError, upstreamError } from '../http/errors.js'
 import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
-import { Attempt, HOLD_DEADLINES, kQueuedAbort, type AttemptOwner } from './attempt.js'
+import { Attempt, HOLD_DEADLINES, isTimeout, kQueuedAbort, type AttemptOwner } from './attempt.js'
 import type { Balancer, Random } from './balancer.js'
 import type { Endpoint, EndpointSet } from './endpoints.js'
 import type { HealthState } from './health.js'
@@ -59,11 +59,6 @@ function outcomeOf (
   if (err.code === 'UPSTREAM_TIMEOUT') return 'timeout'
   if (err.code === 'UPSTREAM_BAD_RESPONSE') return 'bad_response'
   return 'unavailable'
-}
-
-/** The engine took too long: the engine's doing, unlike every other reason to stop. */
-function isTimeout (err: Error): boolean {
-  return err instanceof GatewayError && err.code === 'UPSTREAM_TIMEOUT'
 }
 
 /** An abort reason as the call's error: AbortSignal.timeout's TimeoutError is the engine taking too long. */
@@ -202,9 +197,9 @@ export class Call implements AttemptOwner {
     }
     // undici documents AsyncIterable bodies for dispatch; its typings omit them.
     const body = attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body']
-    // Only a GET is held: an update given up must reach the engine as a closed connection, so an engine that
-    // cancels on disconnect never applies it after its client was told 504.
-    const hold = attempt.holdable && this.#deadlineAt !== 0 && req.method === 'GET'
+    // Only a bodiless GET is held: an update or a create given up must reach the engine as a closed connection, so
+    // an engine that cancels on disconnect never applies it after its client was told 504.
+    const hold = this.#deadlineAt !== 0 && req.method === 'GET' && req.body === undefined
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
