@@ -88,7 +88,7 @@ interface LingerEntry {
   readonly key: string
   readonly seq: number
   readonly requestId: string | undefined
-  /** How long its body has left at the rate seen so far, in ms: Infinity when nothing says (chunked, no bytes yet). */
+  /** How long its body has left at its recent rate, in ms: Infinity when nothing says (chunked, no recent bytes). */
   readonly timeLeft: () => number
   readonly cut: (reason: LingerCut) => void
 }
