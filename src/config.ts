@@ -153,18 +153,21 @@ function readChecked (env: Record<string, string | undefined>): Env {
 function checkCombinations (parsed: Env, production: boolean, tryTimeoutMs: number, engineSet: boolean): void {
   if (tryTimeoutMs > parsed.UPSTREAM_TIMEOUT_MS) {
     throw new ConfigError(
-      `UPSTREAM_TRY_TIMEOUT_MS=${tryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: one try lives within the call's deadline; set it lower, or leave it unset for a third`
+      `UPSTREAM_TRY_TIMEOUT_MS=${tryTimeoutMs} is longer than UPSTREAM_TIMEOUT_MS=${parsed.UPSTREAM_TIMEOUT_MS}: ` +
+        'one try lives within the call\'s deadline; set it lower, or leave it unset for a third'
     )
   }
   if (production && !engineSet) {
     // The embedded engine keeps its data in memory (decision: production means a real engine).
     throw new ConfigError(
-      "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
+      "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base " +
+        'URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)'
     )
   }
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
     throw new ConfigError(
-      `METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never share the public port; pick another port, or 0 to turn metrics off`
+      `METRICS_PORT=${parsed.METRICS_PORT} is also PORT: metrics never ` +
+        'share the public port; pick another port, or 0 to turn metrics off'
     )
   }
   if (parsed.LINGER_MAX_PER_ADDRESS > parsed.LINGER_MAX_SOCKETS) {
@@ -234,7 +237,8 @@ function trustedProxies (text: string): readonly string[] {
   const bad = entries.find((entry) => !isAddressOrCidr(entry))
   if (bad !== undefined) {
     throw new ConfigError(
-      `TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8`
+      `TRUST_PROXY=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address or ` +
+        'CIDR; expected comma-separated addresses or CIDRs of the load balancers, e.g. 10.0.0.0/8,fd00::/8'
     )
   }
   return Object.freeze(entries)
@@ -246,7 +250,10 @@ function dnsServers (text: string): readonly string[] {
   const bad = entries.find((entry) => !isDnsServer(entry))
   if (bad !== undefined) {
     throw new ConfigError(
-      `UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ${JSON.stringify(bad)} is not an IP address with an optional port 1-65535; expected comma-separated ip or ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353`
+      `UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ` +
+        `${JSON.stringify(bad)} is not an IP address with an ` +
+        'optional port 1-65535; expected comma-separated ip or ' +
+        'ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353'
     )
   }
   return Object.freeze(entries)
@@ -281,18 +288,21 @@ function withoutCredentials (text: string): string {
 function upstreamOrigin (text: string): string {
   if (withoutCredentials(text) !== text) {
     throw new ConfigError(
-      'UPSTREAM_URL must not hold credentials (user:password@): the URL is logged; remove them and let the network or a proxy authenticate the gateway'
+      'UPSTREAM_URL must not hold credentials (user:password@): the URL is ' +
+        'logged; remove them and let the network or a proxy authenticate the gateway'
     )
   }
   const port = /:(\d+)\/?$/.exec(text)?.[1]
   if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) {
     throw new ConfigError(
-      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: port ${port} is out of range; use a port from 1 to 65535, or none for 80/443`
+      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: port ${port} ` +
+        'is out of range; use a port from 1 to 65535, or none for 80/443'
     )
   }
   if (!URL.canParse(text)) {
     throw new ConfigError(
-      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; expected base URL of the engine, http(s)://host:port with no path`
+      `UPSTREAM_URL=${JSON.stringify(text)} is invalid: not a URL; ` +
+        'expected base URL of the engine, http(s)://host:port with no path'
     )
   }
   return new URL(text).origin
@@ -304,10 +314,34 @@ function upstreamOrigins (text: string): string[] {
   const twice = origins.find((o, i) => origins.indexOf(o) !== i)
   if (twice !== undefined) {
     throw new ConfigError(
-      `UPSTREAM_URL lists ${twice} twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000`
+      `UPSTREAM_URL lists ${twice} twice: each engine endpoint once, ` +
+        'comma-separated, e.g. http://engine-a:4000,http://engine-b:4000'
     )
   }
   return origins
+}
+
+/** What a key set from an identity provider needs besides its URL; returns the issuer its tokens must name. */
+function checkedJwksIssuer (env: Env, jwksUrl: string, production: boolean): string {
+  if (env.JWT_ISSUER === undefined) {
+    throw new ConfigError(
+      "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"
+    )
+  }
+  if (production && env.JWT_AUDIENCE === undefined) {
+    throw new ConfigError(
+      'JWT_AUDIENCE is required with JWT_JWKS_URL in production: ' +
+        'set it to the API identifier your provider puts in `aud`'
+    )
+  }
+  // Whoever can change the key set on its way can sign any token.
+  if (production && !isHttpsOrLoopback(jwksUrl)) {
+    throw new ConfigError(
+      'JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced ' +
+        "on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"
+    )
+  }
+  return env.JWT_ISSUER
 }
 
 function jwtConfig (env: Env, production: boolean): JwtConfig {
@@ -320,33 +354,19 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
   const sources = (['JWT_SECRET', 'JWT_PUBLIC_KEY', 'JWT_JWKS_URL'] as const).filter((name) => env[name] !== undefined)
   if (sources.length > 1) {
     throw new ConfigError(
-      `${sources.join(' and ')} are ${sources.length === 2 ? 'both' : 'all'} set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)`
+      `${sources.join(' and ')} are ${sources.length === 2 ? 'both' : 'all'} set: ` +
+        'set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'
     )
   }
   if (env.JWT_JWKS_URL !== undefined) {
-    if (env.JWT_ISSUER === undefined) {
-      throw new ConfigError(
-        "JWT_ISSUER is required with JWT_JWKS_URL: set it to the provider's issuer, the `iss` of its tokens"
-      )
-    }
-    if (production && env.JWT_AUDIENCE === undefined) {
-      throw new ConfigError(
-        'JWT_AUDIENCE is required with JWT_JWKS_URL in production: set it to the API identifier your provider puts in `aud`'
-      )
-    }
-    // Whoever can change the key set on its way can sign any token.
-    if (production && !isHttpsOrLoopback(env.JWT_JWKS_URL)) {
-      throw new ConfigError(
-        "JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"
-      )
-    }
+    const issuer = checkedJwksIssuer(env, env.JWT_JWKS_URL, production)
     return {
       source: 'jwks',
       jwksUrl: env.JWT_JWKS_URL,
       jwksCooldownS: env.JWT_JWKS_COOLDOWN_S,
       generated: false,
       ...claims,
-      issuer: env.JWT_ISSUER
+      issuer
     }
   }
   if (env.JWT_PUBLIC_KEY !== undefined) {
@@ -359,7 +379,8 @@ function jwtConfig (env: Env, production: boolean): JwtConfig {
   }
   if (production) {
     throw new ConfigError(
-      'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)'
+      'NODE_ENV=production needs a JWT key: set JWT_SECRET (HS256, 32+ characters), ' +
+        'JWT_PUBLIC_KEY (PEM, RS256/ES256) or JWT_JWKS_URL (your identity provider)'
     )
   }
   return {
@@ -386,7 +407,8 @@ function publicKeyAlgorithm (pem: string): JwtAlgorithm {
   // a private key here is a secret in the wrong place, not a configuration to accept.
   if (isPrivateKey(pem)) {
     throw new ConfigError(
-      'JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer'
+      'JWT_PUBLIC_KEY holds a private key: pass the public key (-----BEGIN PUBLIC KEY-----, ' +
+        'e.g. from openssl pkey -in key.pem -pubout) and keep the private key with the token issuer'
     )
   }
   let key

@@ -119,7 +119,8 @@ function readyLine (config: GatewayConfig, gateway: Gateway, metricsServer: Metr
     traces:
       tracing === undefined
         ? 'off'
-        : `${withoutUserInfo(tracing.url)} (${tracing.sampler}${tracing.sampler.endsWith('traceidratio') ? ` ${tracing.ratio}` : ''})`
+        : `${withoutUserInfo(tracing.url)} ` +
+          `(${tracing.sampler}${tracing.sampler.endsWith('traceidratio') ? ` ${tracing.ratio}` : ''})`
   }
 }
 

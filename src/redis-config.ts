@@ -44,7 +44,8 @@ export interface RedisEnv {
 }
 
 const ONE_OF =
-  'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
+  'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with ' +
+    'REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
 
 /** Variables that hold secrets: never quoted in a message. */
 export const REDIS_SECRET_VARIABLES: ReadonlySet<string> = new Set([
@@ -71,7 +72,10 @@ function read (env: RedisEnv): RedisConfig | undefined {
   const modes = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter(
     (name) => env[name] !== undefined
   )
-  if (modes.length > 1) { throw new RedisConfigProblem(`${modes.join(' and ')} are ${modes.length === 2 ? 'both' : 'all'} set: ${ONE_OF}`) }
+  if (modes.length > 1) {
+    throw new RedisConfigProblem(`${modes.join(' and ')} are ` +
+    `${modes.length === 2 ? 'both' : 'all'} set: ${ONE_OF}`)
+  }
   const mode = modes[0]
   checkCombination(env, mode)
   if (mode === undefined) return undefined
@@ -84,7 +88,8 @@ function read (env: RedisEnv): RedisConfig | undefined {
   if (mode === 'REDIS_SENTINELS') {
     if (env.REDIS_SENTINEL_NAME === undefined) {
       throw new RedisConfigProblem(
-        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
+        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group ' +
+          'the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
       )
     }
     return {
@@ -105,19 +110,22 @@ type ModeVariable = 'REDIS_URL' | 'REDIS_SENTINELS' | 'REDIS_CLUSTER_NODES'
 function checkCombination (env: RedisEnv, mode: ModeVariable | undefined): void {
   if (env.REDIS_SENTINEL_NAME !== undefined && mode !== 'REDIS_SENTINELS') {
     throw new RedisConfigProblem(
-      "REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
+      'REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS ' +
+        "to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
     )
   }
   if (env.REDIS_SENTINEL_PASSWORD !== undefined && mode !== 'REDIS_SENTINELS') {
     throw new RedisConfigProblem(
-      "REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it is the Sentinels' password; set REDIS_SENTINELS, or unset it"
+      'REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it ' +
+        "is the Sentinels' password; set REDIS_SENTINELS, or unset it"
     )
   }
   for (const name of ['REDIS_USERNAME', 'REDIS_PASSWORD'] as const) {
     if (env[name] === undefined) continue
     if (mode === 'REDIS_URL') {
       throw new RedisConfigProblem(
-        `${name} is set with REDIS_URL: put the credentials in the URL (redis://user:password@host:port), or unset ${name}`
+        `${name} is set with REDIS_URL: put the credentials in ` +
+          `the URL (redis://user:password@host:port), or unset ${name}`
       )
     }
     if (mode === undefined) throw new RedisConfigProblem(`${name} is set but no Redis is: ${ONE_OF}, or unset ${name}`)
@@ -140,10 +148,14 @@ function checkedUrl (env: RedisEnv): string {
     )
   }
   const port = new URL(url).port
-  if (port !== '' && Number(port) === 0) { throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: port 0; use a port from 1 to 65535') }
+  if (port !== '' && Number(port) === 0) {
+    throw new RedisConfigProblem('REDIS_URL=(hidden) is invalid: ' +
+    'port 0; use a port from 1 to 65535')
+  }
   if (env.REDIS_TLS_CA !== undefined && !url.startsWith('rediss://')) {
     throw new RedisConfigProblem(
-      'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): write rediss:// to connect with TLS, or unset REDIS_TLS_CA'
+      'REDIS_TLS_CA is set but REDIS_URL is redis:// (plain): ' +
+        'write rediss:// to connect with TLS, or unset REDIS_TLS_CA'
     )
   }
   return url
@@ -157,7 +169,8 @@ function hostPorts (name: string, list: string): HostPort[] {
     const port = Number(entry.slice(at + 1))
     if (host === '' || port < 1 || port > 65535) {
       throw new RedisConfigProblem(
-        `${name}=${JSON.stringify(list)} is invalid: ${JSON.stringify(entry)} is not host:port with a port from 1 to 65535; expected host:port,host:port`
+        `${name}=${JSON.stringify(list)} is invalid: ${JSON.stringify(entry)} is ` +
+          'not host:port with a port from 1 to 65535; expected host:port,host:port'
       )
     }
     return { host, port }
@@ -171,14 +184,16 @@ function readCa (path: string): string {
     pem = readFileSync(path, 'utf8')
   } catch (err) {
     throw new RedisConfigProblem(
-      `REDIS_TLS_CA=${JSON.stringify(path)} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}): give the path of a PEM file with the CA certificate that signed Redis's certificate`
+      `REDIS_TLS_CA=${JSON.stringify(path)} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}): ` +
+        'give the path of a PEM file with the CA certificate that signed Redis\'s certificate'
     )
   }
   try {
     new X509Certificate(pem)
   } catch {
     throw new RedisConfigProblem(
-      `REDIS_TLS_CA=${JSON.stringify(path)} holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----) that signed Redis's certificate`
+      `REDIS_TLS_CA=${JSON.stringify(path)} holds no PEM certificate: give the CA ` +
+        'certificate (-----BEGIN CERTIFICATE-----) that signed Redis\'s certificate'
     )
   }
   return pem

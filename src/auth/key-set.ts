@@ -98,7 +98,10 @@ export class KeySet {
   async keyFor (kid: string | undefined): Promise<SigningKey> {
     let found = this.lookup(kid)
     if (found !== undefined) return found
-    if (kid === undefined && this.keys.length > 1) { throw new KeyNotFound('token has no kid and the key set holds several keys') }
+    if (kid === undefined && this.keys.length > 1) {
+      throw new KeyNotFound('token has no kid and the ' +
+      'key set holds several keys')
+    }
     if (this.inFlight !== undefined) await this.inFlight
     else if (Date.now() - this.lastAttemptAt >= this.opts.cooldownMs) await this.refresh()
     found = this.lookup(kid)

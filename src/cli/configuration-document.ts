@@ -7,7 +7,10 @@ function allowed (schema: TSchema): string {
   if (schema[Kind] === 'Union') return (schema['anyOf'] as TSchema[]).map((s) => `\`${String(s['const'])}\``).join(', ')
   if (schema[Kind] === 'Integer') return `integer ${String(schema['minimum'])}–${String(schema['maximum'])}`
   if (schema['pattern'] !== undefined) return `text matching \`${String(schema['pattern'])}\``
-  if (schema['minLength'] !== undefined && schema['minLength'] > 1) return `text, at least ${String(schema['minLength'])} characters`
+  if (schema['minLength'] !== undefined && schema['minLength'] > 1) {
+    return 'text, at least ' +
+    `${String(schema['minLength'])} characters`
+  }
   return 'text'
 }
 
@@ -28,7 +31,8 @@ const cell = (text: string): string => text.replaceAll('|', '\\|')
 
 function table (object: TObject): string {
   const rows = Object.entries(object.properties).map(([name, schema]) =>
-    `| \`${name}\` | ${cell(shownDefault(name, schema))} | ${cell(allowed(schema))} | ${cell(String(schema['description'] ?? ''))} |`)
+    `| \`${name}\` | ${cell(shownDefault(name, schema))} | ` +
+      `${cell(allowed(schema))} | ${cell(String(schema['description'] ?? ''))} |`)
   return ['| Variable | Default | Allowed | Meaning |', '|---|---|---|---|', ...rows].join('\n')
 }
 

@@ -42,10 +42,12 @@ try {
 }
 const { jwt } = config
 if (jwt.source === 'jwks') {
-  fail('JWT_JWKS_URL is set: tokens come from your identity provider, not from this tool (unset JWT_JWKS_URL to mint test tokens)')
+  fail('JWT_JWKS_URL is set: tokens come from your identity provider, ' +
+    'not from this tool (unset JWT_JWKS_URL to mint test tokens)')
 }
 if (jwt.generated) {
-  fail('no JWT_SECRET or JWT_PUBLIC_KEY is set: set the same one the gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)')
+  fail('no JWT_SECRET or JWT_PUBLIC_KEY is set: set the same one the ' +
+    'gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)')
 }
 if (jwt.algorithm !== 'HS256' && values['private-key'] === undefined) {
   fail(`JWT_PUBLIC_KEY is set (${jwt.algorithm}): pass the matching private key with --private-key <file.pem>`)

@@ -19,7 +19,8 @@ export function parseJson (answer: EngineResponse): unknown {
 
 function badResponse (answer: EngineResponse, expected: string): GatewayError {
   return new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, {
-    cause: new Error(`engine answered ${answer.status} ${answer.contentType || '(no content-type)'}, expected ${expected}`)
+    cause: new Error(`engine answered ${answer.status} ` +
+      `${answer.contentType || '(no content-type)'}, expected ${expected}`)
   })
 }
 

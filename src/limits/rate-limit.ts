@@ -31,7 +31,8 @@ export function rateLimitHook (store: LimitStore, perMinute: number, metrics: Li
     function failOpen (err: unknown): void {
       // A store outage must not become an outage of the API (decision: shared state); the store logs it once.
       metrics.rateLimitFailedOpen()
-      request.log.debug({ err: { message: (err as Error).message } }, 'rate limit store unavailable: request let through')
+      request.log.debug({ err: { message: (err as Error).message } }, 'rate limit store unavailable: ' +
+        'request let through')
       done()
     }
   }

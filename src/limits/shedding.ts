@@ -75,7 +75,8 @@ export class LoadShedder {
     this.#shedSinceLine++
     const now = performance.now()
     if (now - this.#lineAt >= 1000) {
-      this.#log!.warn({ signal: why, shed: this.#shedSinceLine }, 'shedding load: new /api/* requests get 503 (count since the last such line)')
+      this.#log!.warn({ signal: why, shed: this.#shedSinceLine }, 'shedding load: new /api/* requests ' +
+        'get 503 (count since the last such line)')
       this.#shedSinceLine = 0
       this.#lineAt = now
     }

@@ -203,7 +203,8 @@ export class UploadShare {
     shared.metrics.uploadCapFailedOpen()
     if (!this.#reachable) return
     this.#reachable = false
-    shared.log.warn({ reason: (err as Error).message }, "upload cap: the shared store is unreachable; counting this gateway's uploads only")
+    shared.log.warn({ reason: (err as Error).message }, 'upload cap: the shared store is unreachable; ' +
+      "counting this gateway's uploads only")
   }
 
   /** An upload connection, in turn within `waitMs`, else 503; waiters are bounded by the connections' number. */

@@ -56,7 +56,8 @@ export async function startMetricsServer (metrics: GatewayMetrics, opts: Metrics
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       reject(err.code === 'EADDRINUSE'
-        ? new MetricsPortError(`METRICS_PORT=${opts.port} is already in use on ${opts.host}: pick a free port, or set METRICS_PORT=0 to turn metrics off`)
+        ? new MetricsPortError(`METRICS_PORT=${opts.port} is already in use on ${opts.host}: ` +
+          'pick a free port, or set METRICS_PORT=0 to turn metrics off')
         : err)
     })
     server.listen(opts.port, opts.host, () => resolve())

@@ -104,7 +104,11 @@ export class GatewayMetrics {
 
   readonly lingersEnded = new Counter({
     name: 'gateway_lingers_ended_total',
-    help: 'Lingers after a refused upload, ended by reason: complete (the body read to its end), client_closed (closed, half-closed or reset by the client), server_closed (closed by the gateway otherwise: its idle timeout), too_slow (stalled or under the minimum rate), over_bound (past twice the route limit), total_cap and address_cap (cut to make room), shutdown (cut as the gateway closed)',
+    help: 'Lingers after a refused upload, ended by reason: complete (the body read to ' +
+      'its end), client_closed (closed, half-closed or reset by the client), ' +
+      'server_closed (closed by the gateway otherwise: its idle timeout), too_slow ' +
+      '(stalled or under the minimum rate), over_bound (past twice the route limit), ' +
+      'total_cap and address_cap (cut to make room), shutdown (cut as the gateway closed)',
     labelNames: ['reason'] as const,
     registers: [this.registry]
   })
@@ -118,7 +122,8 @@ export class GatewayMetrics {
 
   readonly engineCalls = new CounterFamily(
     'gateway_engine_calls_total',
-    "Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response, client_aborted: given up for the client, not the engine's doing) and the endpoint (host:port) of their last try",
+    'Calls to the engine by call, outcome (ok, engine_error, unavailable, timeout, bad_response, client_aborted: ' +
+      "given up for the client, not the engine's doing) and the endpoint (host:port) of their last try",
     ['call', 'outcome', 'endpoint'],
     this.registry
   )
@@ -140,7 +145,8 @@ export class GatewayMetrics {
 
   readonly idempotency = new Counter({
     name: 'gateway_idempotency_total',
-    help: 'Idempotency-Key requests not sent to the engine: replay (stored answer), conflict (422 key reused), in_flight (409), store_unavailable (503, the store could not be reached)',
+    help: 'Idempotency-Key requests not sent to the engine: replay (stored answer), conflict (422 ' +
+      'key reused), in_flight (409), store_unavailable (503, the store could not be reached)',
     labelNames: ['outcome'] as const,
     registers: [this.registry]
   })
@@ -153,14 +159,16 @@ export class GatewayMetrics {
 
   readonly engineEjections = new Counter({
     name: 'gateway_engine_ejections_total',
-    help: 'Engine endpoints taken out of rotation by outlier detection (5 consecutive gateway failures), by endpoint (host:port)',
+    help: 'Engine endpoints taken out of rotation by outlier detection ' +
+      '(5 consecutive gateway failures), by endpoint (host:port)',
     labelNames: ['endpoint'] as const,
     registers: [this.registry]
   })
 
   readonly engineRetries = new Counter({
     name: 'gateway_engine_retries_total',
-    help: 'Engine calls tried again, by call and reason (unreachable: never reached the engine; reset, try_timeout, bad_response: GETs only)',
+    help: 'Engine calls tried again, by call and reason (unreachable: never ' +
+      'reached the engine; reset, try_timeout, bad_response: GETs only)',
     labelNames: ['call', 'reason'] as const,
     registers: [this.registry]
   })
@@ -186,26 +194,30 @@ export class GatewayMetrics {
 
   readonly uploadCapFailOpen = new Counter({
     name: 'gateway_upload_cap_fail_open_total',
-    help: 'Creates counted against the per-user upload cap by this gateway alone because the shared store could not be reached',
+    help: 'Creates counted against the per-user upload cap by this ' +
+      'gateway alone because the shared store could not be reached',
     registers: [this.registry]
   })
 
   readonly redisFailovers = new Counter({
     name: 'gateway_redis_failovers_total',
-    help: 'Redis role changes seen: the master reached at another address (Sentinel), or a cluster master replaced by another node',
+    help: 'Redis role changes seen: the master reached at another ' +
+      'address (Sentinel), or a cluster master replaced by another node',
     registers: [this.registry]
   })
 
   readonly redisReplicationLag = new Counter({
     name: 'gateway_redis_replication_lag_total',
-    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), unreplicated (the master had no replica left, or acknowledgements were paused for a few seconds after a miss)',
+    help: 'Idempotency records no replica acknowledged before the answer went out: missed (WAIT 1 100 timed out), ' +
+      'unreplicated (the master had no replica left, or acknowledgements were paused for a few seconds after a miss)',
     labelNames: ['reason'] as const,
     registers: [this.registry]
   })
 
   readonly traceSpansDropped = new Counter({
     name: 'gateway_trace_spans_dropped_total',
-    help: 'Finished spans never exported (DECISIONS 29): the export queue was full, or the collector refused, could not be reached or did not answer in time',
+    help: 'Finished spans never exported (DECISIONS 29): the export queue was full, ' +
+      'or the collector refused, could not be reached or did not answer in time',
     registers: [this.registry]
   })
 

@@ -24,7 +24,13 @@ const MAX_IDEMPOTENCY_TTL_S = 2_592_000
 export const EngineEnv = Type.Object({
   NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production gives a 5 s drain notice' }),
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),
-  ENGINE_METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 0, description: 'an integer port, 0-65535, for GET /metrics on ENGINE_HOST; 0 (the default) serves none' }),
+  ENGINE_METRICS_PORT: Type.Integer({
+    minimum: 0,
+    maximum: 65535,
+    default: 0,
+    description: 'an integer port, ' +
+    '0-65535, for GET /metrics on ENGINE_HOST; 0 (the default) serves none'
+  }),
   ENGINE_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a listen address such as 127.0.0.1' }),
   ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' }),
   ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_DRAIN_NOTICE_MS, description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM` })),
@@ -66,10 +72,12 @@ export function loadEngineEnv (env: Record<string, string | undefined>): EngineS
   const production = parsed.NODE_ENV === 'production'
   const drainNoticeMs = parsed.ENGINE_DRAIN_NOTICE_MS ?? (production ? PRODUCTION_DRAIN_NOTICE_MS : 0)
   if (production && drainNoticeMs < GATEWAY_HEALTH_INTERVAL_MS) {
-    throw new EngineEnvError(`ENGINE_DRAIN_NOTICE_MS=${drainNoticeMs} is too short for NODE_ENV=production: set at least ${GATEWAY_HEALTH_INTERVAL_MS} (the gateway's health-check interval), or leave it unset`)
+    throw new EngineEnvError(`ENGINE_DRAIN_NOTICE_MS=${drainNoticeMs} is too short for NODE_ENV=production: set at ` +
+      `least ${GATEWAY_HEALTH_INTERVAL_MS} (the gateway's health-check interval), or leave it unset`)
   }
   if (parsed.ENGINE_METRICS_PORT !== 0 && parsed.ENGINE_METRICS_PORT === parsed.ENGINE_PORT) {
-    throw new EngineEnvError(`ENGINE_METRICS_PORT=${parsed.ENGINE_METRICS_PORT} is ENGINE_PORT too: give metrics a port of their own, or 0 for none`)
+    throw new EngineEnvError(`ENGINE_METRICS_PORT=${parsed.ENGINE_METRICS_PORT} is ` +
+      'ENGINE_PORT too: give metrics a port of their own, or 0 for none')
   }
   return Object.freeze({
     ...(parsed.ENGINE_METRICS_PORT === 0 ? {} : { metricsPort: parsed.ENGINE_METRICS_PORT }),

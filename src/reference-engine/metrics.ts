@@ -52,7 +52,8 @@ export class EngineMetrics {
     // Asked at each scrape, as GET /health asks it: a Redis PING, never a remembered value.
     new Gauge({
       name: 'portfolio_engine_store_up',
-      help: "Whether the engine's store reports each service connected (1) or not (0), by service and store kind (memory, redis)",
+      help: "Whether the engine's store reports each service connected " +
+        '(1) or not (0), by service and store kind (memory, redis)',
       labelNames: ['service', 'store'] as const,
       registers: [this.registry],
       async collect () {
@@ -64,7 +65,8 @@ export class EngineMetrics {
     })
     new Gauge({
       name: 'portfolio_engine_draining',
-      help: 'Whether the engine is draining for shutdown (1: /health answers 500 and every answer closes its connection)',
+      help: 'Whether the engine is draining for shutdown (1: /health ' +
+        'answers 500 and every answer closes its connection)',
       registers: [this.registry],
       collect () {
         this.set(lifecycle.draining ? 1 : 0)

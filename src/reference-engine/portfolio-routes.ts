@@ -137,7 +137,10 @@ async function readCreateForm (request: FastifyRequest, imageDir: string, leftov
     }
     const name = part.fieldname
     if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
-    if (part.valueTruncated) { throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`) }
+    if (part.valueTruncated) {
+      throw validationError(`${shownName(name)} is longer than ` +
+      `${CREATE_FORM_LIMITS.fieldSize} bytes`)
+    }
     if (typeof part.value !== 'string') throw validationError(`${shownName(name)} must be a plain text field`)
     if (fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
     fields.set(name, part.value)

@@ -107,7 +107,10 @@ export class RedisPortfolioStore implements PortfolioStore {
       this.#state = 'up'
     })
     const down = (reason: string): void => {
-      if (this.#state !== 'down') { opts.log.warn({ reason }, 'portfolio store unavailable (redis): creates and updates answer 503; reconnecting') }
+      if (this.#state !== 'down') {
+        opts.log.warn({ reason }, 'portfolio store unavailable (redis): ' +
+        'creates and updates answer 503; reconnecting')
+      }
       this.#state = 'down'
     }
     this.#redis.on('error', (err: Error) => down(err.message))
@@ -189,7 +192,10 @@ export class RedisPortfolioStore implements PortfolioStore {
   /** One command; an outage becomes StoreUnavailableError, answered 503. */
   async #run<T>(command: () => Promise<T>): Promise<T> {
     // Refused here, so the caller knows nothing was written.
-    if (this.#redis.status !== 'ready') { throw new StoreUnavailableError(`portfolio store unavailable: redis ${this.#redis.status}`, false) }
+    if (this.#redis.status !== 'ready') {
+      throw new StoreUnavailableError('portfolio store unavailable: ' +
+      `redis ${this.#redis.status}`, false)
+    }
     try {
       return await command()
     } catch (err) {

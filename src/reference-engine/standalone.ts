@@ -84,7 +84,8 @@ if (metrics !== undefined && settings.metricsPort !== undefined) {
     metricsServer = await metrics.listen(settings.host, settings.metricsPort)
   } catch (err) {
     process.stderr.write(
-      `portfolio-engine: ENGINE_METRICS_PORT=${settings.metricsPort} cannot be used on ${settings.host}: ${(err as Error).message}\n`
+      `portfolio-engine: ENGINE_METRICS_PORT=${settings.metricsPort} ` +
+        `cannot be used on ${settings.host}: ${(err as Error).message}\n`
     )
     process.exit(1)
   }

@@ -60,7 +60,8 @@ export function tracingSettingsOf (
   if (!resource.ok) {
     return {
       ok: false,
-      message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production`
+      message: `OTEL_RESOURCE_ATTRIBUTES is invalid: entry ${resource.entry} is not key=value with a ` +
+        'percent-encoded value; expected comma-separated key=value, e.g. deployment.environment.name=production'
     }
   }
   const ratio = env.OTEL_TRACES_SAMPLER_ARG === undefined ? DEFAULT_SAMPLING_RATIO : Number(env.OTEL_TRACES_SAMPLER_ARG)
@@ -93,7 +94,8 @@ function endpointOf (env: OtelEnv): string | Problem | undefined {
   if (!URL.canParse(url)) {
     return {
       ok: false,
-      message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} is invalid: not a URL; expected the collector's OTLP/HTTP URL, e.g. http://jaeger:4318`
+      message: `${endpointName}=${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//(credentials hidden)@'))} ` +
+        'is invalid: not a URL; expected the collector\'s OTLP/HTTP URL, e.g. http://jaeger:4318'
     }
   }
   return url
@@ -109,7 +111,8 @@ function unsupportedProblem (raw: Readonly<Record<string, string | undefined>>):
   // Named, never quoted: it may be a key or a header.
   return {
     ok: false,
-    message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)`
+    message: `${unsupported} is not supported: unset it; traces go over OTLP/HTTP with protobuf, uncompressed, with ` +
+      `fixed timeouts, and only ${[...SUPPORTED_OTLP].join(', ')} are read (https:// uses the system's CAs)`
   }
 }
 
@@ -121,14 +124,16 @@ function headersOf (env: OtelEnv): { ok: true, value: Record<string, string> } |
       // The values are credentials: the message names the entry by position only.
       return {
         ok: false,
-        message: `${name} is invalid: entry ${list.entry} is not key=value with a percent-encoded value; expected comma-separated key=value, e.g. authorization=Bearer%20abc`
+        message: `${name} is invalid: entry ${list.entry} is not key=value with a percent-encoded ` +
+          'value; expected comma-separated key=value, e.g. authorization=Bearer%20abc'
       }
     }
     const badHeader = Object.keys(list.value).findIndex((key) => !TOKEN.test(key))
     if (badHeader !== -1) {
       return {
         ok: false,
-        message: `${name} is invalid: entry ${badHeader + 1} does not name an HTTP header; expected comma-separated key=value, e.g. authorization=Bearer%20abc`
+        message: `${name} is invalid: entry ${badHeader + 1} does not name an HTTP header; ` +
+          'expected comma-separated key=value, e.g. authorization=Bearer%20abc'
       }
     }
     // The OpenTelemetry specification: the signal's own list wins, header by header.

@@ -11,7 +11,8 @@ export class MultipartWriter {
   }
 
   fileHead (name: string, mime: ImageMime): Buffer {
-    return Buffer.from(`--${this.boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="${name}.${imageExtension(mime)}"\r\nContent-Type: ${mime}\r\n\r\n`)
+    return Buffer.from(`--${this.boundary}\r\nContent-Disposition: form-data; name="${name}"; ` +
+      `filename="${name}.${imageExtension(mime)}"\r\nContent-Type: ${mime}\r\n\r\n`)
   }
 
   readonly fileTail = Buffer.from('\r\n')

@@ -82,7 +82,10 @@ export class CreateUpload {
           continue
         }
         if (part.type === 'file') {
-          if (part.fieldname !== IMAGE_FIELD) throw validationError(`${shownName(part.fieldname)} is not an accepted file field (only ${IMAGE_FIELD})`)
+          if (part.fieldname !== IMAGE_FIELD) {
+            throw validationError(`${shownName(part.fieldname)} is not an ` +
+            `accepted file field (only ${IMAGE_FIELD})`)
+          }
           if (this.#image !== undefined) throw validationError(`${IMAGE_FIELD} must be given once`)
           return await this.#sniff(part)
         }
