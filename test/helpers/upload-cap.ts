@@ -3,8 +3,13 @@
  * teardown, a whole small create, a steady pace above the minimum rate, and a
  * TCP path to Redis that a test can cut while Redis keeps what it holds.
  */
+import { randomUUID } from 'node:crypto'
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net'
 import type { Test } from 'tap'
+import type { Redis } from 'ioredis'
+import { hs256, validUpdate } from './app.js'
+import { attemptUntil } from './engine.js'
+import { update } from './redis-gateways.js'
 import { slowCreate, type Answer, type SlowCreate } from './slow-upload.js'
 
 export const TOO_MANY = { error: 'at most 2 uploads per user at once' }
@@ -66,4 +71,25 @@ export async function cuttablePath (
       cut = false
     }
   }
+}
+
+/** Keyed updates until one is answered 200: the gateway reaches Redis (keyed requests fail closed until then). */
+export async function untilServing (url: string): Promise<void> {
+  await attemptUntil(
+    async () => await update(url, validUpdate(), { key: `ready-${randomUUID()}`, token: hs256({ sub: 'readiness' }) }),
+    (r) => r.status === 200,
+    15_000
+  )
+}
+
+/** Two creates of `sub` held open, once both hold their lease in Redis. */
+export async function twoHeld (t: Test, url: string, probe: Redis, sub: string): Promise<SlowCreate[]> {
+  const track = opened(t)
+  const held = [track(slowCreate(url, sub, { kind: 'hold' })), track(slowCreate(url, sub, { kind: 'hold' }))]
+  t.equal(
+    await attemptUntil(async () => await probe.zcard(`pgw:up:{${sub}}`), (count) => count === 2, 10_000),
+    2,
+    'two leases'
+  )
+  return held
 }

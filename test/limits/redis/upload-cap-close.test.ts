@@ -6,12 +6,11 @@
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
-import { build, hs256, validUpdate } from '../../helpers/app.js'
+import { build } from '../../helpers/app.js'
 import { attemptUntil, eventually } from '../../helpers/engine.js'
 import { requireRedis, startRedis } from '../../helpers/redis.js'
-import { update } from '../../helpers/redis-gateways.js'
 import { slowCreate } from '../../helpers/slow-upload.js'
-import { cuttablePath, opened } from '../../helpers/upload-cap.js'
+import { cuttablePath, opened, untilServing } from '../../helpers/upload-cap.js'
 
 const after = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -40,12 +39,7 @@ if (requireRedis(t)) {
       env: { REDIS_URL: path.url },
       uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
     })
-    let n = 0
-    await attemptUntil(
-      async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }),
-      (r) => r.status === 200,
-      15_000
-    )
+    await untilServing(url)
     const track = opened(t)
     const held = track(slowCreate(url, 'gina', { kind: 'hold' }))
     t.equal(

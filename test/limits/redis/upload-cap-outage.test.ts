@@ -12,13 +12,12 @@ import { Redis } from 'ioredis'
 import t from 'tap'
 import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
 import { LEASE_MS } from '../../../src/limits/upload-share.js'
-import { build, hs256, validUpdate } from '../../helpers/app.js'
+import { build } from '../../helpers/app.js'
 import { attemptUntil, eventually } from '../../helpers/engine.js'
 import { metricOf } from '../../helpers/prometheus.js'
 import { requireRedis, startRedis } from '../../helpers/redis.js'
-import { update } from '../../helpers/redis-gateways.js'
 import { slowCreate } from '../../helpers/slow-upload.js'
-import { createNow, cuttablePath, opened, TOO_MANY } from '../../helpers/upload-cap.js'
+import { createNow, cuttablePath, opened, TOO_MANY, twoHeld, untilServing } from '../../helpers/upload-cap.js'
 
 if (requireRedis(t)) {
   t.test(
@@ -48,12 +47,7 @@ if (requireRedis(t)) {
         logger: { level: 'info', stream },
         uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
       })
-      let n = 0
-      await attemptUntil(
-        async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }),
-        (r) => r.status === 200,
-        15_000
-      )
+      await untilServing(url)
       const failOpen = async (): Promise<number | undefined> =>
         await metricOf(metrics, 'gateway_upload_cap_fail_open_total')
       t.equal(await failOpen(), 0)
@@ -118,23 +112,8 @@ if (requireRedis(t)) {
         env: { REDIS_URL: path.url },
         uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
       })
-      let n = 0
-      await attemptUntil(
-        async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }),
-        (r) => r.status === 200,
-        15_000
-      )
-      const track = opened(t)
-      const held = [track(slowCreate(url, 'dave', { kind: 'hold' })), track(slowCreate(url, 'dave', { kind: 'hold' }))]
-      t.equal(
-        await attemptUntil(
-          async () => await probe.zcard('pgw:up:{dave}'),
-          (count) => count === 2,
-          10_000
-        ),
-        2,
-        'two leases'
-      )
+      await untilServing(url)
+      const held = await twoHeld(t, url, probe, 'dave')
 
       path.cut()
       for (const c of held) c.finish()

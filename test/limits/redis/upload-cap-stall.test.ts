@@ -11,12 +11,10 @@ import { Redis } from 'ioredis'
 import t from 'tap'
 import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
 import { LEASE_MS, RENEW_MS } from '../../../src/limits/upload-share.js'
-import { build, hs256, validUpdate } from '../../helpers/app.js'
+import { build } from '../../helpers/app.js'
 import { attemptUntil, eventually } from '../../helpers/engine.js'
 import { requireRedis, startRedis } from '../../helpers/redis.js'
-import { update } from '../../helpers/redis-gateways.js'
-import { slowCreate } from '../../helpers/slow-upload.js'
-import { createNow, opened } from '../../helpers/upload-cap.js'
+import { createNow, twoHeld, untilServing } from '../../helpers/upload-cap.js'
 
 const after = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -35,26 +33,9 @@ if (requireRedis(t)) {
         env: { REDIS_URL: redis.url },
         uploadMinRate: { stallMs: 60_000, windowMs: 60_000, bytesPerS: 1, tickMs: 1_000 }
       })
-      let n = 0
-      const ready = async (): Promise<void> => {
-        await attemptUntil(
-          async () => await update(url, validUpdate(), { key: `ready-${n++}`, token: hs256({ sub: 'readiness' }) }),
-          (r) => r.status === 200,
-          15_000
-        )
-      }
+      const ready = async (): Promise<void> => { await untilServing(url) }
       await ready()
-      const track = opened(t)
-      const held = [track(slowCreate(url, 'erin', { kind: 'hold' })), track(slowCreate(url, 'erin', { kind: 'hold' }))]
-      t.equal(
-        await attemptUntil(
-          async () => await probe.zcard('pgw:up:{erin}'),
-          (count) => count === 2,
-          10_000
-        ),
-        2,
-        'two leases'
-      )
+      const held = await twoHeld(t, url, probe, 'erin')
 
       redis.stop()
       // The stall itself: long enough that a renewal is sent into it and its connection dropped (socket timeout 1 s).
