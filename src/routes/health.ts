@@ -45,9 +45,10 @@ export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async
         method: 'GET',
         path: '/health',
         ...callerOf(request),
-        // The whole probe, body included, within the cap: one signal instead of the headers deadline.
-        // The client counts its TimeoutError as a timeout, not as unavailable.
-        responseTimeoutMs: 0,
+        // The whole probe, body included, within the cap: the signal. The headers deadline too, so that a probe
+        // timed out on its socket keeps it, as a ping does: health requests open no new connections to a slow engine.
+        // The client counts the signal's TimeoutError as a timeout, not as unavailable.
+        responseTimeoutMs: probeTimeoutMs,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })
       const body = answer.status === 200 ? parseJson(answer) : undefined
