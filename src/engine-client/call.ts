@@ -1,6 +1,7 @@
 /**
  * One engine call across the cluster: pick an endpoint, try, and on a failure the retry policy allows, try another
- * (DECISIONS 24). One object per call and one per try, so a call allocates no closures beyond its promise.
+ * (decision: several engine endpoints). One object per call and one per try, so a call allocates no closures beyond its
+ * promise.
  */
 import type { Dispatcher } from 'undici'
 import { REQUEST_ID_HEADER, USER_ID_HEADER } from '../../schemas/upstream.js'
@@ -27,7 +28,9 @@ export interface ClusterContext {
   cluster: ClusterObserver | undefined
   /** The tracer's per-try observer; undefined costs nothing. */
   tries: EngineTryObserver | undefined
-  /** A dispatcher with a connection of its own (a single endpoint's retry goes on a fresh connection, DECISIONS 24). */
+  /** A dispatcher with a connection of its own: a single endpoint's retry goes on a fresh connection
+   * (decision: several engine endpoints).
+   */
   fresh: (origin: string) => Dispatcher
   /** Requests waiting in a pool's own queue (undici's counter). */
   queued: (pool: Endpoint['pool']) => number
@@ -44,7 +47,9 @@ const CALL_NAMES: Readonly<Record<string, EngineCallName>> = {
 /** The endpoint label of a call that found no endpoint to try. */
 export const NO_ENDPOINT = 'none'
 
-/** What a finished call means (DECISIONS 8), by status and type alone: answers.ts judges the body. */
+/** What a finished call means (decision: what the client gets when the engine fails), by status and type alone:
+ * answers.ts judges the body.
+ */
 function outcomeOf (
   err: GatewayError | undefined,
   status: number,
@@ -114,8 +119,9 @@ export class Call implements AttemptOwner {
     if (req.traceparent !== undefined) headers.traceparent = req.traceparent
     this.#headers = headers
     this.#startedAt = performance.now()
-    // DECISIONS 8 counts from the moment the gateway asks, queue included. undici's
-    // own headersTimeout starts only on a socket and fires on a ~1 s grid.
+    // The deadline counts from the moment the gateway asks, queue included
+    // (decision: what the client gets when the engine fails). undici's own headersTimeout starts only on a socket and
+    // fires on a ~1 s grid.
     const deadlineMs = req.responseTimeoutMs ?? ctx.timeoutMs
     this.#deadlineMs = deadlineMs
     this.#deadlineAt = deadlineMs > 0 ? this.#startedAt + deadlineMs : 0
@@ -146,7 +152,8 @@ export class Call implements AttemptOwner {
       return
     }
     const endpoint = this.ctx.balancer.pick(this.ctx.set.list, undefined)
-    // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout (DECISIONS 24).
+    // Every endpoint is known unreachable: 502 now, not after a connect failure or timeout
+    // (decision: several engine endpoints).
     if (endpoint === undefined) this.#finish(new GatewayError('UPSTREAM_UNAVAILABLE'), undefined, false)
     else this.#dispatch(endpoint)
   }
@@ -197,9 +204,9 @@ export class Call implements AttemptOwner {
     }
     // undici documents AsyncIterable bodies for dispatch; its typings omit them.
     const body = attempt.bodyOf(req.body) as Dispatcher.DispatchOptions['body']
-    // Only a bodiless GET is held: an update or a create given up must reach the engine as a closed connection, so
-    // an engine that cancels on disconnect never applies it after its client was told 504.
-    const hold = this.#deadlineAt !== 0 && req.method === 'GET' && req.body === undefined
+    // Only a GET (which has no body) is held: an update or a create given up must reach the engine as a closed
+    // connection, so an engine that cancels on disconnect never applies it after its client was told 504.
+    const hold = this.#deadlineAt !== 0 && req.method === 'GET'
     const options: Dispatcher.DispatchOptions = {
       method: req.method,
       path: req.path,
@@ -251,7 +258,8 @@ export class Call implements AttemptOwner {
     }
     const err = raw === undefined ? undefined : upstreamError(raw)
     const stopped = this.#stopped
-    // DECISIONS 23: a refused form, a client gone or too slow says nothing about the endpoint; a deadline does.
+    // A refused form, a client gone or too slow says nothing about the endpoint; a deadline does
+    // (decision: uploads share the engine fairly).
     const clientAborted = attempt.bodyFailed || (stopped !== undefined && !isTimeout(stopped))
     if (!clientAborted) {
       if (isGatewayFailure(err, req.path, attempt.status, attempt.contentType)) ctx.health.failed(endpoint)
@@ -284,7 +292,10 @@ export class Call implements AttemptOwner {
     const single = list.length === 1
     // A single endpoint gets one retry, on a fresh connection: when the call never reached it, or a GET met a reset (a
     // stale keep-alive socket).
-    if (single ? this.#retries >= 1 || (reason !== 'unreachable' && reason !== 'reset') : this.#retries >= MAX_RETRIES) { return false }
+    const spent = single
+      ? this.#retries >= 1 || (reason !== 'unreachable' && reason !== 'reset')
+      : this.#retries >= MAX_RETRIES
+    if (spent) return false
     if (this.#deadlineAt !== 0 && performance.now() >= this.#deadlineAt) return false
     const tried = (this.#tried ??= [])
     tried.push(failed)

@@ -4,17 +4,22 @@ import type { EngineCallName, EngineOutcome } from '../observability/metrics.js'
 import type { Abandonment } from '../http/client-gone.js'
 import type { RetryReason } from './retry.js'
 
-export interface EngineRequest {
+/** A GET carries no body: the engine's GETs take none, and a timed-out GET may keep its socket (call.ts). */
+export type EngineRequest = EngineRequestFields & ({ method: 'GET', body?: undefined } | { method: 'POST' })
+
+interface EngineRequestFields {
   method: 'GET' | 'POST'
   path: string
   requestId: string
   userId?: string
   contentType?: string
-  /** The client's Idempotency-Key, passed on bare so the engine can deduplicate too (DECISIONS 16). */
+  /** The client's Idempotency-Key, passed on bare so the engine can deduplicate too (decision: idempotency keys). */
   idempotencyKey?: string
   /** Streams and async iterables are passed to undici as they are, never buffered. */
   body?: string | Buffer | Readable | AsyncIterable<Buffer>
-  /** Aborts the call with its reason; any reason but a timeout is the client's doing (DECISIONS 23). */
+  /** Aborts the call with its reason; any reason but a timeout is the client's doing
+   * (decision: uploads share the engine fairly).
+   */
   signal?: AbortSignal
   /**
    * The client went away: gives the call up only while none of its tries has begun writing to the engine, since

@@ -34,7 +34,7 @@ export async function callEngine (call: CreateCall, opts: CreatePortfolioOptions
   return answer
 }
 
-function engineRequestOf ({ request, form, key, gone }: CreateCall): EngineRequest {
+function engineRequestOf ({ request, form, key, gone }: CreateCall): Extract<EngineRequest, { method: 'POST' }> {
   return {
     method: 'POST',
     path: '/api/portfolio/create',
