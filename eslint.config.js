@@ -37,5 +37,12 @@ export default [
       // Its loops wait on flags that events and other tasks set, which the rule cannot see.
       'no-unmodified-loop-condition': 'off'
     }
+  },
+  {
+    // The product holds to 120 columns whole: a long message is broken into concatenated pieces, so no line of code
+    // escapes the limit by carrying a string. Tests keep whole strings, since their names and expected answers are
+    // read and searched as written.
+    files: ['src/**', 'schemas/**'],
+    rules: { 'max-len': ['error', { code: 120, ignoreUrls: true }] }
   }
 ]

@@ -43,7 +43,9 @@ export const SOLANA_ADDRESS_FORMAT = 'solana-address'
 
 FormatRegistry.Set(SOLANA_ADDRESS_FORMAT, isSolanaAddress)
 
-export function ajvFormats<T extends { addFormat: (name: string, format: { type: 'string', validate: (s: string) => boolean }) => unknown }> (ajv: T): T {
+type StringFormat = { type: 'string', validate: (s: string) => boolean }
+
+export function ajvFormats<T extends { addFormat: (name: string, format: StringFormat) => unknown }> (ajv: T): T {
   ajv.addFormat(SOLANA_ADDRESS_FORMAT, { type: 'string', validate: isSolanaAddress })
   return ajv
 }

@@ -5,13 +5,15 @@ export const RequestIdHeader = Type.String({
   minLength: 1,
   maxLength: 128,
   pattern: '^[\\x21-\\x7e]+$',
-  description: 'Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; echoed on every answer and sent to the engine'
+  description: 'Kept when 1-128 visible ASCII characters, otherwise replaced by a UUID; ' +
+    'echoed on every answer and sent to the engine'
 })
 
 export const TraceParentHeader = Type.String({
   pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$',
   maxLength: 512,
-  description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); anything else starts a new trace'
+  description: 'W3C Trace Context. A valid one is continued (same trace id, the gateway as parent span); ' +
+    'anything else starts a new trace'
 })
 
 /**

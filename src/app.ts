@@ -168,7 +168,10 @@ async function registerBearerRoutes (
       const probeTimeoutMs = Math.min(config.upstreamTimeoutMs, 2_000)
       await routes.register(engineHealthRoutes, { engine: deps.engine, probeTimeoutMs })
       await routes.register(portfolioRoutes, {
-        prefix: '/portfolio', engine: deps.engine, idempotency: limits.idempotency, engineTimeoutMs: config.upstreamTimeoutMs
+        prefix: '/portfolio',
+        engine: deps.engine,
+        idempotency: limits.idempotency,
+        engineTimeoutMs: config.upstreamTimeoutMs
       })
     })
     // Create invites its body itself, once it will really stream: after its upload cap, key claim and connection.

@@ -93,9 +93,9 @@ async function assemble (config: GatewayConfig, overrides: ComposeOverrides, par
   // the gateway waits for their first answers (at most the lookup deadline), and listens anyway if none come.
   if (config.upstreamDnsServers !== undefined) await engine.ready()
   if (config.upstreamDnsServers !== undefined && !namesAHost(config.upstreamUrls ?? [])) {
-    log.warn({ upstreamDnsServers: config.upstreamDnsServers }, 'UPSTREAM_DNS_SERVERS is set, ' +
-      'but UPSTREAM_URL names no host ' +
-      '(only IP addresses, or unset): nothing is resolved, the servers are never asked')
+    log.warn({ upstreamDnsServers: config.upstreamDnsServers },
+      'UPSTREAM_DNS_SERVERS is set, but UPSTREAM_URL names no host (only IP addresses, or unset): ' +
+      'nothing is resolved, the servers are never asked')
   }
 
   const { metrics, stop } = observedMetrics(engine, { perCall: config.metricsPort !== 0 })

@@ -160,8 +160,8 @@ function checkCombinations (parsed: Env, production: boolean, tryTimeoutMs: numb
   if (production && !engineSet) {
     // The embedded engine keeps its data in memory (decision: production means a real engine).
     throw new ConfigError(
-      "NODE_ENV=production needs UPSTREAM_URL: set it to the engine's base " +
-        'URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)'
+      'NODE_ENV=production needs UPSTREAM_URL: ' +
+        "set it to the engine's base URL, e.g. http://engine:4000 (the embedded engine keeps data in memory)"
     )
   }
   if (parsed.METRICS_PORT !== 0 && parsed.METRICS_PORT === parsed.PORT) {
@@ -251,9 +251,8 @@ function dnsServers (text: string): readonly string[] {
   if (bad !== undefined) {
     throw new ConfigError(
       `UPSTREAM_DNS_SERVERS=${JSON.stringify(text)} is invalid: ` +
-        `${JSON.stringify(bad)} is not an IP address with an ` +
-        'optional port 1-65535; expected comma-separated ip or ' +
-        'ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353'
+        `${JSON.stringify(bad)} is not an IP address with an optional port 1-65535; ` +
+        'expected comma-separated ip or ip:port, IPv6 as [ip]:port, e.g. 10.96.0.10,127.0.0.1:5353'
     )
   }
   return Object.freeze(entries)
@@ -288,8 +287,8 @@ function withoutCredentials (text: string): string {
 function upstreamOrigin (text: string): string {
   if (withoutCredentials(text) !== text) {
     throw new ConfigError(
-      'UPSTREAM_URL must not hold credentials (user:password@): the URL is ' +
-        'logged; remove them and let the network or a proxy authenticate the gateway'
+      'UPSTREAM_URL must not hold credentials (user:password@): ' +
+        'the URL is logged; remove them and let the network or a proxy authenticate the gateway'
     )
   }
   const port = /:(\d+)\/?$/.exec(text)?.[1]
@@ -337,8 +336,9 @@ function checkedJwksIssuer (env: Env, jwksUrl: string, production: boolean): str
   // Whoever can change the key set on its way can sign any token.
   if (production && !isHttpsOrLoopback(jwksUrl)) {
     throw new ConfigError(
-      'JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced ' +
-        "on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"
+      'JWT_JWKS_URL must be https in production: ' +
+        'a key set fetched over plain http can be replaced on the way, and with it every token; ' +
+        "use the provider's https URL (or a TLS proxy on 127.0.0.1)"
     )
   }
   return env.JWT_ISSUER

@@ -15,7 +15,10 @@ export async function processLog (config: GatewayConfig): Promise<ProcessLog> {
       level: config.logLevel,
       stream,
       // Nothing logs headers today; this keeps a future `req` serializer from leaking tokens.
-      redact: { paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+      redact: {
+        paths: ['req.headers.authorization', 'headers.authorization', 'req.headers.cookie'],
+        censor: '[redacted]'
+      }
     },
     flush: async () => {
       if ('flush' in stream && typeof stream.flush === 'function') {

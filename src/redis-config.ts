@@ -44,8 +44,8 @@ export interface RedisEnv {
 }
 
 const ONE_OF =
-  'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with ' +
-    'REDIS_SENTINEL_NAME (Sentinel) or REDIS_CLUSTER_NODES (Redis Cluster)'
+  'set exactly one of REDIS_URL (one server), REDIS_SENTINELS with REDIS_SENTINEL_NAME (Sentinel) or ' +
+    'REDIS_CLUSTER_NODES (Redis Cluster)'
 
 /** Variables that hold secrets: never quoted in a message. */
 export const REDIS_SECRET_VARIABLES: ReadonlySet<string> = new Set([
@@ -88,8 +88,8 @@ function read (env: RedisEnv): RedisConfig | undefined {
   if (mode === 'REDIS_SENTINELS') {
     if (env.REDIS_SENTINEL_NAME === undefined) {
       throw new RedisConfigProblem(
-        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: set it to the master group ' +
-          'the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
+        'REDIS_SENTINELS needs REDIS_SENTINEL_NAME: ' +
+          'set it to the master group the Sentinels monitor (the <name> of "sentinel monitor <name> ...")'
       )
     }
     return {
@@ -110,14 +110,14 @@ type ModeVariable = 'REDIS_URL' | 'REDIS_SENTINELS' | 'REDIS_CLUSTER_NODES'
 function checkCombination (env: RedisEnv, mode: ModeVariable | undefined): void {
   if (env.REDIS_SENTINEL_NAME !== undefined && mode !== 'REDIS_SENTINELS') {
     throw new RedisConfigProblem(
-      'REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: set REDIS_SENTINELS ' +
-        "to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
+      'REDIS_SENTINEL_NAME is set without REDIS_SENTINELS: ' +
+        "set REDIS_SENTINELS to the Sentinels' host:port list, or unset REDIS_SENTINEL_NAME"
     )
   }
   if (env.REDIS_SENTINEL_PASSWORD !== undefined && mode !== 'REDIS_SENTINELS') {
     throw new RedisConfigProblem(
-      'REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: it ' +
-        "is the Sentinels' password; set REDIS_SENTINELS, or unset it"
+      'REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS: ' +
+        "it is the Sentinels' password; set REDIS_SENTINELS, or unset it"
     )
   }
   for (const name of ['REDIS_USERNAME', 'REDIS_PASSWORD'] as const) {

@@ -108,8 +108,8 @@ export async function createAuthenticator (app: FastifyInstance, opts: AuthOptio
       if (err instanceof KeyNotFound && err.retryAfterS !== undefined) {
         // The provider is down: 503, never 401, which would make apps log users out.
         reply.header('retry-after', String(err.retryAfterS))
-        request.log.warn({ retryAfterS: err.retryAfterS }, 'token refused: its key cannot be ' +
-          'had, identity provider unreachable')
+        request.log.warn({ retryAfterS: err.retryAfterS },
+          'token refused: its key cannot be had, identity provider unreachable')
         return done(new GatewayError('AUTH_PROVIDER_UNAVAILABLE'))
       }
       done(err instanceof GatewayError ? err : unauthorized(err instanceof KeyNotFound ? err.message : 'invalid token'))
@@ -129,7 +129,9 @@ async function staticKeyVerifier (app: FastifyInstance, jwt: JwtStaticKeyConfig)
     verify: {
       algorithms: [jwt.algorithm],
       // fast-jwt checks allowedIss/allowedAud only when the claim is present, so require it too.
-      requiredClaims: ['sub', 'exp', ...(jwt.issuer === undefined ? [] : ['iss']), ...(jwt.audience === undefined ? [] : ['aud'])],
+      requiredClaims: [
+        'sub', 'exp', ...(jwt.issuer === undefined ? [] : ['iss']), ...(jwt.audience === undefined ? [] : ['aud'])
+      ],
       clockTolerance: jwt.clockToleranceS * 1000,
       ...(jwt.issuer === undefined ? {} : { allowedIss: jwt.issuer }),
       ...(jwt.audience === undefined ? {} : { allowedAud: jwt.audience })

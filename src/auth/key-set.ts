@@ -99,8 +99,7 @@ export class KeySet {
     let found = this.lookup(kid)
     if (found !== undefined) return found
     if (kid === undefined && this.keys.length > 1) {
-      throw new KeyNotFound('token has no kid and the ' +
-      'key set holds several keys')
+      throw new KeyNotFound('token has no kid and the key set holds several keys')
     }
     if (this.inFlight !== undefined) await this.inFlight
     else if (Date.now() - this.lastAttemptAt >= this.opts.cooldownMs) await this.refresh()

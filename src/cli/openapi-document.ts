@@ -5,7 +5,9 @@ import { loadConfig } from '../config.js'
 
 export async function openApiDocument (): Promise<string> {
   // The document does not depend on configuration: any valid one will do.
-  const config = loadConfig({ JWT_SECRET: randomBytes(32).toString('hex'), UPSTREAM_URL: 'http://127.0.0.1:9', METRICS_PORT: '0' })
+  const config = loadConfig({
+    JWT_SECRET: randomBytes(32).toString('hex'), UPSTREAM_URL: 'http://127.0.0.1:9', METRICS_PORT: '0'
+  })
   const gateway = await compose(config)
   try {
     await gateway.app.ready()

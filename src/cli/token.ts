@@ -46,14 +46,16 @@ if (jwt.source === 'jwks') {
     'not from this tool (unset JWT_JWKS_URL to mint test tokens)')
 }
 if (jwt.generated) {
-  fail('no JWT_SECRET or JWT_PUBLIC_KEY is set: set the same one the ' +
-    'gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)')
+  fail('no JWT_SECRET or JWT_PUBLIC_KEY is set: ' +
+    'set the same one the gateway runs with, e.g. export JWT_SECRET=$(openssl rand -hex 32)')
 }
 if (jwt.algorithm !== 'HS256' && values['private-key'] === undefined) {
   fail(`JWT_PUBLIC_KEY is set (${jwt.algorithm}): pass the matching private key with --private-key <file.pem>`)
 }
 
-const privateKey = jwt.algorithm === 'HS256' ? undefined : attempt(() => readFileSync(values['private-key']!, 'utf8'), 'cannot read --private-key')
+const privateKey = jwt.algorithm === 'HS256'
+  ? undefined
+  : attempt(() => readFileSync(values['private-key']!, 'utf8'), 'cannot read --private-key')
 const app = Fastify()
 await app.register(fastifyJwt, {
   secret: privateKey === undefined ? jwt.key : { private: privateKey, public: jwt.key },
@@ -63,4 +65,8 @@ await app.register(fastifyJwt, {
     ...(jwt.audience === undefined ? {} : { aud: jwt.audience })
   }
 })
-process.stdout.write(attempt(() => app.jwt.sign({ sub: values.sub }, { expiresIn: values['expires-in'] }), 'cannot sign (is --expires-in like 30m, 1h, 7d?)') + '\n')
+const token = attempt(
+  () => app.jwt.sign({ sub: values.sub }, { expiresIn: values['expires-in'] }),
+  'cannot sign (is --expires-in like 30m, 1h, 7d?)'
+)
+process.stdout.write(token + '\n')

@@ -1,4 +1,6 @@
-/** The engine's answers read against the upstream contract (DECISIONS 8): anything outside it is a 502. */
+/** The engine's answers read against the upstream contract (decision: what the client gets when the engine fails):
+ * anything outside it is a 502.
+ */
 import type { FastifyReply } from 'fastify'
 import type { StructuredError } from '../../schemas/errors.js'
 import { isEngineError } from '../../schemas/upstream.js'
@@ -89,7 +91,8 @@ export function assertEngineJson (
 
 /** The ping answer is text: 200 `pong`, or the engine's structured error. */
 export function sendEnginePong (reply: FastifyReply, answer: EngineResponse, errors: EngineErrors): FastifyReply {
-  if (answer.status === 200 && answer.contentType.startsWith('text/plain') && answer.body.toString('latin1') === 'pong') {
+  const pong = answer.status === 200 && answer.contentType.startsWith('text/plain')
+  if (pong && answer.body.toString('latin1') === 'pong') {
     return reply.code(200).type('text/plain; charset=utf-8').send('pong')
   }
   assertEngineJson(answer, () => false, '200 text/plain pong', errors)

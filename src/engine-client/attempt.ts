@@ -40,7 +40,9 @@ export interface AttemptOwner {
   tooLate: (attempt: Attempt) => boolean
 }
 
-/** The request body as undici pulls it, noting whether the source threw: the client's failure (DECISIONS 23). */
+/** The request body as undici pulls it, noting whether the source threw: the client's failure
+ * (decision: uploads share the engine fairly).
+ */
 async function * watched (source: AsyncIterable<Buffer>, attempt: Attempt): AsyncGenerator<Buffer> {
   try {
     yield * source
@@ -181,8 +183,12 @@ export class Attempt implements Dispatcher.DispatchHandler {
   onResponseData (c: Controller, chunk: Buffer): void {
     if (this.#held) return
     this.size += chunk.length
-    if (this.size > this.maxBytes) c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause: new Error(`engine response exceeds ${this.maxBytes} bytes`) }))
-    else this.chunks.push(chunk)
+    if (this.size <= this.maxBytes) {
+      this.chunks.push(chunk)
+      return
+    }
+    const cause = new Error(`engine response exceeds ${this.maxBytes} bytes`)
+    c.abort(new GatewayError('UPSTREAM_BAD_RESPONSE', undefined, { cause }))
   }
 
   onResponseEnd (): void {

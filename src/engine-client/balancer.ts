@@ -1,7 +1,7 @@
 /**
- * Who gets the next request (DECISIONS 24): Envoy's least-request with two random choices, and its panic threshold.
- * An endpoint whose last connection failed is passed over while another can be reached, so a burst does not spend
- * the retry budget on it. Called once per try, it reuses one scratch array.
+ * Who gets the next request (decision: several engine endpoints): Envoy's least-request with two random choices, and
+ * its panic threshold. An endpoint whose last connection failed is passed over while another can be reached, so a burst
+ * does not spend the retry budget on it. Called once per try, it reuses one scratch array.
  */
 import type { Endpoint } from './endpoints.js'
 

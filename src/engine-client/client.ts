@@ -1,6 +1,7 @@
 /**
- * The gateway's only way to the engine (DECISIONS 24): a small cluster client. Answers are collected whole, bounded,
- * because their shape is checked before answering (DECISIONS 8); request bodies stream through unbuffered.
+ * The gateway's only way to the engine (decision: several engine endpoints): a small cluster client. Answers are
+ * collected whole, bounded, because their shape is checked before answering
+ * (decision: what the client gets when the engine fails); request bodies stream through unbuffered.
  */
 import type { LookupFunction } from 'node:net'
 import { Client, Pool } from 'undici'
@@ -56,11 +57,13 @@ export interface EnginePoolOptions {
   /** How long an idle keep-alive socket is kept; below the engine's own idle timeout. */
   keepAliveTimeoutMs?: number
   maxResponseBytes?: number
-  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it, 503 at once (DECISIONS 15). */
+  /** Requests that may wait for a connection (UPSTREAM_MAX_QUEUE); past it, 503 at once (decision: load shedding). */
   maxQueue?: number
 }
 
-/** Who is asking: the request id, the verified subject (never a client header, DECISIONS 9), the trace context. */
+/** Who is asking: the request id, the verified subject (never a client header), the trace context
+ * (decision: the engine learns the user from the gateway).
+ */
 export function callerOf (request: {
   id: string
   userId: string
@@ -69,7 +72,7 @@ export function callerOf (request: {
   return { requestId: request.id, userId: request.userId, traceparent: request.traceparent }
 }
 
-/** The load shedder's overloaded 503 (DECISIONS 15), when UPSTREAM_MAX_QUEUE calls already wait. */
+/** The load shedder's overloaded 503 (decision: load shedding), when UPSTREAM_MAX_QUEUE calls already wait. */
 function queueFull (): GatewayError {
   return new GatewayError('OVERLOADED', undefined, { headers: { 'retry-after': '1' } })
 }
@@ -279,7 +282,7 @@ export class EngineClient {
     return this.#set.list.find((e) => e.key === endpoint)?.pool.stats.connected
   }
 
-  /** True while any endpoint is out of rotation: /api/health says degraded (DECISIONS 24). */
+  /** True while any endpoint is out of rotation: /api/health says degraded (decision: several engine endpoints). */
   degraded (): boolean {
     return this.#set.list.some((e) => !e.up)
   }

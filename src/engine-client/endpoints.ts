@@ -1,7 +1,7 @@
 /**
- * Which endpoints exist (DECISIONS 24): every base URL of UPSTREAM_URL, a host name being one endpoint per address,
- * resolved again every UPSTREAM_DNS_REFRESH_MS and at once when health.ts asks, so a rollout is followed in seconds.
- * Each endpoint has its own undici Pool, hence its own connection bound and queue.
+ * Which endpoints exist (decision: several engine endpoints): every base URL of UPSTREAM_URL, a host name being one
+ * endpoint per address, resolved again every UPSTREAM_DNS_REFRESH_MS and at once when health.ts asks, so a rollout is
+ * followed in seconds. Each endpoint has its own undici Pool, hence its own connection bound and queue.
  */
 import { lookup as dnsLookup, Resolver } from 'node:dns/promises'
 import { isIP, type LookupFunction } from 'node:net'
@@ -78,7 +78,7 @@ export function namesAHost (urls: readonly string[]): boolean {
 
 export type PoolFactory = (origin: string) => Pool
 
-/** Envoy's default DNS refresh rate (DECISIONS 24). */
+/** Envoy's default DNS refresh rate (decision: several engine endpoints). */
 export const DNS_REFRESH_MS = 5_000
 
 /** The longest one lookup may take (or the refresh period, when shorter). */

@@ -1,7 +1,7 @@
 /**
- * Who is healthy (DECISIONS 24): Envoy's outlier detection (passive, on real calls) and health checker (active, on a
- * connection of its own), kept small, ending in one boolean per endpoint, `up`, which is all the balancer reads. An
- * endpoint that becomes unreachable asks DNS again, since after a rollout the old addresses refuse.
+ * Who is healthy (decision: several engine endpoints): Envoy's outlier detection (passive, on real calls) and health
+ * checker (active, on a connection of its own), kept small, ending in one boolean per endpoint, `up`, which is all the
+ * balancer reads. An endpoint that becomes unreachable asks DNS again, since after a rollout the old addresses refuse.
  */
 import type { LookupFunction } from 'node:net'
 import { Client } from 'undici'
@@ -35,7 +35,7 @@ export interface HealthEvents {
 }
 
 export interface HealthOptions {
-  /** Active check period (DECISIONS 24: 5 s); tests shorten it. 0 turns active checks off. */
+  /** Active check period, 5 s (decision: several engine endpoints); tests shorten it. 0 turns active checks off. */
   intervalMs?: number
   /** One check's deadline, connection included (1 s). */
   timeoutMs?: number
@@ -51,7 +51,7 @@ type Verdict = 'pass' | 'fail' | 'draining' | 'unreachable'
 const codeOf = (err: unknown): string =>
   typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : ''
 
-/** A 200's body passes when every service it reports is connected (DECISIONS 24). */
+/** A 200's body passes when every service it reports is connected (decision: several engine endpoints). */
 function allConnected (text: string): boolean {
   let body: unknown
   try {
@@ -250,7 +250,7 @@ export class HealthState {
     } else {
       e.checkSuccesses = 0
       e.checkFailures++
-      // DECISIONS 25: a draining engine answers 500; it gets no new requests from this check on.
+      // A draining engine answers 500; it gets no new requests from this check on (decision: the engine drains too).
       if (verdict === 'draining') e.draining = true
       if (e.checkFailures >= 2) e.checkedHealthy = false
     }

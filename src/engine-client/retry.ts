@@ -1,7 +1,7 @@
 /**
- * Whether to try again (DECISIONS 24): any call that provably never reached the engine (it failed before
- * onRequestStart, which undici calls right before the first byte); GETs also after a reset, a try's timeout or a bad
- * answer; never a POST whose bytes went out, since its outcome is unknown.
+ * Whether to try again (decision: several engine endpoints): any call that provably never reached the engine (it failed
+ * before onRequestStart, which undici calls right before the first byte); GETs also after a reset, a try's timeout or a
+ * bad answer; never a POST whose bytes went out, since its outcome is unknown.
  */
 import type { GatewayError } from '../http/errors.js'
 

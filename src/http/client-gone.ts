@@ -60,7 +60,10 @@ class Gone implements Abandonment, ClientGone {
   done (): void { if (this.#watch.gone === this) this.#watch.gone = undefined }
 
   addEventListener (_type: 'abort', listener: AbandonmentListener): void { this.#listener = listener }
-  removeEventListener (_type: 'abort', listener: AbandonmentListener): void { if (this.#listener === listener) this.#listener = undefined }
+  removeEventListener (_type: 'abort', listener: AbandonmentListener): void {
+    if (this.#listener === listener) this.#listener = undefined
+  }
+
   abort (reason: unknown): void {
     if (this.aborted) return
     this.aborted = true

@@ -343,7 +343,9 @@ function readRaw (socket: Socket, linger: Linger): void {
  */
 function detachReaders (raw: IncomingMessage, keep: (chunk: Buffer) => void): void {
   raw.unpipe()
-  for (const listener of raw.listeners('data')) if (listener !== keep) raw.off('data', listener as (chunk: Buffer) => void)
+  for (const listener of raw.listeners('data') as Array<(chunk: Buffer) => void>) {
+    if (listener !== keep) raw.off('data', listener)
+  }
   raw.removeAllListeners('readable')
   raw.resume()
 }

@@ -94,7 +94,14 @@ function cutOnIdle (socket: NodeSocket & PipeliningSocket): void {
 }
 
 /** An answer written in front of Fastify: a JSON body, an id, and the connection ended as every answer's is. */
-export function answerInFront (req: IncomingMessage, res: ServerResponse, status: number, body: string, ends: Pick<FrontOptions, 'lifecycle' | 'linger'>, headers: Record<string, string> = {}): void {
+export function answerInFront (
+  req: IncomingMessage,
+  res: ServerResponse,
+  status: number,
+  body: string,
+  ends: Pick<FrontOptions, 'lifecycle' | 'linger'>,
+  headers: Record<string, string> = {}
+): void {
   const requestId = requestIdFrom(req)
   const limit = bodyLimitOf(routerPath(req.url ?? ''))
   res.writeHead(status, {

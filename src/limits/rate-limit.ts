@@ -25,7 +25,9 @@ export function rateLimitHook (store: LimitStore, perMinute: number, metrics: Li
       const resetS = Math.max(1, Math.ceil(resetMs / 1000))
       reply.header('ratelimit-policy', policy)
       reply.header('ratelimit', `"default";r=${Math.max(0, perMinute - count)};t=${resetS}`)
-      if (count > perMinute) return done(new GatewayError('RATE_LIMITED', undefined, { headers: { 'retry-after': String(resetS) } }))
+      if (count > perMinute) {
+        return done(new GatewayError('RATE_LIMITED', undefined, { headers: { 'retry-after': String(resetS) } }))
+      }
       done()
     }
     function failOpen (err: unknown): void {

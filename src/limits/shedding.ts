@@ -42,7 +42,11 @@ export interface ShedSignals {
   engineQueueFull: () => boolean
 }
 
-const OVERLOADED_ANSWER: FrontAnswer = Object.freeze({ status: 503, body: JSON.stringify(wireBody(overloaded(), undefined)), headers: Object.freeze({ 'retry-after': RETRY_AFTER_S }) })
+const OVERLOADED_ANSWER: FrontAnswer = Object.freeze({
+  status: 503,
+  body: JSON.stringify(wireBody(overloaded(), undefined)),
+  headers: Object.freeze({ 'retry-after': RETRY_AFTER_S })
+})
 
 /**
  * Asked in front of Fastify, so a refusal costs Node's parse and one write; it logs one line a second while shedding,
@@ -69,14 +73,16 @@ export class LoadShedder {
     const url = req.url ?? ''
     const path = url.startsWith('/api/') ? url : routerPath(url)
     if (path?.startsWith('/api/') !== true) return undefined
-    const why = signals.eventLoop?.lagging() === true ? 'event loop' : signals.engineQueueFull() ? 'engine queue' : undefined
+    const why = signals.eventLoop?.lagging() === true
+      ? 'event loop'
+      : signals.engineQueueFull() ? 'engine queue' : undefined
     if (why === undefined) return undefined
     this.#metrics!.rejected('shed')
     this.#shedSinceLine++
     const now = performance.now()
     if (now - this.#lineAt >= 1000) {
-      this.#log!.warn({ signal: why, shed: this.#shedSinceLine }, 'shedding load: new /api/* requests ' +
-        'get 503 (count since the last such line)')
+      this.#log!.warn({ signal: why, shed: this.#shedSinceLine },
+        'shedding load: new /api/* requests get 503 (count since the last such line)')
       this.#shedSinceLine = 0
       this.#lineAt = now
     }

@@ -42,7 +42,8 @@ export function accessLog (log: FastifyBaseLogger): AccessLog {
     // traceId is hex, checked; the rest is quoted. A client that reset its connection has no address: null keeps
     // the line JSON.
     stream.write(
-      `${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}","method":${quote(request.method)}` +
+      `${head}${time()}${bindings},"reqId":${quote(request.id)},"traceId":"${traceIdOf(request.raw)}"` +
+        `,"method":${quote(request.method)}` +
         `,"url":${quote(request.url)},"ip":${quote(request.ip ?? null)},"status":${status}` +
         `,"ms":${Math.round(reply.elapsedTime)}${ended?.clientLeft === true ? left : tail}`
     )

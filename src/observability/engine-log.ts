@@ -37,8 +37,9 @@ export function logEngineEvents (app: FastifyInstance, engine: ClusterSource, no
       s.untold++
       const at = now()
       if (at - s.lastWarningAt < LOOKUP_WARNING_EVERY_MS) return
-      log.warn({ name, reason: (error as NodeJS.ErrnoException).code ?? error.message, failures: s.untold }, 'engine ' +
-        'name lookup failed: its endpoints are kept as they were, and it is asked again at the next refresh')
+      const reason = (error as NodeJS.ErrnoException).code ?? error.message
+      log.warn({ name, reason, failures: s.untold }, 'engine name lookup failed: ' +
+        'its endpoints are kept as they were, and it is asked again at the next refresh')
       s.warned = true
       s.lastWarningAt = at
       s.untold = 0

@@ -41,13 +41,15 @@ export async function startMetricsServer (metrics: GatewayMetrics, opts: Metrics
       return
     }
     if (req.method !== 'GET' || path !== '/metrics') {
-      res.writeHead(404, { 'content-type': JSON_TYPE }).end(opts.status === undefined ? '{"error":"not found: metrics are at GET /metrics"}' : '{"error":"not found: metrics are at GET /metrics, status at GET /status"}')
+      res.writeHead(404, { 'content-type': JSON_TYPE }).end(opts.status === undefined
+        ? '{"error":"not found: metrics are at GET /metrics"}'
+        : '{"error":"not found: metrics are at GET /metrics, status at GET /status"}')
       return
     }
     metrics.scrape().then(({ contentType, body }) => {
       res.writeHead(200, { 'content-type': contentType }).end(body)
     }, () => {
-      res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' }).end('{"error":"metrics collection failed"}')
+      res.writeHead(500, { 'content-type': JSON_TYPE }).end('{"error":"metrics collection failed"}')
     })
   })
   // A scraper keeps its connection; it must not hold shutdown.

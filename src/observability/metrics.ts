@@ -216,7 +216,7 @@ export class GatewayMetrics {
 
   readonly traceSpansDropped = new Counter({
     name: 'gateway_trace_spans_dropped_total',
-    help: 'Finished spans never exported (DECISIONS 29): the export queue was full, ' +
+    help: 'Finished spans never exported: the export queue was full, ' +
       'or the collector refused, could not be reached or did not answer in time',
     registers: [this.registry]
   })
@@ -272,7 +272,9 @@ export class GatewayMetrics {
       'upload_busy',
       'upload_slow'
     ] as const) { this.rejections.inc({ reason }, 0) }
-    for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) { this.idempotency.inc({ outcome }, 0) }
+    for (const outcome of ['replay', 'conflict', 'in_flight', 'store_unavailable'] as const) {
+      this.idempotency.inc({ outcome }, 0)
+    }
     for (const result of ['ok', 'failed'] as const) this.keySetRefreshes.inc({ result }, 0)
     for (const reason of ['missed', 'unreplicated'] as const) this.redisReplicationLag.inc({ reason }, 0)
     this.engineRetryBudgetExhausted.inc(0)

@@ -2,7 +2,9 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { toGatewayError } from '../http/error-handler.js'
 import type { GatewayError } from '../http/errors.js'
-import { GatewayMetrics, STATUS_CLASSES, type EngineMetricsSource, UNKNOWN_ROUTE, type RejectionReason } from './metrics.js'
+import {
+  GatewayMetrics, STATUS_CLASSES, type EngineMetricsSource, UNKNOWN_ROUTE, type RejectionReason
+} from './metrics.js'
 import type { CounterSeries, HistogramSeries } from './series.js'
 
 /** An unmatched request's method outside these is labelled "other", so no client adds series. */
@@ -74,7 +76,10 @@ export function installRequestMetrics (app: FastifyInstance, metrics: GatewayMet
   app.addHook('onResponse', (request, reply, done) => {
     if (request.is404) {
       let series = unmatched.get(request.method)
-      if (series === undefined) unmatched.set(request.method, series = seriesFor(metrics, UNKNOWN_ROUTE, KNOWN_METHODS.has(request.method) ? request.method : 'other'))
+      if (series === undefined) {
+        const method = KNOWN_METHODS.has(request.method) ? request.method : 'other'
+        unmatched.set(request.method, series = seriesFor(metrics, UNKNOWN_ROUTE, method))
+      }
       record(series, reply)
     }
     done()

@@ -8,7 +8,9 @@
  *
  * Never a token, a subject, a key or a body. An unsampled request costs the sampler's decision and nothing else.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer } from '@opentelemetry/api'
+import {
+  ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span, type SpanContext, type Tracer
+} from '@opentelemetry/api'
 import { parseTraceParent } from '@opentelemetry/core'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import {
@@ -113,7 +115,9 @@ function startRequestSpan (
   const decided = tracing.decide(followed, client === undefined ? traceId : undefined)
   if (decided === undefined) {
     // The engine follows the gateway's decision, not the client's flag: a sampled engine-bound header means recorded.
-    if (client !== undefined && request.traceparent.endsWith('01')) setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+    if (client !== undefined && request.traceparent.endsWith('01')) {
+      setTraceparent(request.raw, `${request.traceparent.slice(0, 53)}00`)
+    }
     return undefined
   }
   // A recorded request from outside TRUST_PROXY still continues its client's trace (not its decision).
@@ -190,7 +194,10 @@ function hostPort (endpoint: string): { host: string, port: number | undefined }
 }
 
 /** A span for one idempotency store operation; undefined unless the request is sampled. */
-export function startStoreSpan (request: FastifyRequest, operation: 'claim' | 'complete' | 'release'): Span | undefined {
+export function startStoreSpan (
+  request: FastifyRequest,
+  operation: 'claim' | 'complete' | 'release'
+): Span | undefined {
   const t = request.trace
   if (t === undefined) return undefined
   return t.tracer.startSpan(`idempotency ${operation}`, {
@@ -213,6 +220,7 @@ export function endStoreSpan (span: Span | undefined, err?: unknown): void {
 export function traceUploadWait (request: FastifyRequest, askedAt: number): void {
   const t = request.trace
   if (t === undefined) return
-  const span = t.tracer.startSpan('upload connection wait', { startTime: askedAt, attributes: { [ATTR.uploadWaitMs]: performance.now() - askedAt } }, t.context)
+  const attributes = { [ATTR.uploadWaitMs]: performance.now() - askedAt }
+  const span = t.tracer.startSpan('upload connection wait', { startTime: askedAt, attributes }, t.context)
   span.end()
 }

@@ -22,20 +22,35 @@ export const IN_FLIGHT_GRACE_MS = 25_000
 const MAX_IDEMPOTENCY_TTL_S = 2_592_000
 
 export const EngineEnv = Type.Object({
-  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], { default: 'development', description: 'development, production or test; production gives a 5 s drain notice' }),
+  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], {
+    default: 'development',
+    description: 'development, production or test; production gives a 5 s drain notice'
+  }),
   ENGINE_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 4000, description: 'an integer port, 0-65535' }),
   ENGINE_METRICS_PORT: Type.Integer({
     minimum: 0,
     maximum: 65535,
     default: 0,
-    description: 'an integer port, ' +
-    '0-65535, for GET /metrics on ENGINE_HOST; 0 (the default) serves none'
+    description: 'an integer port, 0-65535, for GET /metrics on ENGINE_HOST; 0 (the default) serves none'
   }),
   ENGINE_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'a listen address such as 127.0.0.1' }),
   ENGINE_IMAGE_DIR: Type.String({ minLength: 1, description: 'a directory for uploaded images' }),
-  ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_DRAIN_NOTICE_MS, description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM` })),
-  ENGINE_IDEMPOTENCY_TTL_S: Type.Integer({ minimum: 1, maximum: MAX_IDEMPOTENCY_TTL_S, default: DEFAULT_KEY_TTL_S, description: `seconds, 1-${MAX_IDEMPOTENCY_TTL_S}, that the record of a create's Idempotency-Key lives; keep it longer than the gateways' IDEMPOTENCY_TTL_S` }),
-  ENGINE_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://[^\\s]+$', description: 'redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share' }))
+  ENGINE_DRAIN_NOTICE_MS: Type.Optional(Type.Integer({
+    minimum: 0,
+    maximum: MAX_DRAIN_NOTICE_MS,
+    description: `milliseconds, 0-${MAX_DRAIN_NOTICE_MS}, of /health 500 before the listener closes on SIGTERM`
+  })),
+  ENGINE_IDEMPOTENCY_TTL_S: Type.Integer({
+    minimum: 1,
+    maximum: MAX_IDEMPOTENCY_TTL_S,
+    default: DEFAULT_KEY_TTL_S,
+    description: `seconds, 1-${MAX_IDEMPOTENCY_TTL_S}, that the record of a create's Idempotency-Key lives; ` +
+      "keep it longer than the gateways' IDEMPOTENCY_TTL_S"
+  }),
+  ENGINE_REDIS_URL: Type.Optional(Type.String({
+    pattern: '^rediss?://[^\\s]+$',
+    description: 'redis://[user:password@]host:port[/db] (or rediss://) for the portfolios that several engines share'
+  }))
 })
 export type EngineEnv = Static<typeof EngineEnv>
 

@@ -64,7 +64,9 @@ interface ErrorLike { code?: unknown, statusCode?: unknown, message?: unknown }
  */
 export function toEngineError (err: unknown): EngineError {
   if (err instanceof EngineError) return err
-  if (err instanceof StoreUnavailableError) return new EngineError('SERVICE_UNAVAILABLE', STORE_UNAVAILABLE_MESSAGE, { cause: err })
+  if (err instanceof StoreUnavailableError) {
+    return new EngineError('SERVICE_UNAVAILABLE', STORE_UNAVAILABLE_MESSAGE, { cause: err })
+  }
   const e: ErrorLike = typeof err === 'object' && err !== null ? err : {}
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500
   if (status >= 400 && status < 500) {

@@ -62,7 +62,8 @@ export async function receiveImage (part: FilePart, dir: string, maxBytes: numbe
     if (part.file.truncated === true || sniffer.bytes > maxBytes) {
       throw validationError(`image must be at most ${maxBytes} bytes`)
     }
-    return { tempPath, mime: sniffer.mime as ImageMime, bytes: sniffer.bytes, sha256: sniffing.hash.digest('base64url') }
+    const sha256 = sniffing.hash.digest('base64url')
+    return { tempPath, mime: sniffer.mime as ImageMime, bytes: sniffer.bytes, sha256 }
   } catch (err) {
     // An early failure may still be opening the file: removed before the open completes, it would be left behind.
     if (!sink.closed) await new Promise<void>((resolve) => sink.once('close', () => { resolve() }))

@@ -1,7 +1,9 @@
 /** The store in this process's memory, right for one engine. */
 import type { TargetPosition } from '../../schemas/portfolio.js'
 import { SERVICE_CONNECTED } from '../../schemas/upstream.js'
-import { copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState } from './store.js'
+import {
+  copyTargets, DEFAULT_KEY_TTL_S, freezePortfolio, type KeyRecord, type Portfolio, type PortfolioStore, type StoreState
+} from './store.js'
 
 const CONNECTED: StoreState = Object.freeze({ database: SERVICE_CONNECTED, cache: SERVICE_CONNECTED })
 

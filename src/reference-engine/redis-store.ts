@@ -108,8 +108,7 @@ export class RedisPortfolioStore implements PortfolioStore {
     })
     const down = (reason: string): void => {
       if (this.#state !== 'down') {
-        opts.log.warn({ reason }, 'portfolio store unavailable (redis): ' +
-        'creates and updates answer 503; reconnecting')
+        opts.log.warn({ reason }, 'portfolio store unavailable (redis): creates and updates answer 503; reconnecting')
       }
       this.#state = 'down'
     }

@@ -20,7 +20,8 @@ const BEARER_SCHEME = 'bearerAuth'
  * A schema that becomes a named component: @fastify/swagger drops a top-level
  * `$id`, so the title carries the name and `hoistNamedSchemas` does the rest.
  */
-const named = <T extends TSchema>(schema: T): T => (typeof schema.$id === 'string' ? { ...schema, title: schema.$id } : schema)
+const named = <T extends TSchema>(schema: T): T =>
+  typeof schema.$id === 'string' ? { ...schema, title: schema.$id } : schema
 
 const TRACE_HEADERS = {
   [REQUEST_ID_HEADER]: Type.Optional(RequestIdParameter),
@@ -112,7 +113,9 @@ export async function registerOpenApi (app: FastifyInstance): Promise<void> {
   })
   // The routes are fixed once the app is ready: serialize the document once.
   let text: string | undefined
-  app.get(OPENAPI_PATH, async (_request, reply) => reply.type('application/json; charset=utf-8').send(text ??= JSON.stringify(app.swagger())))
+  app.get(OPENAPI_PATH, async (_request, reply) => {
+    return reply.type('application/json; charset=utf-8').send(text ??= JSON.stringify(app.swagger()))
+  })
 }
 
 type Json = Record<string, unknown>

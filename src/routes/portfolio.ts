@@ -36,7 +36,11 @@ export const portfolioRoutes: FastifyPluginAsync<PortfolioRouteOptions> = async 
   app.get('/ping', pingHandler(opts.engine))
   app.post<{ Body: UpdatePortfolioBody }>(
     '/update',
-    { bodyLimit: LIMITS.updateBodyMaxBytes, config: { handler: 'updatePortfolio' }, schema: { body: UpdatePortfolioBody } },
+    {
+      bodyLimit: LIMITS.updateBodyMaxBytes,
+      config: { handler: 'updatePortfolio' },
+      schema: { body: UpdatePortfolioBody }
+    },
     updateHandler(opts)
   )
 }

@@ -1,7 +1,7 @@
 /**
  * `http.Server.close()` ends idle connections at once, and a connection just accepted is idle until its request is
- * parsed, so that request would be lost: stop accepting first and give open connections a grace (decision: the
- * engine drains too).
+ * parsed, so that request would be lost: stop accepting first and give open connections a grace
+ * (decision: the engine drains too).
  */
 import { once } from 'node:events'
 import { Server as NetServer } from 'node:net'

@@ -37,7 +37,9 @@ export function readEnv<T extends TObject> (
   })
 
   for (const [name, given] of Object.entries(raw)) {
-    if (properties[name]?.['type'] === 'integer' && !WHOLE_NUMBER.test(given)) { return issue(name, 'must be a whole number') }
+    if (properties[name]?.['type'] === 'integer' && !WHOLE_NUMBER.test(given)) {
+      return issue(name, 'must be a whole number')
+    }
   }
   const candidate: unknown = Value.Default(schema, Value.Convert(schema, { ...raw }))
   const first = Value.Errors(schema, candidate).First()

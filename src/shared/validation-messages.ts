@@ -35,7 +35,9 @@ function count (limit: unknown, noun: string): string {
   return `${String(limit)} ${noun}${limit === 1 ? '' : 's'}`
 }
 
-const ARTICLE: Readonly<Record<string, string>> = { array: 'an array', object: 'an object', integer: 'an integer', null: 'null' }
+const ARTICLE: Readonly<Record<string, string>> = {
+  array: 'an array', object: 'an object', integer: 'an integer', null: 'null'
+}
 
 /** `a number`, `a string`, `an object`; Ajv gives a list as `string,null`. */
 function typeName (type: unknown): string {

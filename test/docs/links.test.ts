@@ -128,6 +128,14 @@ t.test('citations are read as the code writes them', async (t) => {
   t.same(citations('x (decision: traces) y (decisions: identity; request ids)').titles, ['traces', 'identity', 'request ids'])
 })
 
+t.test('the product cites a decision by its title, never by its number alone', async (t) => {
+  // "(decision: traces)" says what the record is about; "DECISIONS 29" makes the reader look it up.
+  const numbered = ['src', 'schemas'].flatMap((dir) => filesUnder(dir, (n) => n.endsWith('.ts')))
+    .flatMap((file) => readFileSync(path.join(ROOT, file), 'utf8').split('\n')
+      .flatMap((line, i) => /DECISIONS \d/.test(line) ? [`${file}:${i + 1}: ${line.trim()}`] : []))
+  t.same(numbered, [])
+})
+
 t.test('every decision cited in src/, schemas/, test/ and deploy/ has its record in docs/decisions/', async (t) => {
   const records = filesUnder(DECISIONS_DIR, (n) => n.endsWith('.md') && n !== 'README.md')
   const numbered = new Map(records.flatMap((f) => {

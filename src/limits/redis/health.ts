@@ -63,8 +63,8 @@ export class RedisHealth {
 
   #down (reason: string): void {
     if (this.#state !== 'down') {
-      this.#log.warn({ reason }, 'redis unavailable: rate limits fail open, ' +
-      'Idempotency-Key requests get 503; reconnecting')
+      this.#log.warn({ reason },
+        'redis unavailable: rate limits fail open, Idempotency-Key requests get 503; reconnecting')
     }
     this.#state = 'down'
   }

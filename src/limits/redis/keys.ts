@@ -9,7 +9,7 @@ const PREFIX = 'pgw:'
 export function escapeSubject (subject: string): string {
   // Redis ignores an empty tag; '%' alone never comes out of the escaping, so it cannot collide.
   if (subject === '') return '%'
-  return /[%{}]/.test(subject) ? subject.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : subject
+  return subject.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
 }
 
 export function hashTag (subject: string): string {

@@ -93,7 +93,9 @@ export class ReplicaWatch {
     } else {
       node = client
     }
-    if (node === undefined || this.#replicated.get(master) !== true) { return this.#everReplicated ? 'unreplicated' : 'no_replicas' }
+    if (node === undefined || this.#replicated.get(master) !== true) {
+      return this.#everReplicated ? 'unreplicated' : 'no_replicas'
+    }
     let rounds = this.#rounds.get(master)
     if (rounds === undefined) this.#rounds.set(master, (rounds = { pausedUntil: 0 }))
     return await this.#join(rounds, node, key)

@@ -5,7 +5,9 @@
 import { createHash, type Hash } from 'node:crypto'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
-import { CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD } from '../../../schemas/portfolio.js'
+import {
+  CREATE_FORM_LIMITS, CreatePortfolioField, CreatePortfolioFields, IMAGE_FIELD
+} from '../../../schemas/portfolio.js'
 import { GatewayError, validationError } from '../../http/errors.js'
 import { ImageSniffer, NOT_AN_IMAGE, type ImageMime } from '../../shared/image-type.js'
 import { isMalformedMultipart } from '../../shared/multipart-errors.js'
@@ -215,7 +217,9 @@ export class CreateUpload {
   #acceptField (name: string, value: unknown, truncated: boolean): void {
     if (name === IMAGE_FIELD) throw validationError(`${IMAGE_FIELD} must be a file`)
     if (this.#fields.has(name)) throw validationError(`${shownName(name)} must be given once`)
-    if (!this.#checkField({ [name]: value })) throw validationError(describeIssues(this.#checkField.errors as SchemaIssue[], 'form'))
+    if (!this.#checkField({ [name]: value })) {
+      throw validationError(describeIssues(this.#checkField.errors as SchemaIssue[], 'form'))
+    }
     // A value cut at fieldSize is longer than any field allows; the schema has said so above.
     if (truncated) throw validationError(`${shownName(name)} is longer than ${CREATE_FORM_LIMITS.fieldSize} bytes`)
     this.#fields.set(name, String(value))
