@@ -16,9 +16,14 @@ import { silent } from '../../helpers/silent-log.js'
 
 t.setTimeout(120_000)
 
-/** A store on the three original nodes, its counters' client ready. */
-async function storeOn (t: Test, cluster: ClusterSetup): Promise<Cluster> {
-  const store = new RedisStore({ redis: { mode: 'cluster', nodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })) }, log: silent })
+/** A store on the three original nodes, its counters' client ready; `commandTimeoutMs` as the store's option. */
+async function storeOn (t: Test, cluster: ClusterSetup, commandTimeoutMs?: number): Promise<Cluster> {
+  const nodes = cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port }))
+  const store = new RedisStore({
+    redis: { mode: 'cluster', nodes },
+    log: silent,
+    ...(commandTimeoutMs === undefined ? {} : { commandTimeoutMs })
+  })
   t.teardown(() => store.close())
   await untilStoreAnswers(store)
   if (store.client.status !== 'ready') await within(once(store.client, 'ready'), 10_000, "the counters' client")
@@ -41,7 +46,8 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
     const empty = cluster.empty!
 
     t.test('a command redirected by MOVED to a node the client does not hold yet goes out before the commands sent after it', async (t) => {
-      const client = await storeOn(t, cluster)
+      // The order is what is tested, not the 300 ms command timeout: a loaded machine may take longer to connect.
+      const client = await storeOn(t, cluster, 10_000)
       const { key, slot, from } = await keyFor(cluster, 'moved')
       await client.zadd(key, Date.now() + 60_000, 'ended')
       // The slot moves onto the empty node entirely: the client's slot map still names the old node, which answers
@@ -55,9 +61,10 @@ if (requireTools(t, ['redis-server', 'redis-cli'], 'Redis Cluster')) {
       const zcard = client.zcard(key)
       const { removed, ms } = await zrem
       t.equal(removed, 1, 'the ZREM removed the lease on the new node')
-      // The Cluster client retries a command refused by a connection being made 100 ms (retryDelayOnFailover) later.
-      t.ok(ms < 80, `the ZREM was answered at once, not retried later (${Math.round(ms)} ms)`)
+      // A command refused by a connection being made is retried 100 ms (retryDelayOnFailover) later on a random node,
+      // and the ZCARD sent after it overtakes it: the order shows it, where a time bound would depend on the machine.
       t.equal(await zcard, 0, 'the ZCARD sent after it sees its effect')
+      t.comment(`the ZREM was answered ${Math.round(ms)} ms after it was sent`)
       t.equal(await empty.client.exists(key), 0)
     })
 
