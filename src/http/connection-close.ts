@@ -195,9 +195,9 @@ export class Lingers {
 /** The create route reads its body itself, past Fastify's bodyLimit: its own bound applies. */
 export const CREATE_PATH = '/api/portfolio/create'
 
-/** The body limit of the route at `path` (the router's path), for answers given before a route is known. */
-export function bodyLimitOf (path: string | undefined): number {
-  return path === CREATE_PATH ? CREATE_BODY_MAX_BYTES : SERVER_LIMITS.bodyLimitBytes
+/** The body limit of the route at `path` (the router's path): its own `routeLimit` if it has one, else the server's. */
+export function bodyLimitOf (path: string | undefined, routeLimit?: number): number {
+  return path === CREATE_PATH ? CREATE_BODY_MAX_BYTES : routeLimit ?? SERVER_LIMITS.bodyLimitBytes
 }
 
 /**
@@ -250,9 +250,7 @@ export function closeConnectionsWhenNeeded (
   app: FastifyInstance, lifecycle: { readonly draining: boolean }, lingers: Lingers
 ): void {
   app.addHook('onSend', (request, reply, payload, done) => {
-    const limit = request.routeOptions.url === CREATE_PATH
-      ? CREATE_BODY_MAX_BYTES
-      : request.routeOptions.bodyLimit ?? SERVER_LIMITS.bodyLimitBytes
+    const limit = bodyLimitOf(request.routeOptions.url, request.routeOptions.bodyLimit)
     if (endsConnection(request.raw, lifecycle, limit, lingers, request.id)) reply.header('connection', 'close')
     done(null, payload)
   })
