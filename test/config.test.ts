@@ -87,7 +87,7 @@ t.test('UPSTREAM_URL as a list: every endpoint, in order (DECISIONS 24); UPSTREA
 
 const BAD: Array<[Record<string, string>, string]> = [
   [{ UPSTREAM_URL: 'http://a:4000,http://a:4000/' }, 'UPSTREAM_URL lists http://a:4000 twice: each engine endpoint once, comma-separated, e.g. http://engine-a:4000,http://engine-b:4000'],
-  [{ UPSTREAM_URL: 'http://a:4000,' }, 'UPSTREAM_URL="http://a:4000," is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
+  [{ UPSTREAM_URL: 'http://a:4000,' }, 'UPSTREAM_URL="http://a:4000," is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances'],
   [{ UPSTREAM_URL: 'http://a:4000,http://b:99999' }, 'UPSTREAM_URL="http://b:99999" is invalid: port 99999 is out of range; use a port from 1 to 65535, or none for 80/443'],
   [{ UPSTREAM_TIMEOUT_MS: '1000', UPSTREAM_TRY_TIMEOUT_MS: '2000' }, 'UPSTREAM_TRY_TIMEOUT_MS=2000 is longer than UPSTREAM_TIMEOUT_MS=1000: one try lives within the call\'s deadline; set it lower, or leave it unset for a third'],
   [{ UPSTREAM_TRY_TIMEOUT_MS: '0' }, 'UPSTREAM_TRY_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long one try of a GET to the engine may wait for headers before it is retried on another endpoint, in ms; default a third of UPSTREAM_TIMEOUT_MS'],
@@ -101,8 +101,8 @@ const BAD: Array<[Record<string, string>, string]> = [
   [{ PORT: '-1' }, 'PORT="-1" is invalid: must be a whole number; expected listen port'],
   [{ PORT: ' 3000' }, 'PORT=" 3000" is invalid: must be a whole number; expected listen port'],
   [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL="loud" is invalid: must be one of fatal, error, warn, info, debug, trace, silent; expected pino level'],
-  [{ UPSTREAM_URL: 'ftp://x' }, 'UPSTREAM_URL="ftp://x" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
-  [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances (DECISIONS 24)'],
+  [{ UPSTREAM_URL: 'ftp://x' }, 'UPSTREAM_URL="ftp://x" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances'],
+  [{ UPSTREAM_URL: 'http://host/path' }, 'UPSTREAM_URL="http://host/path" is invalid: does not have the expected form; expected base URL of the engine, http(s)://host:port with no path; several, comma-separated, for several engine instances'],
   [{ UPSTREAM_TIMEOUT_MS: '0' }, 'UPSTREAM_TIMEOUT_MS="0" is invalid: must be between 1 and 600000; expected how long to wait for the engine response headers, in ms'],
   [{ UPSTREAM_TIMEOUT_MS: '1.5' }, 'UPSTREAM_TIMEOUT_MS="1.5" is invalid: must be a whole number; expected how long to wait for the engine response headers, in ms'],
   [{ METRICS_PORT: '70000' }, 'METRICS_PORT="70000" is invalid: must be between 0 and 65535; expected port of the Prometheus /metrics listener on HOST, 0 for none'],
@@ -191,7 +191,7 @@ t.test('JWT_JWKS_URL mistakes: one line naming the variable', async (t) => {
     [{ ...JWKS, JWT_AUDIENCE: 'portfolio', JWT_JWKS_URL: 'http://127.0.0.1.example/jwks', NODE_ENV: 'production', UPSTREAM_URL: 'http://engine:4000' }, "JWT_JWKS_URL must be https in production: a key set fetched over plain http can be replaced on the way, and with it every token; use the provider's https URL (or a TLS proxy on 127.0.0.1)"],
     [{ ...JWKS, JWT_SECRET: SECRET }, 'JWT_SECRET and JWT_JWKS_URL are both set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
     [{ ...JWKS, JWT_SECRET: SECRET, JWT_PUBLIC_KEY: keyPair('ec').publicKey }, 'JWT_SECRET and JWT_PUBLIC_KEY and JWT_JWKS_URL are all set: set exactly one key source (JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL)'],
-    [{ ...JWKS, JWT_JWKS_URL: 'id.example/jwks' }, "JWT_JWKS_URL=(hidden) is invalid: does not have the expected form; expected the identity provider's JSON Web Key Set, an http(s) URL (DECISIONS 13)"],
+    [{ ...JWKS, JWT_JWKS_URL: 'id.example/jwks' }, "JWT_JWKS_URL=(hidden) is invalid: does not have the expected form; expected the identity provider's JSON Web Key Set, an http(s) URL"],
     [{ ...JWKS, JWT_JWKS_COOLDOWN_S: '0' }, 'JWT_JWKS_COOLDOWN_S=(hidden) is invalid: must be between 1 and 3600; expected seconds between key-set refetches caused by an unknown kid'],
     [{ ...JWKS, JWT_CLOCK_TOLERANCE_S: '1.5' }, 'JWT_CLOCK_TOLERANCE_S=(hidden) is invalid: must be a whole number; expected seconds of clock drift allowed when checking exp and nbf']
   ]
