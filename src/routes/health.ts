@@ -1,5 +1,5 @@
 /** Liveness and connectivity (spec "GET /health", "GET /ping", "GET /api/health"). */
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
 import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
@@ -32,31 +32,40 @@ export interface EngineHealthOptions {
 
 const DISCONNECTED = 'disconnected'
 
+interface Services { database: string, cache: string }
+
 /**
  * Always 200, every value from probing the engine (decision: /api/health always answers 200). The probe goes where
  * calls go, so `services` come from a healthy endpoint, and the status is degraded while any is out of rotation.
+ * Requests that arrive while a probe is out share it, so a burst of health requests costs the engine one request and
+ * the pool one connection, however slow the engine is.
  */
 export const engineHealthRoutes: FastifyPluginAsync<EngineHealthOptions> = async (app, { engine, probeTimeoutMs }) => {
-  app.get('/health', { schema: { response: { 200: ApiHealth } } }, async (request) => {
-    let database = DISCONNECTED
-    let cache = DISCONNECTED
+  let probing: Promise<Services> | undefined
+  const probe = async (request: FastifyRequest): Promise<Services> => {
     try {
       const answer = await engine.call({
         method: 'GET',
         path: '/health',
         ...callerOf(request),
-        // The whole probe, body included, within the cap: the signal. The headers deadline too, so that a probe
-        // timed out on its socket keeps it, as a ping does: health requests open no new connections to a slow engine.
-        // The client counts the signal's TimeoutError as a timeout, not as unavailable.
-        responseTimeoutMs: probeTimeoutMs,
+        // The whole probe, body included, within the cap: one signal instead of the headers deadline.
+        // The client counts its TimeoutError as a timeout, not as unavailable.
+        responseTimeoutMs: 0,
         signal: AbortSignal.timeout(probeTimeoutMs)
       })
       const body = answer.status === 200 ? parseJson(answer) : undefined
-      if (isEngineHealth.Check(body)) ({ database, cache } = body.services)
-      else request.log.warn({ status: answer.status }, 'engine health answer is outside the contract')
+      if (isEngineHealth.Check(body)) return body.services
+      request.log.warn({ status: answer.status }, 'engine health answer is outside the contract')
     } catch (err) {
       request.log.warn({ err }, 'engine health probe failed')
     }
+    return { database: DISCONNECTED, cache: DISCONNECTED }
+  }
+
+  app.get('/health', { schema: { response: { 200: ApiHealth } } }, async (request) => {
+    // The probe's log lines and trace belong to the request that started it.
+    probing ??= probe(request).finally(() => { probing = undefined })
+    const { database, cache } = await probing
     const healthy = database === SERVICE_CONNECTED && cache === SERVICE_CONNECTED && !engine.degraded()
     return { status: healthy ? 'ok' : 'degraded', timestamp: new Date().toISOString(), services: { database, cache } }
   })
