@@ -107,7 +107,8 @@ export class Attempt implements Dispatcher.DispatchHandler {
   giveUp (err: Error): void {
     this.#failure ??= err
     if (this.#controller !== undefined) {
-      if (this.holdable && isTimeout(this.#failure)) this.#hold()
+      // Only while the answer's headers are awaited: once its body flows, a held try would read it uncounted.
+      if (this.holdable && this.status === 0 && isTimeout(this.#failure)) this.#hold()
       else this.#controller.abort(this.#failure)
       return
     }

@@ -328,3 +328,22 @@ t.test('an engine too slow for pings that answers its checks at once: each check
   // check, the held sockets of the first wave would be replaced whole by the second.
   t.ok(accepted <= POOL + checks() + 1, `${accepted} connections, at most ${POOL} + ${checks()} checks + 1`)
 })
+
+t.test('a GET whose time runs out after its headers is cut, not held: a held body would be read uncounted', async (t) => {
+  let closed = false
+  const engine = await slowEngine(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' })
+    res.write('p')
+    const trickle = setInterval(() => res.write('o'), 50)
+    res.socket?.on('close', () => {
+      clearInterval(trickle)
+      closed = true
+    })
+    return true
+  })
+  const client = slowClient(t, engine.url)
+  // A deadline makes it holdable; the signal is what runs out, once the headers are in.
+  const code = await codeOf(client.call({ ...PING, signal: AbortSignal.timeout(300) }))
+  t.equal(code, 'UPSTREAM_TIMEOUT', 'the call timed out')
+  t.ok(await eventually(() => closed, 5_000), 'and its connection was closed under the trickling body')
+})
