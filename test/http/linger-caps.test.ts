@@ -39,10 +39,11 @@ const badTokenHead = (length: number, id = ''): string =>
 /** A refused create from `from` whose body is still coming: it lingers until it ends, stalls, or is cut. */
 async function refusedUpload ({ app, url }: Built, from: string, length = 8 * MiB, id = ''): Promise<Lingering> {
   const port = Number(new URL(url).port)
+  const since = acceptedSoFar(app.server)
   const client = connect({ port, host: '127.0.0.1', localAddress: from, allowHalfOpen: true })
   client.on('error', () => {}) // a cut socket is reset: that is what is tested
   await once(client, 'connect')
-  const server = await serverSideOf(app.server, client)
+  const server = await serverSideOf(app.server, client, since)
   let text = ''
   client.setEncoding('latin1').on('data', (c: string) => { text += c })
   const lingering = once(client, 'end')
@@ -51,11 +52,16 @@ async function refusedUpload ({ app, url }: Built, from: string, length = 8 * Mi
   return { client, server, lingering, text: () => text }
 }
 
-/** The server's socket for `client`, told apart from others accepted at the same time by the client's port. */
-async function serverSideOf (listener: Server, client: Socket): Promise<Socket> {
+/**
+ * The server's socket for `client`, which connected once `since` sockets had been accepted (acceptedSoFar before
+ * its connect()): of those accepted after them, the one from the client's address and port. Sockets accepted
+ * earlier are not looked at: a port closed in an earlier round is given to a new client again, and the old
+ * server socket of that port (its bytesRead, its close long past) would stand in for the new one.
+ */
+async function serverSideOf (listener: Server, client: Socket, since: number): Promise<Socket> {
   const mine = (socket: Socket): boolean =>
     socket.remotePort === client.localPort && socket.remoteAddress === client.localAddress
-  const known = seen.get(listener)?.find(mine)
+  const known = seen.get(listener)?.slice(since).find(mine)
   if (known !== undefined) return known
   return await new Promise((resolve) => {
     const look = (socket: Socket): void => { if (mine(socket)) { listener.off('connection', look); resolve(socket) } }
@@ -71,6 +77,9 @@ function recordConnections (built: Built): Built {
   built.app.server.on('connection', (socket: Socket) => list.push(socket))
   return built
 }
+
+/** How many sockets `listener` has accepted so far (recordConnections). */
+const acceptedSoFar = (listener: Server): number => seen.get(listener)?.length ?? 0
 
 const closed = (s: Lingering): boolean => s.server.destroyed
 const serverClosed = async (s: Lingering): Promise<void> => { if (!s.server.closed) await once(s.server, 'close') }
@@ -313,10 +322,11 @@ t.test('a lingering create holds no per-user place: the same user is served whil
   // A bad field before the image: refused mid-body, the rest of its 8 MiB still to come.
   const badFields = [{ name: 'name', value: 'x'.repeat(40) }, { name: 'type', value: 'PORTFOLIO' }]
   const bad = multipartBody([...badFields, imagePart(pngOfSize(8 * MiB))], 'b')
+  const since = acceptedSoFar(built.app.server)
   const client = connect({ port: Number(new URL(built.url).port), host: '127.0.0.1', allowHalfOpen: true })
   client.on('error', () => {})
   await once(client, 'connect')
-  const server = await serverSideOf(built.app.server, client)
+  const server = await serverSideOf(built.app.server, client, since)
   client.resume() // 'end' comes once what precedes it is read
   t.teardown(() => client.destroy())
   const lingering = once(client, 'end')
