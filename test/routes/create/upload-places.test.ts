@@ -20,29 +20,35 @@ import { listenOnLoopback } from '../../helpers/processes.js'
 
 const FORM = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(64 * 1024))])
 
-/** An engine that reads the form and answers `delayMs` later; counts the creates it has at once. */
-async function slowEngine (
+/**
+ * An engine that reads each form and holds its answer to the first `held` creates until the test calls `release()`,
+ * answering any other at once; counts the creates it has at once.
+ */
+async function heldEngine (
   t: Test,
-  delayMs: number
-): Promise<{ url: string; stats: { active: number; most: number; started: number } }> {
+  held: number
+): Promise<{ url: string; stats: { active: number; most: number; started: number }; release: () => void }> {
   const stats = { active: 0, most: 0, started: 0 }
+  let release!: () => void
+  const released = new Promise<void>((resolve) => { release = resolve })
   const server: Server = createServer((req, res) => {
     stats.started++
     stats.active++
     stats.most = Math.max(stats.most, stats.active)
+    const id = stats.started
     res.on('close', () => {
       stats.active--
     })
     req.resume()
-    req.on('end', () =>
-      setTimeout(() => {
+    req.on('end', () => {
+      void (id <= held ? released : Promise.resolve()).then(() => {
         res.writeHead(200, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ portfolio_id: `p-${stats.started}` }))
-      }, delayMs)
-    )
+        res.end(JSON.stringify({ portfolio_id: `p-${id}` }))
+      })
+    })
   })
   server.keepAliveTimeout = 500
-  return { url: `http://127.0.0.1:${await listenOnLoopback(t, server)}`, stats }
+  return { url: `http://127.0.0.1:${await listenOnLoopback(t, server)}`, stats, release }
 }
 
 /** Send the whole create on a raw socket and hang up once `ready` says so; resolves with what was read by then. */
@@ -59,7 +65,10 @@ async function sendAndHangUp (url: string, sub: string, ready: (got: string) => 
   )
   socket.write(FORM.body)
   const closed = once(socket, 'close')
-  if (!(await eventually(() => ready(got), 10_000))) throw new Error('not ready to hang up within 10 s')
+  if (!(await eventually(() => ready(got), 10_000))) {
+    socket.destroy()
+    throw new Error('not ready to hang up within 10 s')
+  }
   socket.destroy()
   await closed
   return got
@@ -77,17 +86,22 @@ async function create (url: string, sub: string): Promise<{ status: number; body
 const CAPPED = { error: 'at most 2 uploads per user at once' }
 
 t.test('creates whose clients hang up once the form is sent keep their places until the engine answers', async (t) => {
-  const engine = await slowEngine(t, 3_000)
+  // The engine answers the user's first two creates only when released, after the fourth create (a gateway that gave
+  // their places back would have its third and fourth answered at once): UPSTREAM_TIMEOUT_MS, the file's own 60 s,
+  // must not answer the held creates first, however slow the machine.
+  const engine = await heldEngine(t, 2)
   const { url, app } = await build(t, {
     upstreamUrl: engine.url,
-    env: { UPLOAD_MAX_PER_USER: '2', UPSTREAM_TIMEOUT_MS: '20000' }
+    env: { UPLOAD_MAX_PER_USER: '2', UPSTREAM_TIMEOUT_MS: '60000' }
   })
+  // Teardowns run last first: should the test end early, the engine answers before the gateway closes its pool.
+  t.teardown(engine.release)
   let connections = 0
   app.server.on('connection', (socket: Socket) => {
     connections++
     socket.once('close', () => { connections-- })
   })
-  // Two creates send their whole form and hang up once both are at the engine, which answers 3 s after reading each.
+  // Two creates send their whole form and hang up once both are at the engine, which holds its answers.
   const atEngine = (): boolean => engine.stats.active === 2
   const [first, second] = await Promise.all([sendAndHangUp(url, 'leaver', atEngine), sendAndHangUp(url, 'leaver', atEngine)])
   t.equal(first, '', 'no answer before the hang-up')
@@ -102,6 +116,7 @@ t.test('creates whose clients hang up once the form is sent keep their places un
   const fourth = await create(url, 'leaver')
   t.equal(engine.stats.active, 2, 'the fourth was answered while two were at the engine')
   t.same(fourth, { status: 429, body: CAPPED })
+  engine.release()
   t.ok(await eventually(() => engine.stats.active === 0, 10_000), 'the engine answered both')
   t.equal(engine.stats.most, 2, 'the engine never had more than two creates of the user at once')
   t.equal(engine.stats.started, 2)
