@@ -181,6 +181,9 @@ const HELP = `usage: node dist/bench/run.js [options]
   --markdown PATH   write the cost table and the latency table into PATH (e.g. docs/performance.md),
                     between its "bench:begin" and "bench:end" comment lines (the rest is kept)
   --cost-chart PATH draw the cost table as an SVG file (e.g. docs/feature-cost.svg)
+  --shed-delay-ms N SHED_EVENT_LOOP_DELAY_MS of the gateways with load shedding on (ping-shedding and the
+                    everything-on ones; default 200, the product's own). The test suite's smoke run gives 5000:
+                    the shedding code still runs, but one stall of a gateway on a busy machine sheds nothing
   --prod-env K=V,.. settings for the everything-on gateways on top of the profile, e.g.
                     SHED_EVENT_LOOP_DELAY_MS=50,UPSTREAM_MAX_QUEUE=32 (to try a shedding setting)
   --profile DIR     run every gateway and the bare proxy under \`node --cpu-prof\` and write their
@@ -214,6 +217,8 @@ interface Options {
   /** --runtime: the node binaries (and builds) whose copies of each scenario one run interleaves. */
   runtimes: Runtime[]
   prodEnv: Record<string, string>
+  /** --shed-delay-ms: SHED_EVENT_LOOP_DELAY_MS of the gateways that shed. */
+  shedDelayMs: number
   saturationConnections: number
   capacitySteps: number
   target?: string
@@ -239,6 +244,7 @@ function parseOptions (argv: string[]): Options {
       compare: { type: 'string' },
       runtime: { type: 'string', multiple: true },
       'prod-env': { type: 'string' },
+      'shed-delay-ms': { type: 'string', default: '200' },
       'saturation-connections': { type: 'string', default: '1000' },
       'capacity-steps': { type: 'string', default: String(CAPACITY_STEPS_MAX) },
       target: { type: 'string' },
@@ -308,6 +314,7 @@ function parseOptions (argv: string[]): Options {
     only,
     saturationConnections: number('saturation-connections', values['saturation-connections'], 1, true),
     capacitySteps: number('capacity-steps', values['capacity-steps'], 1, true),
+    shedDelayMs: number('shed-delay-ms', values['shed-delay-ms'], 1, true),
     prodEnv: Object.fromEntries(
       (values['prod-env'] ?? '')
         .split(',')
@@ -489,6 +496,8 @@ interface GatewayContext {
   profileDir?: string
   /** --prod-env: applied last to the everything-on gateways. */
   prodEnv: Record<string, string>
+  /** --shed-delay-ms. */
+  shedDelayMs: number
   secret: string
   keyServer: KeyServer | null
   redis: Server | null
@@ -511,7 +520,7 @@ async function gatewayEnv (spec: GatewaySpec, context: GatewayContext): Promise<
   if (spec.rateLimit === 'redis-cluster' && context.redisCluster !== null) { env.REDIS_CLUSTER_NODES = context.redisCluster.url }
   // Metrics on a port of its own, never the default 9464 another process may hold.
   if (spec.metrics) env.METRICS_PORT = String(await freePort())
-  if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = '200'
+  if (spec.shedding) env.SHED_EVENT_LOOP_DELAY_MS = String(context.shedDelayMs)
   if (spec.traceRatio !== undefined) Object.assign(env, await otlpSinkEnv(spec.traceRatio))
   return { ...env, ...spec.env }
 }
@@ -750,6 +759,7 @@ async function main (): Promise<void> {
       redis,
       redisCluster,
       prodEnv: options.prodEnv,
+      shedDelayMs: options.shedDelayMs,
       ...(options.profile === undefined ? {} : { profileDir: options.profile })
     }
     // In parallel: nine gateways one after another take seconds of start-up on a busy machine.
@@ -1050,6 +1060,7 @@ async function main (): Promise<void> {
       target: options.target ?? null,
       saturationConnections: options.saturationConnections,
       capacitySteps: options.capacitySteps,
+      shedDelayMs: options.shedDelayMs,
       prodEnv: options.prodEnv
     },
     features: Object.fromEntries([...missing].map(([feature, why]) => [feature, `missing: ${why}`])),

@@ -386,7 +386,7 @@ const ENTRIES: readonly ScenarioEntry[] = [
   },
   {
     name: 'ping-shedding',
-    description: 'gateway ping, load shedding on (SHED_EVENT_LOOP_DELAY_MS=200)',
+    description: 'gateway ping, load shedding on (SHED_EVENT_LOOP_DELAY_MS=200, or --shed-delay-ms)',
     target: 'gateway-shedding',
     method: 'GET',
     path: PING,

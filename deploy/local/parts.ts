@@ -80,13 +80,64 @@ export async function httpText (url: string, timeoutMs = 5_000): Promise<{ statu
   })
 }
 
-/** Ports this process has handed out: the kernel may give a port just closed again at once. */
+/**
+ * The kernel's ephemeral range (net.ipv4.ip_local_port_range): every listen(0) and every outgoing connection on the
+ * machine takes its port from it. Where it cannot be read (not Linux), Linux's default.
+ */
+export function ephemeralRange (): [number, number] {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
+    if (Number.isInteger(low) && Number.isInteger(high)) return [low!, high!]
+  } catch {}
+  return [32768, 60999]
+}
+
+const POOL_LOW = 20_000
+
+/**
+ * Where freePort and its kind choose: 20000 up to the ephemeral range. A port found free inside that range could
+ * be taken by any other process's listen(0) or connection before the part it was chosen for listens on it (in about
+ * one run of the test suite in a hundred, by estimate); below it, only by another process choosing it at random.
+ * Undefined when the range starts too low to leave room (then the kernel chooses, as listen(0) does).
+ */
+export function portPool (): { low: number, high: number } | undefined {
+  const [ephemeralLow] = ephemeralRange()
+  return ephemeralLow - POOL_LOW >= 1_000 ? { low: POOL_LOW, high: ephemeralLow - 1 } : undefined
+}
+
+/** Ports this process has handed out: never twice, so parts chosen together never share one. */
 const handedOut = new Set<number>()
 
-/** A port free on 127.0.0.1 now and never handed out before by this process, so parts chosen together never share one.
- *
+/**
+ * A loopback port of the pool (portPool) never handed out before by this process, for which `usable` holds: chosen
+ * at random, so processes choosing at once seldom meet. `pool` is for tests.
  */
-export async function freePort (): Promise<number> {
+export async function unusedPort (
+  usable: (port: number) => Promise<boolean>,
+  pool = portPool()
+): Promise<number> {
+  if (pool === undefined) return await kernelPort()
+  for (let tries = 0; tries < 1_000; tries++) {
+    const port = pool.low + Math.floor(Math.random() * (pool.high - pool.low + 1))
+    if (handedOut.has(port)) continue
+    // Taken before the check, which yields: a call running beside this one never checks the same port.
+    handedOut.add(port)
+    if (await usable(port)) return port
+  }
+  throw new Error(`no usable loopback port in ${pool.low}-${pool.high} after 1000 tries`)
+}
+
+/** Whether a server could listen on 127.0.0.1:`port` now (it listens, then closes). */
+export async function bindable (port: number): Promise<boolean> {
+  const server = createServer()
+  return await new Promise((resolve) => {
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
+  })
+}
+
+/** One the kernel chooses (listen(0)), never handed out before by this process. */
+async function kernelPort (): Promise<number> {
   for (;;) {
     const server = createServer()
     server.listen(0, '127.0.0.1')
@@ -98,6 +149,14 @@ export async function freePort (): Promise<number> {
     handedOut.add(port)
     return port
   }
+}
+
+/**
+ * A port free on 127.0.0.1 now (a trial listen), below the ephemeral range (portPool), never handed out before by
+ * this process.
+ */
+export async function freePort (): Promise<number> {
+  return await unusedPort(bindable)
 }
 
 export function isAlive (pid: number): boolean {

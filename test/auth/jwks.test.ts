@@ -82,6 +82,11 @@ t.test('rotation: a new kid is fetched once the cooldown has passed, and accepte
   const { ks, ping } = await setup(t, { env: { JWT_JWKS_COOLDOWN_S: '2' } })
   await ks.addKey('rsa', 'rsa-2')
   const token = await ks.sign(claims(), 'rsa-2')
+  // Signed now, not after the refetch: 40 RSA signatures take a busy machine long enough to reach past the 2 s
+  // cooldown, and the storm would then no longer be "right after the refetch".
+  const forged = await Promise.all(
+    Array.from({ length: 40 }, async (_, i) => await ks.sign(claims(), 'rsa-1', { kid: `invented-${i}` }))
+  )
   // The start fetch began less than 1 s ago: wait until the cooldown has passed by asking again.
   // Unknown kid within the cooldown: 401 and no fetch. Asked again until the cooldown has passed
   // (1 s), the first ask after it fetches the set and accepts the token.
@@ -94,7 +99,6 @@ t.test('rotation: a new kid is fetched once the cooldown has passed, and accepte
   }
   t.same(answer, { status: 200, body: 'pong', retryAfter: undefined })
   t.equal(ks.fetches, 2, 'one refetch for the new kid')
-  const forged = await Promise.all(Array.from({ length: 40 }, async (_, i) => await ks.sign(claims(), 'rsa-1', { kid: `invented-${i}` })))
   for (const answer of await Promise.all(forged.map(ping))) t.same(answer.body, UNKNOWN_KID)
   t.equal(ks.fetches, 2, 'a storm right after the refetch: no fetch')
 })

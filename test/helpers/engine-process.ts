@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Test } from 'tap'
-import { ENGINE_SCRIPT, freePort, startProcess, type Proc } from './processes.js'
+import { ENGINE_SCRIPT, startProcess, type Proc } from './processes.js'
 
 export interface EngineProcess extends Proc {
   port: number
@@ -18,15 +18,15 @@ export interface EngineProcess extends Proc {
 
 /** `env` adds to (or overrides) a test environment: NODE_ENV=test, loopback, a fresh image directory. */
 export async function startEngineProcess (t: Test, env: Record<string, string> = {}): Promise<EngineProcess> {
-  const port = await freePort()
   const imageDir = env['ENGINE_IMAGE_DIR'] ?? newImageDir(t)
-  const proc = await startProcess(t, ENGINE_SCRIPT, {
+  // On a port startProcess chooses, and another when that one is taken before the engine listens.
+  const proc = await startProcess(t, ENGINE_SCRIPT, (port) => ({
     NODE_ENV: 'test', ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir, ...env
-  }, port, /portfolio engine ready/)
+  }), /portfolio engine ready/)
   const exited = proc.proc.exitCode !== null || proc.proc.signalCode !== null
     ? Promise.resolve<[number | null, NodeJS.Signals | null]>([proc.proc.exitCode, proc.proc.signalCode])
     : once(proc.proc, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
-  return { ...proc, port, imageDir, exited }
+  return { ...proc, imageDir, exited }
 }
 
 /** A fresh image directory, removed in teardown; several engines may be given one to share. */

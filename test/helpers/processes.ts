@@ -11,6 +11,7 @@ import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { Test } from 'tap'
+import { freePort } from '../../deploy/local/parts.js'
 
 /**
  * The repository: the nearest folder up with a package.json. Two up from
@@ -68,7 +69,7 @@ export function ensureBuilt (): void {
 }
 
 /** One free loopback port: the deployment recipe's own helper (deploy/local/parts.ts). */
-export { freePort } from '../../deploy/local/parts.js'
+export { freePort }
 
 /**
  * A server of the test's own (a stand-in engine) listening on 127.0.0.1 at a
@@ -96,7 +97,44 @@ export interface Proc {
   count: (pattern: RegExp) => number
 }
 
+/** Whether a process's start failed for a port another process holds (Node's EADDRINUSE, redis-server's words). */
+export const portInUse = (err: unknown): boolean => /already in use|EADDRINUSE/.test(String((err as Error).message))
+
+/**
+ * `script` as a process, resolved once its stdout matches `ready`. With `env` and the `port` it listens on: that
+ * port, as the caller chose it (it may have given it to others, or start on it again). With `env` a function of a
+ * port instead: on a free port startProcess chooses, and started again on another (twice at most) when another
+ * process took it between the choice and the listen (files run side by side); the function is called for each try
+ * and may choose further ports itself (a metrics port), which a retry then chooses anew too.
+ */
 export async function startProcess (
+  t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp
+): Promise<Proc>
+export async function startProcess (
+  t: Test,
+  script: string,
+  env: (port: number) => Record<string, string> | Promise<Record<string, string>>,
+  ready: RegExp
+): Promise<Proc & { port: number }>
+export async function startProcess (
+  t: Test,
+  script: string,
+  env: Record<string, string> | ((port: number) => Record<string, string> | Promise<Record<string, string>>),
+  portOrReady: number | RegExp,
+  ready?: RegExp
+): Promise<Proc> {
+  if (typeof env !== 'function') return await launch(t, script, env, portOrReady as number, ready!)
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort()
+    try {
+      return Object.assign(await launch(t, script, await env(port), port, portOrReady as RegExp), { port })
+    } catch (err) {
+      if (attempt >= 3 || !portInUse(err)) throw err
+    }
+  }
+}
+
+async function launch (
   t: Test, script: string, env: Record<string, string>, port: number, ready: RegExp
 ): Promise<Proc> {
   // Metrics off unless a test asks for them on a port of its own: the default 9464 may be a developer's `npm start`.
@@ -111,6 +149,11 @@ export async function startProcess (
   })
   proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => { err += chunk })
   const exited = once(proc, 'exit')
+  // Its output read to the end (or for a second, should a process it started hold the pipes): the error that
+  // says why it exited is often the last thing it wrote.
+  const drained = exited.then(async () => {
+    await Promise.race([once(proc, 'close'), new Promise((resolve) => setTimeout(resolve, 1_000).unref())])
+  })
   t.teardown(async () => {
     if (proc.exitCode === null && proc.signalCode === null) {
       proc.kill('SIGKILL')
@@ -130,7 +173,12 @@ export async function startProcess (
         resolve()
       }
       waiters.add(check)
-      proc.once('exit', () => { clearTimeout(timer); reject(new Error(`process exited before ${String(pattern)}:\n${out}\n${err}`)) })
+      void drained.then(() => {
+        if (!waiters.has(check)) return
+        clearTimeout(timer)
+        waiters.delete(check)
+        reject(new Error(`process exited before ${String(pattern)}:\n${out}\n${err}`))
+      })
     })
   }
   await waitFor(ready)

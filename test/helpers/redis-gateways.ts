@@ -122,12 +122,10 @@ export async function startEngineProcess (t: Test): Promise<Proc> {
   ensureBuilt()
   const imageDir = mkdtempSync(join(tmpdir(), 'redis-topology-engine-'))
   t.teardown(() => rmSync(imageDir, { recursive: true, force: true }))
-  const port = await freePort()
   return await startProcess(
     t,
     ENGINE_SCRIPT,
-    { ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir },
-    port,
+    (port) => ({ ENGINE_PORT: String(port), ENGINE_HOST: '127.0.0.1', ENGINE_IMAGE_DIR: imageDir }),
     /portfolio engine ready/
   )
 }
@@ -142,34 +140,28 @@ export interface Gateway extends Proc {
  */
 export async function startGateway (t: Test, engineUrl: string, env: Record<string, string>): Promise<Gateway> {
   ensureBuilt()
-  // A free port can be taken by another test file's process between the check and the listen
-  // (files run side by side): a start refused for a port in use tries other ports, twice more.
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort()
-    const metricsPort = await freePort()
-    try {
-      const proc = await startProcess(
-        t,
-        GATEWAY_SCRIPT,
-        {
-          PORT: String(port),
-          HOST: '127.0.0.1',
-          METRICS_PORT: String(metricsPort),
-          JWT_SECRET: SECRET,
-          UPSTREAM_URL: engineUrl,
-          LOG_LEVEL: 'info',
-          // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
-          SHED_EVENT_LOOP_DELAY_MS: '0',
-          ...env
-        },
-        port,
-        /gateway ready/
-      )
-      return Object.assign(proc, { metricsUrl: `http://127.0.0.1:${metricsPort}` })
-    } catch (err) {
-      if (attempt >= 3 || !/already in use|EADDRINUSE/.test(String((err as Error).message))) throw err
-    }
-  }
+  // startProcess tries other ports when one was taken before the gateway listened: the metrics port too.
+  let metricsPort = 0
+  const proc = await startProcess(
+    t,
+    GATEWAY_SCRIPT,
+    async (port) => {
+      metricsPort = await freePort()
+      return {
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        METRICS_PORT: String(metricsPort),
+        JWT_SECRET: SECRET,
+        UPSTREAM_URL: engineUrl,
+        LOG_LEVEL: 'info',
+        // Not a shedding test: on a busy shared runner a descheduled process sees late timers.
+        SHED_EVENT_LOOP_DELAY_MS: '0',
+        ...env
+      }
+    },
+    /gateway ready/
+  )
+  return Object.assign(proc, { metricsUrl: `http://127.0.0.1:${metricsPort}` })
 }
 
 /**

@@ -197,8 +197,10 @@ t.test(
     t.ok(await until(() => client.endpointStates()[0]!.up, 10 * CHECK_MS), 'A back in rotation')
     const took = performance.now() - back
     const checks = (await countsOf(restarted.url))['GET /health'] ?? 0
+    // The count of checks shows it rejoined at its second passing check; the time only that nothing else held it
+    // back: as many intervals as checks, and a second for a loaded machine (CI saw 1,031 ms against 1,400 before).
     t.ok(
-      checks <= 3 && took < 2 * CHECK_MS + 400,
+      checks <= 3 && took < 3 * CHECK_MS + 1_000,
       `back after ${checks} checks (the second passing one puts it back), ${took.toFixed(0)} ms`
     )
     const before = (await countsOf(restarted.url))['GET /api/portfolio/ping'] ?? 0
