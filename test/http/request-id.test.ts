@@ -23,9 +23,10 @@ t.test('our ids are unique random version-4 UUIDs: neither a shared prefix nor a
   const ids = Array.from({ length: 20_000 }, newRequestId)
   t.equal(new Set(ids).size, ids.length, 'no repeats')
   t.same(ids.filter((id) => !UUID_SHAPE.test(id)), [], 'every one a version-4 UUID')
-  // Sixty random bits (the first 16 digits but the version's): among 20,000 ids a chance repeat has odds of about 1
-  // in 6 billion, where 8 digits (32 bits) would repeat in about 1 run in 20.
-  t.equal(new Set(ids.map((id) => id.slice(0, 18))).size, ids.length, 'no shared prefix: the first 16 digits differ too')
+  // The first 8 digits are 32 random bits: among 20,000 ids about 0.05 repeats are expected by chance (more than 5
+  // has odds near 1e-11), where ids that share a prefix (a time or a host in front) would repeat by the thousand.
+  const prefixes = new Set(ids.map((id) => id.slice(0, 8))).size
+  t.ok(prefixes >= ids.length - 5, `no shared prefix: ${prefixes} different first 8 digits of ${ids.length}`)
   const tails = ids.map((id) => parseInt(id.slice(24), 16))
   t.equal(tails.slice(1).filter((tail, i) => tail - tails[i]! === 1).length, 0, 'no id is its neighbour plus one')
   // Every hex digit of the random part shows up about equally often (a stuck or repeating source would not).
