@@ -169,7 +169,8 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onResponseStart (_c: Controller, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    if (this.#held) return
+    // An interim answer (102, 103) is not the answer: the deadline and a hold go on until the final headers.
+    if (statusCode < 200 || this.#held) return
     this.status = statusCode
     const type = headers['content-type']
     this.contentType = typeof type === 'string' ? type : ''
@@ -182,10 +183,10 @@ export class Attempt implements Dispatcher.DispatchHandler {
   }
 
   onResponseData (c: Controller, chunk: Buffer): void {
-    if (this.#held) return
+    // A held try's late answer is dropped, but counted too: past the cap its socket goes.
     this.size += chunk.length
     if (this.size <= this.maxBytes) {
-      this.chunks.push(chunk)
+      if (!this.#held) this.chunks.push(chunk)
       return
     }
     const cause = new Error(`engine response exceeds ${this.maxBytes} bytes`)

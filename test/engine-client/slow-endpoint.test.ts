@@ -347,3 +347,45 @@ t.test('a GET whose time runs out after its headers is cut, not held: a held bod
   t.equal(code, 'UPSTREAM_TIMEOUT', 'the call timed out')
   t.ok(await eventually(() => closed, 5_000), 'and its connection was closed under the trickling body')
 })
+
+t.test('an engine that sends 102 Processing over and over: the ping still times out at its deadline', async (t) => {
+  const engine = await slowEngine(t, (_req, res) => {
+    const interim = setInterval(() => res.writeProcessing(), 100)
+    res.socket?.on('close', () => clearInterval(interim))
+    return true
+  })
+  const client = slowClient(t, engine.url)
+  const hung = new Promise<string>((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5_000).unref())
+  // An interim answer taken for the answer would stop the deadline, and each one refreshes undici's own timer.
+  t.equal(await Promise.race([codeOf(client.call({ ...PING, responseTimeoutMs: 300 })), hung]), 'UPSTREAM_TIMEOUT')
+})
+
+t.test('a held ping whose late answer runs past the response cap loses its socket', async (t) => {
+  let written = 0
+  let closed = false
+  const engine = await slowEngine(t, (_req, res) => {
+    res.socket?.on('close', () => { closed = true })
+    // Headers after the ping's 300 ms deadline, so the try is held; then 10,000 bytes against a cap of 1,000.
+    setTimeout(() => {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' })
+      const trickle = setInterval(() => {
+        if (closed || written >= 10_000) return clearInterval(trickle)
+        res.write(Buffer.alloc(200, 'o'))
+        written += 200
+      }, 20)
+    }, 500)
+    return true
+  })
+  const client = new EngineClient({
+    url: engine.url,
+    timeoutMs: TIMEOUT_MS,
+    connections: 1,
+    maxResponseBytes: 1_000,
+    keepAliveTimeoutMs: 20_000,
+    health: { intervalMs: 0 }
+  })
+  t.teardown(() => client.close())
+  t.equal(await codeOf(client.call({ ...PING, responseTimeoutMs: 300 })), 'UPSTREAM_TIMEOUT', 'the ping timed out')
+  t.ok(await eventually(() => closed || written >= 10_000, 10_000), 'the late answer ended one way or the other')
+  t.ok(closed && written < 10_000, `its socket was closed after ${written} of 10,000 bytes`)
+})
