@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import { HealthError } from '../../schemas/errors.js'
 import { ApiHealth, Liveness, Pong } from '../../schemas/health.js'
-import { isEngineHealth, SERVICE_CONNECTED } from '../../schemas/upstream.js'
+import { isEngineHealth, SERVICE_CONNECTED, type EngineHealth } from '../../schemas/upstream.js'
 import { callerOf, type EngineClient } from '../engine-client/client.js'
 import { parseJson } from '../engine-client/answers.js'
 
@@ -32,7 +32,7 @@ export interface EngineHealthOptions {
 
 const DISCONNECTED = 'disconnected'
 
-interface Services { database: string, cache: string }
+type Services = EngineHealth['services']
 
 /**
  * Always 200, every value from probing the engine (decision: /api/health always answers 200). The probe goes where
