@@ -98,7 +98,21 @@ export interface Proc {
 }
 
 /** Whether a process's start failed for a port another process holds (Node's EADDRINUSE, redis-server's words). */
-export const portInUse = (err: unknown): boolean => /already in use|EADDRINUSE/.test(String((err as Error).message))
+const portInUse = (err: unknown): boolean => /already in use|EADDRINUSE/.test(String((err as Error).message))
+
+/**
+ * `start` on a free port, and again on another (twice at most) when another process took it between the choice and
+ * the listen (test files run side by side).
+ */
+export async function onFreePort<T> (start: (port: number) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePort())
+    } catch (err) {
+      if (attempt >= 3 || !portInUse(err)) throw err
+    }
+  }
+}
 
 /**
  * `script` as a process, resolved once its stdout matches `ready`. With `env` and the `port` it listens on: that
@@ -124,14 +138,8 @@ export async function startProcess (
   ready?: RegExp
 ): Promise<Proc> {
   if (typeof env !== 'function') return await launch(t, script, env, portOrReady as number, ready!)
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort()
-    try {
-      return Object.assign(await launch(t, script, await env(port), port, portOrReady as RegExp), { port })
-    } catch (err) {
-      if (attempt >= 3 || !portInUse(err)) throw err
-    }
-  }
+  return await onFreePort(async (port) =>
+    Object.assign(await launch(t, script, await env(port), port, portOrReady as RegExp), { port }))
 }
 
 async function launch (

@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import { once } from 'node:events'
 import type { Test } from 'tap'
 import type { Redis } from 'ioredis'
-import { freePort, portInUse } from './processes.js'
+import { onFreePort } from './processes.js'
 import { attemptUntil } from './until.js'
 
 export const REDIS_MISSING =
@@ -48,7 +48,7 @@ export interface RedisStartOptions {
 }
 
 export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promise<RedisServer> {
-  let port = await freePort()
+  let port = 0
   // Its own directory: a replica writes the RDB it receives there (not into the working tree).
   const dir = mkdtempSync(join(tmpdir(), 'redis-test-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
@@ -100,15 +100,10 @@ export async function startRedis (t: Test, opts: RedisStartOptions = {}): Promis
 
   // A port free when chosen can be taken by another test file's process before redis-server listens on it (files
   // run side by side): a first start refused for a port in use tries other ports, twice more. A restart keeps its port.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await launch()
-      break
-    } catch (err) {
-      if (attempt >= 3 || !portInUse(err)) throw err
-      port = await freePort()
-    }
-  }
+  await onFreePort(async (chosen) => {
+    port = chosen
+    await launch()
+  })
   // A stopped process ignores SIGKILL's exit until continued on some systems: continue it first.
   t.teardown(async () => {
     signal('SIGCONT')()
