@@ -3,6 +3,7 @@
  * engine is called and by its size as it passes, so an upload costs the chunk in hand.
  */
 import { createHash, type Hash } from 'node:crypto'
+import type { Writable } from 'node:stream'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import {
@@ -53,6 +54,8 @@ export class CreateUpload {
   readonly #checkField: Validate
   readonly #checkForm: Validate
   #image: { part: MultipartFile, chunks: AsyncIterator<Buffer>, sniffer: ImageSniffer } | undefined
+  /** Set once a chunked body passed its bound: the parser's end and the reads it fails mean this. */
+  #bodyPassed: GatewayError | undefined
   readonly #reads = new Interruptible()
   /** Only with an Idempotency-Key: hashing 10 MiB costs milliseconds. */
   readonly #imageHash: Hash | undefined
@@ -64,9 +67,23 @@ export class CreateUpload {
     this.#checkForm = request.compileValidationSchema(CreatePortfolioFields) as Validate
   }
 
-  /** The body stops feeding the parser (too large): the read in progress fails with `err`. */
+  /** The create is cut off (too slow): the read in progress fails with `err`. */
   cutOff (err: GatewayError): void {
     this.#reads.interrupt(err)
+  }
+
+  /**
+   * The body passed its bound and `parser` gets nothing more. The bytes it holds were counted, so they are parsed
+   * before the verdict: once its input has ended, every read fails, and the image's own bound names the refusal if
+   * it was passed in them. Without a parser, the reads fail at once.
+   */
+  bodyPassedBound (err: GatewayError, parser: Writable | undefined): void {
+    this.#bodyPassed = err
+    if (parser === undefined) return this.#reads.interrupt(err)
+    const parsed = (): void => { this.#reads.interrupt(err) }
+    parser.once('finish', parsed).once('error', parsed)
+    // The pipe still writes the chunk that passed the bound to the parser, after this.
+    process.nextTick(() => parser.end())
   }
 
   /** Fields up to the image, whose first bytes are sniffed so a non-image never opens an engine request. */
@@ -94,7 +111,7 @@ export class CreateUpload {
         this.#acceptField(part.fieldname, part.value, part.valueTruncated)
       }
     } catch (err) {
-      throw clientError(err)
+      throw this.#refusalFor(err)
     }
   }
 
@@ -141,7 +158,7 @@ export class CreateUpload {
       await this.#readAfterImage()
       out.push(...this.#encodedFields().slice(sentBeforeImage))
     } catch (err) {
-      this.refusal ??= clientError(err)
+      this.refusal ??= this.#refusalFor(err)
       timing.refused(this.refusal)
       throw this.refusal
     }
@@ -162,9 +179,20 @@ export class CreateUpload {
       while (!this.#imageEnded) await this.#nextImageChunk()
       await this.#readAfterImage()
     } catch (err) {
-      this.refusal ??= clientError(err)
+      this.refusal ??= this.#refusalFor(err)
       throw this.refusal
     }
+  }
+
+  /**
+   * A read's failure as the client's mistake. Past the body's bound, the parser's end (a truncated form) or the
+   * interruption means that bound, unless the image passed its own first; a check of ours failing on bytes before
+   * the bound keeps its own message.
+   */
+  #refusalFor (err: unknown): GatewayError {
+    const passed = this.#bodyPassed
+    if (passed === undefined || !(err === passed || isMalformedMultipart(err))) return clientError(err)
+    return this.#image?.part.file.truncated === true ? tooLarge() : passed
   }
 
   async #readAfterImage (): Promise<void> {

@@ -186,3 +186,39 @@ t.test('the whole create body is bounded, preamble and epilogue included', async
   t.same(JSON.parse(text), err('body must be at most 10551296 bytes'), 'refused once past the bound, the body unfinished')
   t.equal(stub.stats.started, 0, 'no engine request started')
 })
+
+t.test('an image past its bound names the refusal when the body passes its own bound in the same bytes', async (t) => {
+  const stub = await startStubUpstream()
+  t.teardown(stub.close)
+  const { url } = await build(t, { upstreamUrl: stub.url })
+  // A preamble (skipped by the parser) puts the image's 10 MiB + 1st byte 64 bytes before the body's bound, so
+  // one read from the socket usually carries both: the bytes counted are not yet parsed when the bound is passed.
+  const { body, contentType } = multipartBody([...BASE, image(bigPng(10 * MiB + 64 * 1024))])
+  const imageAt = body.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47]))
+  const crossing = 10551296 - 64
+  const preamble = Buffer.concat([Buffer.alloc(crossing - (10 * MiB + 1) - imageAt - 2, 0x20), Buffer.from('\r\n')])
+  const padded = Buffer.concat([preamble, body])
+  t.equal(padded.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47])) + 10 * MiB + 1, crossing)
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  t.teardown(() => socket.destroy())
+  await once(socket, 'connect')
+  const received: Buffer[] = []
+  socket.on('data', (c: Buffer) => received.push(c))
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
+  socket.on('error', () => {})
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  // Pieces of 64 KiB from 32 KiB on: the bound (161 x 64 KiB) and the image's crossing fall in one piece.
+  const size = 64 * 1024
+  for (let sent = 0; sent < padded.length && received.length === 0; sent = sent === 0 ? size / 2 : sent + size) {
+    const piece = padded.subarray(sent, sent === 0 ? size / 2 : sent + size)
+    const chunk = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')])
+    if (!socket.write(chunk)) await Promise.race([once(socket, 'drain'), closed])
+  }
+  await closed
+  const [head = '', text = ''] = Buffer.concat(received).toString('latin1').split('\r\n\r\n')
+  t.match(head, /^HTTP\/1\.1 400 /)
+  t.match(head, /\r\nconnection: close\r\n/i)
+  t.same(JSON.parse(text), err('image must be at most 10485760 bytes'), 'the image passed its bound first')
+  t.equal(stub.requests.length, 0, 'no create completed at the engine')
+})
