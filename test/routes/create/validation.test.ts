@@ -9,7 +9,7 @@
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../../../fixtures/images.js'
 import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
@@ -147,6 +147,37 @@ t.test('part headers: busboy reads 16 pairs and 1 KiB per part, and skips the re
   t.notMatch(stub.requests[0]!.body.toString('latin1'), /X-H\d/, 'no client part header reaches the engine')
 })
 
+/**
+ * A raw socket that has sent a chunked create's head: it sends each piece as a chunk, and reads the answer at the
+ * close. Had it gone on writing after the answer, the close would reach it as EPIPE before it read the answer.
+ */
+async function chunkedCreate (t: Test, url: string, contentType: string): Promise<{
+  send: (piece: Buffer) => Promise<void>, answered: () => boolean, answer: () => Promise<[string, string]>
+}> {
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  t.teardown(() => socket.destroy())
+  await once(socket, 'connect')
+  const received: Buffer[] = []
+  socket.on('data', (c: Buffer) => received.push(c))
+  // Not events.once for 'close': it would reject on an 'error', which is no failure here.
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
+  socket.on('error', () => {})
+  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  return {
+    send: async (piece) => {
+      const chunk = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')])
+      if (!socket.write(chunk)) await Promise.race([new Promise((resolve) => socket.once('drain', resolve)), closed])
+    },
+    answered: () => received.length > 0,
+    answer: async () => {
+      await closed
+      const [head = '', text = ''] = Buffer.concat(received).toString('latin1').split('\r\n\r\n')
+      return [head, text]
+    }
+  }
+}
+
 t.test('the whole create body is bounded, preamble and epilogue included', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
@@ -159,27 +190,12 @@ t.test('the whole create body is bounded, preamble and epilogue included', async
   t.equal(declared.headers.connection, 'close')
 
   // Chunked: no length declared, so the gateway counts, stops parsing past the
-  // bound, and answers the same 400 with connection: close, then closes. A raw
-  // socket that sends one 64 KiB chunk past the bound and then waits: had it
-  // gone on writing, the close would reach it as EPIPE before it read the answer.
-  const { hostname, port } = new URL(url)
-  const socket = connect(Number(port), hostname)
-  t.teardown(() => socket.destroy())
-  await once(socket, 'connect')
-  const received: Buffer[] = []
-  socket.on('data', (c: Buffer) => received.push(c))
-  // Not events.once for 'close': it would reject on an 'error', which is no failure here.
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
-  socket.on('error', () => {})
-  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  // bound, and answers the same 400 with connection: close, then closes. The raw
+  // socket sends one 64 KiB chunk past the bound and then waits.
+  const client = await chunkedCreate(t, url, contentType)
   const size = 64 * 1024
-  const chunk = Buffer.concat([Buffer.from(`${size.toString(16)}\r\n`), Buffer.alloc(size, 0x20), Buffer.from('\r\n')])
-  for (let sent = 0; sent <= 10551296; sent += size) {
-    if (!socket.write(chunk)) await Promise.race([new Promise((resolve) => socket.once('drain', resolve)), closed])
-  }
-  await closed
-  const answer = Buffer.concat(received).toString('latin1')
-  const [head = '', text = ''] = answer.split('\r\n\r\n')
+  for (let sent = 0; sent <= 10551296; sent += size) await client.send(Buffer.alloc(size, 0x20))
+  const [head, text] = await client.answer()
   t.match(head, /^HTTP\/1\.1 400 /, 'a 400, not a dropped connection')
   t.match(head, /\r\nconnection: close\r\n/i)
   t.match(head, /\r\nx-request-id: \S+/i)
@@ -191,32 +207,21 @@ t.test('an image past its bound names the refusal when the body passes its own b
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   const { url } = await build(t, { upstreamUrl: stub.url })
-  // A preamble (skipped by the parser) puts the image's 10 MiB + 1st byte 64 bytes before the body's bound, so
-  // one read from the socket usually carries both: the bytes counted are not yet parsed when the bound is passed.
+  // A preamble (skipped by the parser) puts the image's 10,485,761st byte 65 bytes before the byte that passes the
+  // body's bound, so one read from the socket usually carries both: counted, but not yet parsed at the bound.
   const { body, contentType } = multipartBody([...BASE, image(bigPng(10 * MiB + 64 * 1024))])
   const imageAt = body.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47]))
   const crossing = 10551296 - 64
   const preamble = Buffer.concat([Buffer.alloc(crossing - (10 * MiB + 1) - imageAt - 2, 0x20), Buffer.from('\r\n')])
   const padded = Buffer.concat([preamble, body])
   t.equal(padded.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47])) + 10 * MiB + 1, crossing)
-  const { hostname, port } = new URL(url)
-  const socket = connect(Number(port), hostname)
-  t.teardown(() => socket.destroy())
-  await once(socket, 'connect')
-  const received: Buffer[] = []
-  socket.on('data', (c: Buffer) => received.push(c))
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
-  socket.on('error', () => {})
-  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  const client = await chunkedCreate(t, url, contentType)
   // Pieces of 64 KiB from 32 KiB on: the bound (161 x 64 KiB) and the image's crossing fall in one piece.
   const size = 64 * 1024
-  for (let sent = 0; sent < padded.length && received.length === 0; sent = sent === 0 ? size / 2 : sent + size) {
-    const piece = padded.subarray(sent, sent === 0 ? size / 2 : sent + size)
-    const chunk = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')])
-    if (!socket.write(chunk)) await Promise.race([once(socket, 'drain'), closed])
+  for (let sent = 0; sent < padded.length && !client.answered(); sent = sent === 0 ? size / 2 : sent + size) {
+    await client.send(padded.subarray(sent, sent === 0 ? size / 2 : sent + size))
   }
-  await closed
-  const [head = '', text = ''] = Buffer.concat(received).toString('latin1').split('\r\n\r\n')
+  const [head, text] = await client.answer()
   t.match(head, /^HTTP\/1\.1 400 /)
   t.match(head, /\r\nconnection: close\r\n/i)
   t.same(JSON.parse(text), err('image must be at most 10485760 bytes'), 'the image passed its bound first')
