@@ -2,7 +2,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { Writable } from 'node:stream'
 import { CREATE_BODY_MAX_BYTES } from '../../../schemas/portfolio.js'
-import { validationError } from '../../http/errors.js'
+import { validationError, type GatewayError } from '../../http/errors.js'
 import type { CreateUpload, UploadTiming } from './upload.js'
 
 export const BODY_TOO_LARGE = `body must be at most ${CREATE_BODY_MAX_BYTES} bytes`
@@ -22,30 +22,43 @@ export async function readWholeForm (upload: CreateUpload): Promise<void> {
 }
 
 /**
- * A chunked body declares no length: past `max` bytes the parser gets nothing more and its input ends. What it
- * already holds is still parsed, so an image that passed its own bound in those bytes names the refusal, whatever
- * the socket's reads made of them; otherwise the body's bound does (400 with `connection: close`). The rest is
- * read and dropped, because closing a socket with unread bytes sends a reset that can destroy the answer before
- * the client reads it.
+ * A chunked body declares no length, so what the form parser is given is counted: the first `max` bytes, then its
+ * input ends. The verdict waits for it to parse what it holds, so an image that passed its own bound in those bytes
+ * names the refusal, however the socket's reads cut them; otherwise the body's bound does (400 with
+ * `connection: close`), and `refuse` abandons the engine call. The rest is read and dropped, because closing a
+ * socket with unread bytes sends a reset that can destroy the answer before the client reads it.
  */
-export function limitBody (raw: IncomingMessage, max: number, upload: CreateUpload): void {
-  let seen = 0
-  let parser: Writable | undefined
-  // @fastify/multipart pipes the body into its parser on the form's first read; the bound ends that parser's input.
+export function limitBody (
+  raw: IncomingMessage, max: number, upload: CreateUpload, refuse: (err: GatewayError) => void
+): void {
+  // @fastify/multipart pipes the body into its parser on the form's first read: the bound is on that parser's writes.
   raw.pipe = <T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean }): T => {
-    parser = destination as unknown as Writable
     Reflect.deleteProperty(raw, 'pipe')
+    const parser = destination as unknown as Writable
+    boundWrites(parser, max, () => {
+      raw.unpipe(parser)
+      raw.resume()
+      void upload.bodyPassedBound(validationError(BODY_TOO_LARGE)).then(refuse)
+    })
     return raw.pipe(destination, options)
   }
-  const count = (chunk: Buffer): void => {
-    seen += chunk.length
-    if (seen <= max) return
-    raw.off('data', count)
-    raw.unpipe()
-    raw.resume()
-    upload.bodyPassedBound(validationError(BODY_TOO_LARGE), parser)
-  }
-  raw.on('data', count)
-  // The parser is piped only after the key's claim (a Redis round trip): paused, the early bytes wait for it.
-  raw.pause()
+}
+
+/** `parser` is written its first `max` bytes and then ended; `passed` is told once, when a write goes past. */
+function boundWrites (parser: Writable, max: number, passed: () => void): void {
+  const write = parser.write.bind(parser) as (chunk: Buffer) => boolean
+  let room = max
+  parser.write = ((chunk: Buffer): boolean => {
+    if (chunk.length <= room) {
+      room -= chunk.length
+      return write(chunk)
+    }
+    if (room < 0) return true
+    if (room > 0) write(chunk.subarray(0, room))
+    room = -1
+    parser.end()
+    passed()
+    // The pipe would pause the body on false, and the rest must still be read to be dropped.
+    return true
+  }) as Writable['write']
 }

@@ -20,7 +20,7 @@ export async function runCreate (request: FastifyRequest, reply: FastifyReply, r
     const key = idempotencyKeyOf(request)
     await exchange.claim()
     const upload = form.open(key !== undefined)
-    if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload)
+    if (declared === undefined) limitBody(request.raw, CREATE_BODY_MAX_BYTES, upload, (err) => exchange.refused(err))
     // The key is claimed before the first byte goes to the engine.
     const answer = await route.idempotency.run(request, reply, key, {
       // Without a key no digest is taken: hashing the image costs milliseconds.

@@ -3,7 +3,6 @@
  * engine is called and by its size as it passes, so an upload costs the chunk in hand.
  */
 import { createHash, type Hash } from 'node:crypto'
-import type { Writable } from 'node:stream'
 import type { MultipartFile, Multipart } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import {
@@ -73,17 +72,27 @@ export class CreateUpload {
   }
 
   /**
-   * The body passed its bound and `parser` gets nothing more. The bytes it holds were counted, so they are parsed
-   * before the verdict: once its input has ended, every read fails, and the image's own bound names the refusal if
-   * it was passed in them. Without a parser, the reads fail at once.
+   * The body passed its bound, and the parser has its last bytes. The image still arriving is read to its end here,
+   * not by the engine, so the verdict waits on nothing but the parser: the image's own bound if those bytes passed
+   * it, else `err`. Every read fails with it from then on.
    */
-  bodyPassedBound (err: GatewayError, parser: Writable | undefined): void {
+  async bodyPassedBound (err: GatewayError): Promise<GatewayError> {
     this.#bodyPassed = err
-    if (parser === undefined) return this.#reads.interrupt(err)
-    const parsed = (): void => { this.#reads.interrupt(err) }
-    parser.once('finish', parsed).once('error', parsed)
-    // The pipe still writes the chunk that passed the bound to the parser, after this.
-    process.nextTick(() => parser.end())
+    const refusal = await this.#imageVerdict(err)
+    this.refusal ??= refusal
+    this.#reads.interrupt(this.refusal)
+    return this.refusal
+  }
+
+  async #imageVerdict (err: GatewayError): Promise<GatewayError> {
+    if (this.#image === undefined || this.#imageEnded) return err
+    const { part, chunks } = this.#image
+    try {
+      while (!part.file.truncated && (await chunks.next()).done !== true);
+    } catch {
+      // The parser's input ended mid-image: what it parsed is what the image is.
+    }
+    return part.file.truncated ? tooLarge() : err
   }
 
   /** Fields up to the image, whose first bytes are sniffed so a non-image never opens an engine request. */

@@ -8,12 +8,15 @@
  */
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
+import { createServer, type ServerResponse } from 'node:http'
 import { connect } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../../../fixtures/images.js'
 import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
 import { bearer, build, MINTS } from '../../helpers/app.js'
+import { eventually } from '../../helpers/engine.js'
+import { listenOnLoopback } from '../../helpers/processes.js'
 import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image, multipartBody, pngOfSize as bigPng, type MultipartPart } from '../../helpers/multipart.js'
 
 const PNG = readFileSync(PNG_IMAGE)
@@ -203,27 +206,69 @@ t.test('the whole create body is bounded, preamble and epilogue included', async
   t.equal(stub.stats.started, 0, 'no engine request started')
 })
 
-t.test('an image past its bound names the refusal when the body passes its own bound in the same bytes', async (t) => {
+/**
+ * A form behind a preamble (skipped by the parser) sized so that the image's 10,485,761st byte is the body's
+ * `crossing`th; the byte that passes the body's bound is its 10,551,297th.
+ */
+function imageCrossingAt (crossing: number): { padded: Buffer, contentType: string } {
+  const { body, contentType } = multipartBody([...BASE, image(bigPng(10 * MiB + 64 * 1024))])
+  const imageAt = body.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47]))
+  const preamble = Buffer.concat([Buffer.alloc(crossing - (10 * MiB + 1) - imageAt - 2, 0x20), Buffer.from('\r\n')])
+  return { padded: Buffer.concat([preamble, body]), contentType }
+}
+
+t.test('the first bound the bytes pass names the refusal, however the socket reads them', async (t) => {
   const stub = await startStubUpstream()
   t.teardown(stub.close)
   const { url } = await build(t, { upstreamUrl: stub.url })
-  // A preamble (skipped by the parser) puts the image's 10,485,761st byte 65 bytes before the byte that passes the
-  // body's bound, so one read from the socket usually carries both: counted, but not yet parsed at the bound.
-  const { body, contentType } = multipartBody([...BASE, image(bigPng(10 * MiB + 64 * 1024))])
-  const imageAt = body.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47]))
-  const crossing = 10551296 - 64
-  const preamble = Buffer.concat([Buffer.alloc(crossing - (10 * MiB + 1) - imageAt - 2, 0x20), Buffer.from('\r\n')])
+  // The image's crossing 65 bytes before the body's, then 1,000 after it; either way one client write, and usually
+  // one read, carries both: the parser is given the bytes up to the body's bound and parses them all.
+  for (const [crossing, first] of [[10551296 - 64, 'image must be at most 10485760 bytes'], [10551296 + 1000, 'body must be at most 10551296 bytes']] as const) {
+    const { padded, contentType } = imageCrossingAt(crossing)
+    t.equal(padded.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47])) + 10 * MiB + 1, crossing)
+    const client = await chunkedCreate(t, url, contentType)
+    // Pieces of 64 KiB from 32 KiB on: the bound (161 x 64 KiB) and the image's crossing fall in one piece.
+    const size = 64 * 1024
+    for (let sent = 0; sent < padded.length && !client.answered(); sent = sent === 0 ? size / 2 : sent + size) {
+      await client.send(padded.subarray(sent, sent === 0 ? size / 2 : sent + size))
+    }
+    const [head, text] = await client.answer()
+    t.match(head, /^HTTP\/1\.1 400 /)
+    t.match(head, /\r\nconnection: close\r\n/i)
+    t.same(JSON.parse(text), err(first), `the image's crossing at byte ${crossing}`)
+  }
+  t.equal(stub.requests.length, 0, 'no create completed at the engine')
+})
+
+t.test('a body that passes its bound while its engine call waits for a connection is refused then, not after', async (t) => {
+  // An engine that takes every create's form and answers when the test says.
+  const held = new Set<ServerResponse>()
+  const engine = createServer((req, res) => {
+    held.add(res)
+    req.resume()
+  })
+  const engineUrl = `http://127.0.0.1:${await listenOnLoopback(t, engine)}`
+  const { url } = await build(t, { upstreamUrl: engineUrl, env: { UPLOAD_MAX_CONNECTIONS: '1', UPSTREAM_TIMEOUT_MS: '60000' } })
+  const first = multipartBody([...BASE, image(PNG)])
+  const occupying = request(`${url}/api/portfolio/create`, {
+    method: 'POST', headers: { ...bearer(), 'content-type': first.contentType }, body: first.body
+  })
+  t.ok(await eventually(() => held.size === 1, 10_000), 'the one upload connection is held by the engine')
+
+  // The second create's image starts 40 KiB before the body's bound: its engine call waits for the held connection
+  // while the image arrives, and the bound passes in bytes the engine has not taken.
+  const { body, contentType } = multipartBody([...BASE, image(bigPng(MiB))])
+  const preamble = Buffer.concat([Buffer.alloc(10551296 - 40 * 1024 - 2, 0x20), Buffer.from('\r\n')])
   const padded = Buffer.concat([preamble, body])
-  t.equal(padded.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47])) + 10 * MiB + 1, crossing)
   const client = await chunkedCreate(t, url, contentType)
-  // Pieces of 64 KiB from 32 KiB on: the bound (161 x 64 KiB) and the image's crossing fall in one piece.
   const size = 64 * 1024
-  for (let sent = 0; sent < padded.length && !client.answered(); sent = sent === 0 ? size / 2 : sent + size) {
-    await client.send(padded.subarray(sent, sent === 0 ? size / 2 : sent + size))
+  for (let sent = 0; sent < padded.length && !client.answered(); sent += size) {
+    await client.send(padded.subarray(sent, sent + size))
   }
   const [head, text] = await client.answer()
   t.match(head, /^HTTP\/1\.1 400 /)
-  t.match(head, /\r\nconnection: close\r\n/i)
-  t.same(JSON.parse(text), err('image must be at most 10485760 bytes'), 'the image passed its bound first')
-  t.equal(stub.requests.length, 0, 'no create completed at the engine')
+  t.same(JSON.parse(text), err('body must be at most 10551296 bytes'))
+  t.equal(held.size, 1, 'the engine never saw the second create')
+  for (const res of held) res.writeHead(200, { 'content-type': 'application/json' }).end('{"portfolio_id":"p-1"}')
+  t.equal((await occupying).statusCode, 200, 'the first create is answered once the engine answers it')
 })
