@@ -85,14 +85,20 @@ export class CreateUpload {
   }
 
   async #imageVerdict (err: GatewayError): Promise<GatewayError> {
-    if (this.#image === undefined || this.#imageEnded) return err
-    const { part, chunks } = this.#image
-    try {
-      while (!part.file.truncated && (await chunks.next()).done !== true);
-    } catch {
-      // The parser's input ended mid-image: what it parsed is what the image is.
+    if (this.#image !== undefined && !this.#imageEnded) {
+      const { part, chunks } = this.#image
+      try {
+        while (!part.file.truncated && (await chunks.next()).done !== true);
+      } catch {
+        // The parser's input ended mid-image: what it parsed is what the image is.
+      }
     }
-    return part.file.truncated ? tooLarge() : err
+    return this.#pastBound(err)
+  }
+
+  /** Past the body's bound: the image's own bound if the parser saw it passed, else the body's (`err`). */
+  #pastBound (err: GatewayError): GatewayError {
+    return this.#image?.part.file.truncated === true ? tooLarge() : err
   }
 
   /** Fields up to the image, whose first bytes are sniffed so a non-image never opens an engine request. */
@@ -201,7 +207,7 @@ export class CreateUpload {
   #refusalFor (err: unknown): GatewayError {
     const passed = this.#bodyPassed
     if (passed === undefined || !(err === passed || isMalformedMultipart(err))) return clientError(err)
-    return this.#image?.part.file.truncated === true ? tooLarge() : passed
+    return this.#pastBound(passed)
   }
 
   async #readAfterImage (): Promise<void> {
