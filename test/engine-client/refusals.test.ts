@@ -6,8 +6,6 @@
  * client mistake below is made 20 times. A control shows that an engine that
  * really fails is still ejected.
  */
-import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { request } from 'undici'
 import { faults, startStubUpstream, type StubUpstream } from '../../fixtures/stub-upstream.js'
@@ -15,6 +13,7 @@ import { bearer, build, type BuildOptions } from '../helpers/app.js'
 import { attemptUntil } from '../helpers/engine.js'
 import { CREATE_FIELDS, createValidationError, imagePart, multipartBody, pngOfSize } from '../helpers/multipart.js'
 import { slowCreate } from '../helpers/slow-upload.js'
+import { chunkOf, rawConnection } from '../helpers/raw-client.js'
 import { parseExposition, valueOf } from '../helpers/prometheus.js'
 
 t.setTimeout(120_000)
@@ -59,20 +58,6 @@ async function tally (gateway: Pick<Built, 'metrics'>, stubs: StubUpstream[]) {
   }
 }
 
-/** A raw HTTP/1.1 client: write the head, then `body` piece by piece, and collect whatever comes back until the close.
- *
- */
-async function rawSocket (url: string): Promise<{ socket: Socket; received: () => string; closed: Promise<void> }> {
-  const { hostname, port } = new URL(url)
-  const socket = connect(Number(port), hostname)
-  await once(socket, 'connect')
-  const chunks: Buffer[] = []
-  socket.on('data', (c: Buffer) => chunks.push(c))
-  socket.on('error', () => {})
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
-  return { socket, received: () => Buffer.concat(chunks).toString('latin1'), closed }
-}
-
 t.test('client mistakes, 20 times each, eject no engine and are counted as client_aborted', async (t) => {
   const stubs = await engines(t)
   const { metrics, url } = await build(t, { ...CLUSTER, upstreamUrls: stubs.map((s) => s.url) })
@@ -102,21 +87,18 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
   // 2. An oversized chunked body: no length declared; the image passes its bound mid-upload.
   const { body: head, contentType } = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(64 * KiB))])
   const formStart = head.subarray(0, head.indexOf(Buffer.from([0x89, 0x50, 0x4e, 0x47])) + 8)
-  const chunkOf = (data: Buffer): Buffer =>
-    Buffer.concat([Buffer.from(`${data.length.toString(16)}\r\n`), data, Buffer.from('\r\n')])
   const filler = chunkOf(Buffer.alloc(64 * KiB, 0x42))
   for (let i = 0; i < TIMES; i++) {
-    const client = await rawSocket(url)
+    const client = await rawConnection(t, url)
     client.socket.write(
       `POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`
     )
     client.socket.write(chunkOf(formStart))
     // Past the image bound (10 MiB) and the body bound, unless the answer comes first.
     for (let sent = 0; sent <= 11 * MiB && client.received() === '' && !client.socket.destroyed; sent += 64 * KiB) {
-      if (!client.socket.write(filler)) await Promise.race([once(client.socket, 'drain'), client.closed])
+      await client.write(filler)
     }
-    await client.closed
-    const [status = '', text = ''] = client.received().split('\r\n\r\n')
+    const [status, text] = await client.answer()
     t.match(status, /^HTTP\/1\.1 400 /)
     t.same(JSON.parse(text), createValidationError('image must be at most 10485760 bytes'))
   }
@@ -137,7 +119,7 @@ t.test('client mistakes, 20 times each, eject no engine and are counted as clien
   const whole = multipartBody([...CREATE_FIELDS, imagePart(pngOfSize(2 * MiB))])
   for (let i = 0; i < TIMES; i++) {
     const started = stubs[0]!.stats.started + stubs[1]!.stats.started
-    const client = await rawSocket(url)
+    const client = await rawConnection(t, url)
     client.socket.write(
       `POST /api/portfolio/create HTTP/1.1\r\nhost: gateway\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${whole.contentType}\r\ncontent-length: ${whole.body.length}\r\n\r\n`
     )

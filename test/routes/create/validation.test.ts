@@ -6,10 +6,8 @@
  * after it) aborts its engine request (DECISIONS 22): the stub engine, which
  * answers 200 to any create whose body completes, completes none.
  */
-import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { createServer, type ServerResponse } from 'node:http'
-import { connect } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../../../fixtures/images.js'
@@ -17,6 +15,7 @@ import { startStubUpstream } from '../../../fixtures/stub-upstream.js'
 import { bearer, build, MINTS } from '../../helpers/app.js'
 import { eventually } from '../../helpers/engine.js'
 import { listenOnLoopback } from '../../helpers/processes.js'
+import { chunkOf, rawConnection, type RawConnection } from '../../helpers/raw-client.js'
 import { CREATE_FIELDS as BASE, createValidationError as err, imagePart as image, multipartBody, pngOfSize as bigPng, type MultipartPart } from '../../helpers/multipart.js'
 
 const PNG = readFileSync(PNG_IMAGE)
@@ -151,34 +150,13 @@ t.test('part headers: busboy reads 16 pairs and 1 KiB per part, and skips the re
 })
 
 /**
- * A raw socket that has sent a chunked create's head: it sends each piece as a chunk, and reads the answer at the
- * close. Had it gone on writing after the answer, the close would reach it as EPIPE before it read the answer.
+ * A raw client that has sent a chunked create's head; it writes the body's pieces as chunks and reads the answer at
+ * the close. Had it gone on writing after the answer, the close would reach it as EPIPE before it read the answer.
  */
-async function chunkedCreate (t: Test, url: string, contentType: string): Promise<{
-  send: (piece: Buffer) => Promise<void>, answered: () => boolean, answer: () => Promise<[string, string]>
-}> {
-  const { hostname, port } = new URL(url)
-  const socket = connect(Number(port), hostname)
-  t.teardown(() => socket.destroy())
-  await once(socket, 'connect')
-  const received: Buffer[] = []
-  socket.on('data', (c: Buffer) => received.push(c))
-  // Not events.once for 'close': it would reject on an 'error', which is no failure here.
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
-  socket.on('error', () => {})
-  socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
-  return {
-    send: async (piece) => {
-      const chunk = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')])
-      if (!socket.write(chunk)) await Promise.race([new Promise((resolve) => socket.once('drain', resolve)), closed])
-    },
-    answered: () => received.length > 0,
-    answer: async () => {
-      await closed
-      const [head = '', text = ''] = Buffer.concat(received).toString('latin1').split('\r\n\r\n')
-      return [head, text]
-    }
-  }
+async function chunkedCreate (t: Test, url: string, contentType: string): Promise<RawConnection> {
+  const client = await rawConnection(t, url)
+  client.socket.write(`POST /api/portfolio/create HTTP/1.1\r\nhost: ${new URL(url).hostname}\r\nauthorization: ${bearer().authorization}\r\ncontent-type: ${contentType}\r\ntransfer-encoding: chunked\r\n\r\n`)
+  return client
 }
 
 t.test('the whole create body is bounded, preamble and epilogue included', async (t) => {
@@ -197,7 +175,7 @@ t.test('the whole create body is bounded, preamble and epilogue included', async
   // socket sends one 64 KiB chunk past the bound and then waits.
   const client = await chunkedCreate(t, url, contentType)
   const size = 64 * 1024
-  for (let sent = 0; sent <= 10551296; sent += size) await client.send(Buffer.alloc(size, 0x20))
+  for (let sent = 0; sent <= 10551296; sent += size) await client.write(chunkOf(Buffer.alloc(size, 0x20)))
   const [head, text] = await client.answer()
   t.match(head, /^HTTP\/1\.1 400 /, 'a 400, not a dropped connection')
   t.match(head, /\r\nconnection: close\r\n/i)
@@ -229,8 +207,8 @@ t.test('the first bound the bytes pass names the refusal, however the socket rea
     const client = await chunkedCreate(t, url, contentType)
     // Pieces of 64 KiB from 32 KiB on: the bound (161 x 64 KiB) and the image's crossing fall in one piece.
     const size = 64 * 1024
-    for (let sent = 0; sent < padded.length && !client.answered(); sent = sent === 0 ? size / 2 : sent + size) {
-      await client.send(padded.subarray(sent, sent === 0 ? size / 2 : sent + size))
+    for (let sent = 0; sent < padded.length && client.received() === ''; sent = sent === 0 ? size / 2 : sent + size) {
+      await client.write(chunkOf(padded.subarray(sent, sent === 0 ? size / 2 : sent + size)))
     }
     const [head, text] = await client.answer()
     t.match(head, /^HTTP\/1\.1 400 /)
@@ -262,8 +240,8 @@ t.test('a body that passes its bound while its engine call waits for a connectio
   const padded = Buffer.concat([preamble, body])
   const client = await chunkedCreate(t, url, contentType)
   const size = 64 * 1024
-  for (let sent = 0; sent < padded.length && !client.answered(); sent += size) {
-    await client.send(padded.subarray(sent, sent + size))
+  for (let sent = 0; sent < padded.length && client.received() === ''; sent += size) {
+    await client.write(chunkOf(padded.subarray(sent, sent + size)))
   }
   const [head, text] = await client.answer()
   t.match(head, /^HTTP\/1\.1 400 /)
