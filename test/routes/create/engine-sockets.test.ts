@@ -7,15 +7,14 @@
  * truncated form is worse), and the engine stores nothing. An engine that
  * answers mid-upload closes the client's connection (DECISIONS 21).
  */
-import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
-import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { request } from 'undici'
 import { GIF_IMAGE, PNG_IMAGE } from '../../../fixtures/images.js'
 import { json, startStubUpstream } from '../../../fixtures/stub-upstream.js'
 import { bearer, build } from '../../helpers/app.js'
 import { startEngine } from '../../helpers/engine.js'
+import { rawConnection } from '../../helpers/raw-client.js'
 import {
   CREATE_FIELDS as BASE,
   createValidationError as err,
@@ -87,18 +86,10 @@ async function partialUpload (
   head: string,
   partOfBody: Buffer
 ): Promise<{ head: string; body: string }> {
-  const { hostname, port } = new URL(url)
-  const socket: Socket = connect(Number(port), hostname)
-  t.teardown(() => socket.destroy())
-  await once(socket, 'connect')
-  const received: Buffer[] = []
-  socket.on('data', (c: Buffer) => received.push(c))
-  socket.on('error', () => {})
-  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
-  socket.write(head)
-  socket.write(partOfBody)
-  await closed
-  const [answerHead = '', answerBody = ''] = Buffer.concat(received).toString('latin1').split('\r\n\r\n')
+  const client = await rawConnection(t, url)
+  client.socket.write(head)
+  client.socket.write(partOfBody)
+  const [answerHead, answerBody] = await client.answer()
   return { head: answerHead, body: answerBody }
 }
 
